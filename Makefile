@@ -1,0 +1,64 @@
+# tether: `make demo` runs the main job, `make test` runs every test.
+# Both install what is missing first (Debian packages when run as root, a virtualenv in
+# .venv, the package in editable mode) and are quick when nothing changed.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMPS := .stamps
+BUILD := build/py
+APT_PACKAGES := libprotobuf-dev protobuf-compiler libeigen3-dev libgtest-dev libvulkan-dev glslc \
+                mesa-vulkan-drivers vulkan-validationlayers
+# Sources whose change needs the extension rebuilt.
+CORE_SOURCES := $(shell find cpp bindings tests/cpp cmake -type f 2>/dev/null) CMakeLists.txt pyproject.toml
+
+.PHONY: all demo test test-cpp test-python setup apt lint clean
+
+all: setup
+
+demo: setup
+	$(VPY) -m tether.demo
+
+test: setup test-cpp test-python
+
+test-cpp: setup
+	ctest --test-dir $(BUILD) --output-on-failure -j2
+
+test-python: setup
+	$(VPY) -m pytest -q
+
+setup: apt $(STAMPS)/build
+
+# Debian packages: checked every time (cheap), installed only when missing.
+apt:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian packages:" $$missing; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else \
+	    echo "missing Debian packages:" $$missing; \
+	    echo "run as root, or: sudo apt-get install" $$missing; exit 1; \
+	  fi; \
+	fi
+
+$(STAMPS)/venv: pyproject.toml
+	@mkdir -p $(STAMPS)
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	# The build runs without isolation so that rebuilds reuse build/py incrementally.
+	$(VPY) -m pip install -q "scikit-build-core>=0.10" "pybind11>=2.12" ninja cmake
+	$(VPY) -m pip install -q -e ".[dev]" --no-build-isolation
+	touch $@
+
+$(STAMPS)/build: $(STAMPS)/venv $(CORE_SOURCES)
+	TETHER_BUILD_TESTS=ON $(VPY) -m pip install -q -e . --no-build-isolation --no-deps
+	touch $@
+
+lint: setup
+	$(VPY) -m ruff check python tests bench
+	$(VPY) -m mypy python/tether
+
+clean:
+	rm -rf build $(STAMPS) out

@@ -1,0 +1,30 @@
+// Shared declarations of the pybind11 module tether._core.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "tether/tether.h"
+
+namespace tether::py {
+
+namespace pyb = pybind11;
+
+void register_errors(pyb::module_& m);
+void register_model(pyb::module_& m);
+
+/// A numpy array over the tensor's buffer (no copy, read-only), kept alive by the buffer.
+/// String tensors become object arrays. Throws ArgumentError for types numpy lacks.
+pyb::object tensor_to_numpy(const ir::Tensor& t);
+/// A Python value for an attribute: numbers, str (bytes when not UTF-8), lists, numpy arrays
+/// for tensors, and dicts for graphs.
+pyb::object attribute_to_python(const ir::Attribute& a);
+/// (kind, dtype name, shape) of a value type; shape is a tuple of int / str / None, or None.
+pyb::tuple type_to_python(const ir::ValueType& t);
+/// [(name, type_to_python(type)), ...] for `values`.
+pyb::list values_to_python(const std::vector<ir::Value*>& values);
+/// A graph as a dict of its name, inputs, outputs and nodes (attributes converted).
+pyb::dict graph_to_python(const ir::Graph& g);
+
+}  // namespace tether::py

@@ -1,0 +1,84 @@
+// Each C++ error class maps to one Python exception class, registered once.
+#include "bindings.h"
+
+namespace tether::py {
+
+namespace {
+
+struct Classes {
+  PyObject* error;
+  PyObject* argument;
+  PyObject* model;
+  PyObject* not_found;
+  PyObject* parse;
+  PyObject* graph;
+  PyObject* external;
+  PyObject* shape;
+  PyObject* write;
+  PyObject* internal;
+};
+Classes classes{};
+
+PyObject* make_class(pyb::module_& m, const char* name, const pyb::object& bases, const char* doc) {
+  std::string full = std::string("tether.") + name;
+  PyObject* cls = PyErr_NewExceptionWithDoc(full.c_str(), doc, bases.ptr(), nullptr);
+  if (cls == nullptr) throw pyb::error_already_set();
+  m.add_object(name, pyb::handle(cls));
+  return cls;
+}
+
+pyb::object bases(std::initializer_list<PyObject*> items) {
+  pyb::tuple t(items.size());
+  size_t i = 0;
+  for (PyObject* o : items) t[i++] = pyb::reinterpret_borrow<pyb::object>(o);
+  return std::move(t);
+}
+
+pyb::object base(PyObject* cls) { return pyb::reinterpret_borrow<pyb::object>(cls); }
+
+}  // namespace
+
+void register_errors(pyb::module_& m) {
+  Classes& c = classes;
+  c.error = make_class(m, "Error", base(PyExc_Exception), "Base of every error tether raises.");
+  c.argument = make_class(m, "ArgumentError", bases({c.error, PyExc_ValueError}),
+                          "An argument the function cannot accept (a bad option, an unknown name).");
+  c.model = make_class(m, "ModelError", base(c.error), "The model is malformed or inconsistent.");
+  c.not_found = make_class(m, "ModelNotFoundError", bases({c.model, PyExc_FileNotFoundError}),
+                           "The model file does not exist.");
+  c.parse = make_class(m, "ParseError", base(c.model), "The bytes are not a valid ONNX protobuf.");
+  c.graph = make_class(m, "GraphError", base(c.model), "The graph is structurally wrong: dangling names, duplicates, cycles.");
+  c.external = make_class(m, "ExternalDataError", base(c.model),
+                          "External tensor data is missing, outside the model's folder, or out of bounds.");
+  c.shape = make_class(m, "ShapeError", base(c.model), "Shapes or types contradict each other.");
+  c.write = make_class(m, "WriteError", bases({c.error, PyExc_OSError}), "A file could not be written.");
+  c.internal = make_class(m, "InternalError", base(c.error), "A bug in tether: an internal invariant failed.");
+
+  pyb::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const ModelNotFoundError& e) {
+      PyErr_SetString(classes.not_found, e.what());
+    } catch (const ParseError& e) {
+      PyErr_SetString(classes.parse, e.what());
+    } catch (const GraphError& e) {
+      PyErr_SetString(classes.graph, e.what());
+    } catch (const ExternalDataError& e) {
+      PyErr_SetString(classes.external, e.what());
+    } catch (const ShapeError& e) {
+      PyErr_SetString(classes.shape, e.what());
+    } catch (const ModelError& e) {
+      PyErr_SetString(classes.model, e.what());
+    } catch (const ArgumentError& e) {
+      PyErr_SetString(classes.argument, e.what());
+    } catch (const WriteError& e) {
+      PyErr_SetString(classes.write, e.what());
+    } catch (const InternalError& e) {
+      PyErr_SetString(classes.internal, e.what());
+    } catch (const Error& e) {
+      PyErr_SetString(classes.error, e.what());
+    }
+  });
+}
+
+}  // namespace tether::py

@@ -1,0 +1,87 @@
+// tether/error.h: the typed errors every tether call throws.
+//
+// A message names what is wrong and where: the file, graph, node, op, input or tensor, and
+// what was expected versus found. User input never reaches an assert; internal invariants
+// use TETHER_CHECK, which throws InternalError naming the source file and line.
+//
+//   try { auto model = tether::ir::load_model("m.onnx"); }
+//   catch (const tether::ExternalDataError& e) { /* a weight file is missing or out of bounds */ }
+//   catch (const tether::ModelError& e) { /* anything else wrong with the model */ }
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace tether {
+
+/// Base of every error tether throws.
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+/// A caller passed an argument the function cannot accept (a bad option, an unknown name).
+class ArgumentError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// The model is malformed or inconsistent. Subclasses say which layer found the problem.
+class ModelError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// The model file does not exist or cannot be opened.
+class ModelNotFoundError : public ModelError {
+ public:
+  using ModelError::ModelError;
+};
+
+/// The bytes are not a valid ONNX protobuf: truncated, corrupt, or not ONNX at all.
+class ParseError : public ModelError {
+ public:
+  using ModelError::ModelError;
+};
+
+/// The graph is structurally wrong: a dangling input, a duplicate name, a cycle.
+class GraphError : public ModelError {
+ public:
+  using ModelError::ModelError;
+};
+
+/// A tensor's external data is missing, escapes the model's folder, or lies out of bounds.
+class ExternalDataError : public ModelError {
+ public:
+  using ModelError::ModelError;
+};
+
+/// Shapes or types contradict each other (found by shape and type inference).
+class ShapeError : public ModelError {
+ public:
+  using ModelError::ModelError;
+};
+
+/// Writing a file failed (disk full, permission denied, a folder that does not exist).
+class WriteError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// An internal invariant failed: a bug in tether, never a problem with user input.
+class InternalError : public Error {
+ public:
+  using Error::Error;
+};
+
+namespace detail {
+[[noreturn]] void check_failed(const char* file, int line, const char* condition, const std::string& message);
+}  // namespace detail
+
+}  // namespace tether
+
+/// Internal invariant check; throws tether::InternalError with file and line when it fails.
+#define TETHER_CHECK(cond, ...)                                                      \
+  do {                                                                               \
+    if (!(cond)) ::tether::detail::check_failed(__FILE__, __LINE__, #cond, std::string(__VA_ARGS__)); \
+  } while (0)

@@ -1,0 +1,38 @@
+// tether/shape_inference.h: shape and type inference over a model, symbolic dims included.
+//
+// Inference walks the graph in topological order and gives each node output a type from its
+// inputs' types, its attributes and any constant inputs. Small integer tensors that hold
+// shapes (Shape -> Gather -> Concat -> Reshape chains) are tracked by value, symbolic entries
+// included, so a dynamic batch dim survives Reshape. An op without an inference rule leaves
+// its outputs' types as they were; it never fails the model.
+//
+//   tether::ir::Model m = tether::ir::load_model("bert.onnx");
+//   tether::ops::InferenceReport r = tether::ops::infer_shapes(m);
+//   r.ops_without_inference;   // e.g. {"com.microsoft:FusedMatMul"}
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tether/model.h"
+
+namespace tether::ops {
+
+struct InferenceOptions {
+  /// Replace types already on values instead of merging with them.
+  bool overwrite = false;
+};
+
+struct InferenceReport {
+  int64_t nodes_inferred = 0;
+  int64_t nodes_skipped = 0;                     ///< nodes whose op has no inference rule
+  std::vector<std::string> ops_without_inference;  ///< sorted, unique, "domain:Op" outside ONNX
+};
+
+/// Infers the types of every node output in `model` (subgraphs included) and stores them on
+/// the values. Throws ShapeError naming the node when its inputs contradict the op (ranks or
+/// dims that cannot match) or an inferred type contradicts a type already declared.
+InferenceReport infer_shapes(ir::Model& model, const InferenceOptions& options = {});
+
+}  // namespace tether::ops

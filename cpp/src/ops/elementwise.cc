@@ -1,0 +1,162 @@
+// Shape inference for elementwise ops: unary, binary and variadic with broadcasting,
+// comparisons, logic, Where, Cast. Small integer shape computations are tracked by value.
+#include "ops/infer_context.h"
+
+namespace tether::ops {
+
+namespace {
+
+// Output 0 has input 0's type.
+void same_as_input(InferContext& ctx) { ctx.set_output(0, ctx.input_type(0)); }
+
+// Output 0: the broadcast of every present input, with input `dtype_from`'s element type
+// (or `fixed` when given).
+void broadcast(InferContext& ctx, size_t dtype_from, std::optional<DType> fixed = std::nullopt) {
+  std::vector<Shape> shapes;
+  for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+    if (!ctx.has_input(i)) continue;
+    if (!ctx.input_type(i).is_tensor()) {
+      shapes.push_back(Shape());
+      continue;
+    }
+    shapes.push_back(ctx.input_shape(i));
+  }
+  ctx.set_output(0, fixed ? *fixed : ctx.input_dtype(dtype_from), broadcast_shapes(ctx, shapes));
+}
+
+// Applies `op` entry-wise to the tracked values of a binary op's inputs (a scalar side
+// broadcasts); nothing when either side is untracked or an entry cannot be computed.
+template <typename Op>
+void propagate_binary(InferContext& ctx, Op op) {
+  auto a = ctx.input_values(0);
+  auto b = ctx.input_values(1);
+  if (!a || !b) return;
+  if (a->size() != b->size() && a->size() != 1 && b->size() != 1) return;
+  const size_t n = std::max(a->size(), b->size());
+  std::vector<SymInt> out;
+  for (size_t k = 0; k < n; ++k) {
+    std::optional<SymInt> r = op((*a)[a->size() == 1 ? 0 : k], (*b)[b->size() == 1 ? 0 : k]);
+    if (!r) return;
+    out.push_back(*r);
+  }
+  ctx.set_output_values(0, std::move(out));
+}
+
+std::optional<SymInt> known_pair(const SymInt& x, const SymInt& y, int64_t (*f)(int64_t, int64_t)) {
+  if (!x.known() || !y.known()) return std::nullopt;
+  return SymInt::of(f(*x.known(), *y.known()));
+}
+
+void add(InferContext& ctx) {
+  broadcast(ctx, 0);
+  propagate_binary(ctx, [](const SymInt& x, const SymInt& y) -> std::optional<SymInt> {
+    if (x.known() == 0) return y;
+    if (y.known() == 0) return x;
+    return known_pair(x, y, [](int64_t p, int64_t q) { return p + q; });
+  });
+}
+
+void sub(InferContext& ctx) {
+  broadcast(ctx, 0);
+  propagate_binary(ctx, [](const SymInt& x, const SymInt& y) -> std::optional<SymInt> {
+    if (y.known() == 0) return x;
+    return known_pair(x, y, [](int64_t p, int64_t q) { return p - q; });
+  });
+}
+
+void mul(InferContext& ctx) {
+  broadcast(ctx, 0);
+  propagate_binary(ctx, [](const SymInt& x, const SymInt& y) -> std::optional<SymInt> {
+    if (x.negative == 0 && y.negative == 0 && !x.dim.is_unknown() && !y.dim.is_unknown())
+      return SymInt::of(x.dim * y.dim);
+    return known_pair(x, y, [](int64_t p, int64_t q) { return p * q; });
+  });
+}
+
+void div(InferContext& ctx) {
+  broadcast(ctx, 0);
+  if (!dtype_is_integer(ctx.input_dtype(0))) return;
+  propagate_binary(ctx, [](const SymInt& x, const SymInt& y) -> std::optional<SymInt> {
+    if (y.known() == 0) return std::nullopt;
+    if (x.negative == 0 && y.negative == 0) {
+      if (auto q = x.dim.divide(y.dim)) return SymInt::of(*q);
+    }
+    // Integer Div truncates toward zero.
+    return known_pair(x, y, [](int64_t p, int64_t q) { return p / q; });
+  });
+}
+
+void binary(InferContext& ctx) { broadcast(ctx, 0); }
+void compare(InferContext& ctx) { broadcast(ctx, 0, DType::kBool); }
+void where(InferContext& ctx) { broadcast(ctx, 1); }
+
+void prelu(InferContext& ctx) {
+  // The slope broadcasts to X (unidirectionally): the output is X's shape.
+  same_as_input(ctx);
+}
+
+void bool_unary(InferContext& ctx) { ctx.set_output(0, DType::kBool, ctx.input_shape(0)); }
+
+void cast(InferContext& ctx) {
+  const int64_t to = ctx.attr_int("to", 0);
+  if (!ir::dtype_is_known(static_cast<int32_t>(to)) || to == 0) ctx.fail("attribute 'to' is not a data type: " + std::to_string(to));
+  const auto dtype = static_cast<DType>(to);
+  ctx.set_output(0, dtype, ctx.input_shape(0));
+  if (ir::dtype_is_integer(dtype))
+    if (auto v = ctx.input_values(0)) ctx.set_output_values(0, *v);
+}
+
+void cast_like(InferContext& ctx) { ctx.set_output(0, ctx.input_dtype(1), ctx.input_shape(0)); }
+
+void identity(InferContext& ctx) {
+  same_as_input(ctx);
+  if (auto v = ctx.input_values(0)) ctx.set_output_values(0, *v);
+}
+
+void dropout(InferContext& ctx) {
+  same_as_input(ctx);
+  ctx.set_output(1, DType::kBool, ctx.input_shape(0));
+}
+
+void min_max(InferContext& ctx) {
+  broadcast(ctx, 0);
+  if (ctx.num_inputs() != 2) return;
+  const bool is_max = ctx.node().op_type() == "Max";
+  propagate_binary(ctx, [is_max](const SymInt& x, const SymInt& y) -> std::optional<SymInt> {
+    if (!x.known() || !y.known()) return std::nullopt;
+    return SymInt::of(is_max ? std::max(*x.known(), *y.known()) : std::min(*x.known(), *y.known()));
+  });
+}
+
+}  // namespace
+
+void register_elementwise(Registry& r) {
+  for (const char* op : {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Gelu", "Softplus",
+                         "Softsign", "Elu", "Selu", "Celu", "Mish", "ThresholdedRelu", "Shrink", "Sqrt", "Exp", "Log",
+                         "Neg", "Abs", "Reciprocal", "Erf", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Tan",
+                         "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Clip", "Softmax",
+                         "LogSoftmax", "Hardmax", "BitwiseNot", "LpNormalization", "MeanVarianceNormalization",
+                         "Trilu", "CumSum", "ReverseSequence", "Swish"})
+    r.add(op, same_as_input);
+  r.add("Add", add);
+  r.add("Sub", sub);
+  r.add("Mul", mul);
+  r.add("Div", div);
+  for (const char* op : {"Pow", "Mod", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Sum", "Mean"})
+    r.add(op, binary);
+  r.add("Min", min_max);
+  r.add("Max", min_max);
+  for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"})
+    r.add(op, compare);
+  r.add("Not", bool_unary);
+  r.add("IsNaN", bool_unary);
+  r.add("IsInf", bool_unary);
+  r.add("Where", where);
+  r.add("PRelu", prelu);
+  r.add("Cast", cast);
+  r.add("CastLike", cast_like);
+  r.add("Identity", identity);
+  r.add("Dropout", dropout);
+}
+
+}  // namespace tether::ops

@@ -1,0 +1,273 @@
+// The inference driver: walks graphs in topological order and merges each rule's result with
+// what the model already declared.
+#include <algorithm>
+#include <set>
+
+#include "ops/infer_context.h"
+#include "tether/shape_inference.h"
+
+namespace tether::ops {
+
+namespace {
+
+const ValueType kUnknownType;
+
+std::string where(const ir::Node& node) { return "graph '" + node.graph()->name() + "': " + node.describe(); }
+
+}  // namespace
+
+// ---- InferContext ---------------------------------------------------------------------------
+
+InferContext::InferContext(const ir::Node& node, InferState& state)
+    : node_(node), state_(state), outputs_(node.outputs().size()) {}
+
+const ValueType& InferContext::input_type(size_t i) const {
+  const ir::Value* v = node_.input(i);
+  return v ? v->type() : kUnknownType;
+}
+
+std::optional<size_t> InferContext::input_rank(size_t i) const {
+  const Shape& s = input_shape(i);
+  if (!input_type(i).is_tensor() || !s.has_rank()) return std::nullopt;
+  return s.rank();
+}
+
+const ir::Tensor* InferContext::input_constant(size_t i) const {
+  const ir::Value* v = node_.input(i);
+  if (v == nullptr) return nullptr;
+  if (v->has_initializer() && !v->is_input()) return &v->initializer();
+  auto it = state_.constants.find(v);
+  return it == state_.constants.end() ? nullptr : it->second;
+}
+
+std::optional<std::vector<int64_t>> InferContext::input_ints(size_t i) const {
+  const ir::Tensor* t = input_constant(i);
+  if (t == nullptr) return std::nullopt;
+  const int64_t n = t->num_elements();
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(n));
+  if (t->dtype() == DType::kInt64) {
+    out.assign(t->data<int64_t>(), t->data<int64_t>() + n);
+  } else if (t->dtype() == DType::kInt32) {
+    for (int64_t k = 0; k < n; ++k) out.push_back(t->data<int32_t>()[k]);
+  } else {
+    return std::nullopt;
+  }
+  return out;
+}
+
+std::optional<std::vector<SymInt>> InferContext::input_values(size_t i) const {
+  const ir::Value* v = node_.input(i);
+  if (v == nullptr) return std::nullopt;
+  auto it = state_.shape_values.find(v);
+  if (it != state_.shape_values.end()) return it->second;
+  const ir::Tensor* t = input_constant(i);
+  // Shape-like tensors are short; larger constants are data, not worth tracking entry by entry.
+  if (t == nullptr || t->rank() > 1 || t->num_elements() > 256) return std::nullopt;
+  auto ints = input_ints(i);
+  if (!ints) return std::nullopt;
+  std::vector<SymInt> out;
+  out.reserve(ints->size());
+  for (int64_t x : *ints) out.push_back(SymInt::of(x));
+  return out;
+}
+
+void InferContext::set_output(size_t i, ValueType type) {
+  if (i < outputs_.size() && node_.output(i) != nullptr) outputs_[i] = std::move(type);
+}
+
+void InferContext::set_output_values(size_t i, std::vector<SymInt> values) {
+  if (const ir::Value* v = node_.output(i)) state_.shape_values[v] = std::move(values);
+}
+
+void InferContext::set_output_constant(size_t i, ir::Tensor tensor) {
+  const ir::Value* v = node_.output(i);
+  if (v == nullptr) return;
+  state_.owned.push_back(std::make_unique<ir::Tensor>(std::move(tensor)));
+  const ir::Tensor* t = state_.owned.back().get();
+  state_.constants[v] = t;
+  set_output(i, t->dtype(), Shape::of(t->dims()));
+}
+
+void InferContext::fail(const std::string& why) const { throw ShapeError(where(node_) + ": " + why); }
+
+size_t InferContext::axis(int64_t axis, size_t rank, std::string_view what) const {
+  const auto r = static_cast<int64_t>(rank);
+  if (axis < -r || axis >= r)
+    fail(std::string(what) + " " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  return static_cast<size_t>(axis < 0 ? axis + r : axis);
+}
+
+// ---- Registry -------------------------------------------------------------------------------
+
+namespace {
+std::string key(std::string_view domain, std::string_view op_type) {
+  if (domain == "ai.onnx") domain = "";
+  return std::string(domain) + ":" + std::string(op_type);
+}
+}  // namespace
+
+void Registry::add(std::string_view op_type, InferFn fn, std::string_view domain) { rules_[key(domain, op_type)] = fn; }
+
+InferFn Registry::find(std::string_view domain, std::string_view op_type) const {
+  auto it = rules_.find(key(domain, op_type));
+  return it == rules_.end() ? nullptr : it->second;
+}
+
+std::vector<std::string> Registry::ops() const {
+  std::vector<std::string> out;
+  for (const auto& [k, fn] : rules_) out.push_back(k.front() == ':' ? k.substr(1) : k);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+const Registry& registry() {
+  static const Registry r = [] {
+    Registry reg;
+    register_elementwise(reg);
+    register_nn(reg);
+    register_linalg(reg);
+    register_shape_ops(reg);
+    register_reduce(reg);
+    register_misc(reg);
+    return reg;
+  }();
+  return r;
+}
+
+// ---- helpers --------------------------------------------------------------------------------
+
+Shape broadcast_shapes(const InferContext& ctx, const std::vector<Shape>& shapes) {
+  size_t rank = 0;
+  for (const Shape& s : shapes) {
+    if (!s.has_rank()) return Shape();
+    rank = std::max(rank, s.rank());
+  }
+  std::vector<Dim> out(rank);
+  for (size_t k = 0; k < rank; ++k) {
+    // A known size other than 1 settles the axis. Otherwise only one symbol, with nothing
+    // unknown beside it, does: a symbol or an unknown dim may be 1 at run time.
+    std::optional<int64_t> known;
+    std::vector<const Dim*> symbols;
+    bool unknown = false;
+    for (const Shape& s : shapes) {
+      if (k + s.rank() < rank) continue;  // this shape has no dim here: it broadcasts
+      const Dim& d = s[k + s.rank() - rank];
+      if (d.is_known()) {
+        if (d.value() == 1) continue;
+        if (known && *known != d.value())
+          ctx.fail("cannot broadcast dim " + std::to_string(*known) + " with " + d.to_string() + " (axis " +
+                   std::to_string(k) + " of the broadcast shape)");
+        known = d.value();
+      } else if (d.is_symbolic()) {
+        symbols.push_back(&d);
+      } else {
+        unknown = true;
+      }
+    }
+    const bool one_symbol = !symbols.empty() && std::all_of(symbols.begin(), symbols.end(),
+                                                            [&](const Dim* d) { return d->same_as(*symbols[0]); });
+    if (known) out[k] = Dim(*known);
+    else if (one_symbol && !unknown) out[k] = *symbols[0];
+    else if (symbols.empty() && !unknown) out[k] = Dim(1);
+  }
+  return Shape(std::move(out));
+}
+
+Dim product(const std::vector<Dim>& dims, size_t begin, size_t end) {
+  Dim p(1);
+  for (size_t i = begin; i < std::min(end, dims.size()); ++i) p = p * dims[i];
+  return p;
+}
+
+// ---- driver ---------------------------------------------------------------------------------
+
+namespace {
+
+// Merges an inferred type into a declared one. Known dims must agree; otherwise the more
+// precise side wins, and the declared side on ties (the model's own names for symbols).
+ValueType merge(const ValueType& declared, const ValueType& inferred, bool overwrite, const ir::Node& node,
+                const ir::Value& v) {
+  if (inferred.is_unknown()) return declared;
+  if (declared.is_unknown() || overwrite) return inferred;
+  if (declared.kind() != inferred.kind() || !declared.is_tensor()) return declared;
+  auto conflict = [&](const std::string& what) {
+    throw ShapeError(where(node) + ": output '" + v.name() + "' is declared " + declared.to_string() +
+                     " but inference gives " + inferred.to_string() + " (" + what + ")");
+  };
+  DType dt = declared.dtype();
+  if (dt == DType::kUndefined) dt = inferred.dtype();
+  else if (inferred.dtype() != DType::kUndefined && inferred.dtype() != dt) conflict("element types differ");
+  const Shape& ds = declared.shape();
+  const Shape& is = inferred.shape();
+  Shape shape = ds;
+  if (!ds.has_rank()) {
+    shape = is;
+  } else if (is.has_rank()) {
+    if (ds.rank() != is.rank()) conflict("ranks differ");
+    for (size_t k = 0; k < ds.rank(); ++k) {
+      const Dim& a = ds[k];
+      const Dim& b = is[k];
+      if (a.is_known() && b.is_known() && a.value() != b.value()) conflict("dim " + std::to_string(k) + " differs");
+      if (a.is_unknown() || (b.is_known() && !a.is_known())) shape.mutable_dims()[k] = b;
+    }
+  }
+  ValueType out = ValueType::tensor(dt, std::move(shape));
+  out.set_denotation(declared.denotation());
+  return out;
+}
+
+std::vector<ir::Graph*> subgraphs(const ir::Node& n) {
+  std::vector<ir::Graph*> out;
+  for (const ir::Attribute& a : n.attributes()) {
+    if (!a.ref_attr_name().empty()) continue;
+    if (a.kind() == ir::AttrKind::kGraph) out.push_back(a.as_graph().get());
+    if (a.kind() == ir::AttrKind::kGraphs)
+      for (const auto& g : a.as_graphs()) out.push_back(g.get());
+  }
+  return out;
+}
+
+void infer_graph(ir::Graph& g, InferState& state, const InferenceOptions& options, InferenceReport& report,
+                 std::set<std::string>& missing) {
+  for (ir::Node* node : g.topological_order()) {
+    for (ir::Graph* sub : subgraphs(*node)) infer_graph(*sub, state, options, report, missing);
+    const bool onnx_domain = node->domain().empty() || node->domain() == "ai.onnx";
+    InferFn rule = registry().find(node->domain(), node->op_type());
+    if (rule == nullptr) {
+      ++report.nodes_skipped;
+      missing.insert(onnx_domain ? node->op_type() : node->domain() + ":" + node->op_type());
+      continue;
+    }
+    InferContext ctx(*node, state);
+    try {
+      rule(ctx);
+    } catch (const ShapeError&) {
+      throw;
+    } catch (const ModelError& e) {  // a bad attribute kind and the like
+      throw ShapeError(where(*node) + ": " + e.what());
+    }
+    for (size_t i = 0; i < ctx.outputs().size(); ++i) {
+      ir::Value* out = node->output(i);
+      if (out == nullptr) continue;
+      ValueType merged = merge(out->type(), ctx.outputs()[i], options.overwrite, *node, *out);
+      if (!merged.is_unknown()) out->set_type(std::move(merged));
+    }
+    ++report.nodes_inferred;
+  }
+}
+
+}  // namespace
+
+InferenceReport infer_shapes(ir::Model& model, const InferenceOptions& options) {
+  InferState state;
+  state.opset = model.opset("");
+  if (state.opset < 0) state.opset = 1;
+  InferenceReport report;
+  std::set<std::string> missing;
+  infer_graph(model.graph(), state, options, report, missing);
+  report.ops_without_inference.assign(missing.begin(), missing.end());
+  return report;
+}
+
+}  // namespace tether::ops

@@ -1,0 +1,144 @@
+// What an op's shape-inference rule sees and sets: InferContext, and the rule registry.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "tether/error.h"
+#include "tether/graph.h"
+
+namespace tether::ops {
+
+using ir::DType;
+using ir::Dim;
+using ir::Shape;
+using ir::ValueType;
+
+/// One entry of an integer tensor known during inference: a Dim (a size: known, symbolic or
+/// unknown), or a negative number (Reshape's -1, Slice's negative ends).
+struct SymInt {
+  Dim dim;
+  int64_t negative = 0;  ///< non-zero: the entry is this negative number
+
+  static SymInt of(int64_t v) { return v >= 0 ? SymInt{Dim(v), 0} : SymInt{Dim(), v}; }
+  static SymInt of(Dim d) { return SymInt{std::move(d), 0}; }
+  /// The entry as a number, when it is one.
+  std::optional<int64_t> known() const {
+    if (negative < 0) return negative;
+    if (dim.is_known()) return dim.value();
+    return std::nullopt;
+  }
+};
+
+/// Facts known by value during one inference run: constant tensors (initializers, Constant
+/// outputs) and the contents of small integer tensors that hold shapes, symbolic entries
+/// included ("shape values").
+struct InferState {
+  std::unordered_map<const ir::Value*, const ir::Tensor*> constants;
+  std::unordered_map<const ir::Value*, std::vector<SymInt>> shape_values;
+  std::vector<std::unique_ptr<ir::Tensor>> owned;  // constants made during inference
+  int64_t opset = 0;                               // default-domain opset of the model
+};
+
+/// The view of one node that an inference rule works through.
+class InferContext {
+ public:
+  InferContext(const ir::Node& node, InferState& state);
+
+  const ir::Node& node() const { return node_; }
+  int64_t opset() const { return state_.opset; }
+
+  size_t num_inputs() const { return node_.inputs().size(); }
+  /// True when input i is present (not omitted).
+  bool has_input(size_t i) const { return node_.input(i) != nullptr; }
+  /// Input i's type; unknown when the input is omitted or not typed yet.
+  const ValueType& input_type(size_t i) const;
+  /// Input i's element type; kUndefined when unknown.
+  DType input_dtype(size_t i) const { return input_type(i).dtype(); }
+  /// Input i's shape; unknown rank when unknown.
+  const Shape& input_shape(size_t i) const { return input_type(i).shape(); }
+  /// Input i's rank, or nullopt.
+  std::optional<size_t> input_rank(size_t i) const;
+  /// Input i's constant value, or nullptr.
+  const ir::Tensor* input_constant(size_t i) const;
+  /// The entries of a constant integer input (int32 or int64, any rank), or nullopt.
+  std::optional<std::vector<int64_t>> input_ints(size_t i) const;
+  /// The entries of a 0-D or 1-D integer input: from a constant, or tracked through shape
+  /// computations (symbolic entries included); nullopt when neither is known.
+  std::optional<std::vector<SymInt>> input_values(size_t i) const;
+
+  size_t num_outputs() const { return node_.outputs().size(); }
+  bool has_output(size_t i) const { return node_.output(i) != nullptr; }
+  /// Sets output i's inferred type (ignored when the output is omitted).
+  void set_output(size_t i, ValueType type);
+  void set_output(size_t i, DType dtype, Shape shape) { set_output(i, ValueType::tensor(dtype, std::move(shape))); }
+  /// Records what a 0-D or 1-D integer output holds, for rules downstream.
+  void set_output_values(size_t i, std::vector<SymInt> values);
+  /// Records a constant output computed during inference (Constant and friends).
+  void set_output_constant(size_t i, ir::Tensor tensor);
+
+  /// Inferred output types, index-aligned with the node's outputs (unknown where unset).
+  const std::vector<ValueType>& outputs() const { return outputs_; }
+
+  // Attribute helpers.
+  int64_t attr_int(std::string_view name, int64_t fallback) const { return node_.attr_int(name, fallback); }
+  float attr_float(std::string_view name, float fallback) const { return node_.attr_float(name, fallback); }
+  std::string attr_string(std::string_view name, std::string fallback) const {
+    return node_.attr_string(name, std::move(fallback));
+  }
+  std::vector<int64_t> attr_ints(std::string_view name, std::vector<int64_t> fallback = {}) const {
+    return node_.attr_ints(name, std::move(fallback));
+  }
+  bool has_attr(std::string_view name) const { return node_.attr(name) != nullptr; }
+
+  /// Throws ShapeError naming the node: "<op 'name'>: <why>".
+  [[noreturn]] void fail(const std::string& why) const;
+  /// Normalises an axis in [-rank, rank) to [0, rank); fail()s when out of range.
+  size_t axis(int64_t axis, size_t rank, std::string_view what = "axis") const;
+
+ private:
+  const ir::Node& node_;
+  InferState& state_;
+  std::vector<ValueType> outputs_;
+};
+
+/// A shape-inference rule.
+using InferFn = void (*)(InferContext&);
+
+/// Rules by (domain, op type). Families add theirs in register_*().
+class Registry {
+ public:
+  void add(std::string_view op_type, InferFn fn, std::string_view domain = "");
+  /// The rule for (domain, op_type), or nullptr. "ai.onnx" and "" are the same domain.
+  InferFn find(std::string_view domain, std::string_view op_type) const;
+  /// Every registered op, as "Op" or "domain:Op", sorted.
+  std::vector<std::string> ops() const;
+
+ private:
+  std::unordered_map<std::string, InferFn> rules_;
+};
+
+/// The registry with every family's rules.
+const Registry& registry();
+
+// Families (one file each under cpp/src/ops/).
+void register_elementwise(Registry& r);
+void register_nn(Registry& r);
+void register_linalg(Registry& r);
+void register_shape_ops(Registry& r);
+void register_reduce(Registry& r);
+void register_misc(Registry& r);
+
+// ---- helpers shared by rules ---------------------------------------------------------------
+
+/// Numpy-style broadcast of shapes; fail()s through ctx when dims cannot match. Unknown rank
+/// in any input gives unknown rank.
+Shape broadcast_shapes(const InferContext& ctx, const std::vector<Shape>& shapes);
+/// Product of dims (symbolic products included); unknown when any is unknown.
+Dim product(const std::vector<Dim>& dims, size_t begin = 0, size_t end = SIZE_MAX);
+
+}  // namespace tether::ops

@@ -1,0 +1,163 @@
+// Shape inference for constants, generators and control flow: Constant, ConstantOfShape,
+// Range, EyeLike, Random*, If, Loop.
+#include <cmath>
+#include <cstring>
+
+#include "ops/infer_context.h"
+
+namespace tether::ops {
+
+namespace {
+
+void constant(InferContext& ctx) {
+  const ir::Node& n = ctx.node();
+  if (const ir::Attribute* a = n.attr("value")) {
+    ctx.set_output_constant(0, a->as_tensor());
+  } else if (const ir::Attribute* a = n.attr("value_float")) {
+    ir::Tensor t = ir::Tensor::zeros(DType::kFloat32, {});
+    t.mutable_data<float>()[0] = a->as_float();
+    ctx.set_output_constant(0, std::move(t));
+  } else if (const ir::Attribute* a = n.attr("value_floats")) {
+    const auto& v = a->as_floats();
+    ctx.set_output_constant(0, ir::Tensor::copy_of(DType::kFloat32, {static_cast<int64_t>(v.size())}, v.data(),
+                                                   static_cast<int64_t>(v.size() * sizeof(float))));
+  } else if (const ir::Attribute* a = n.attr("value_int")) {
+    ir::Tensor t = ir::Tensor::zeros(DType::kInt64, {});
+    t.mutable_data<int64_t>()[0] = a->as_int();
+    ctx.set_output_constant(0, std::move(t));
+  } else if (const ir::Attribute* a = n.attr("value_ints")) {
+    const auto& v = a->as_ints();
+    ctx.set_output_constant(0, ir::Tensor::copy_of(DType::kInt64, {static_cast<int64_t>(v.size())}, v.data(),
+                                                   static_cast<int64_t>(v.size() * sizeof(int64_t))));
+  } else if (n.attr("value_string") != nullptr) {
+    ctx.set_output(0, DType::kString, Shape(std::vector<Dim>{}));
+  } else if (const ir::Attribute* a = n.attr("value_strings")) {
+    ctx.set_output(0, DType::kString, Shape::of({static_cast<int64_t>(a->as_strings().size())}));
+  } else if (const ir::Attribute* a = n.attr("sparse_value")) {
+    const ir::SparseTensor& s = a->as_sparse_tensor();
+    ctx.set_output(0, s.values.dtype(), Shape::of(s.dims));
+  } else {
+    ctx.fail("has none of the value attributes");
+  }
+}
+
+void constant_of_shape(InferContext& ctx) {
+  DType dt = DType::kFloat32;
+  if (const ir::Attribute* a = ctx.node().attr("value")) dt = a->as_tensor().dtype();
+  if (auto v = ctx.input_values(0)) {
+    std::vector<Dim> dims;
+    for (const SymInt& e : *v) {
+      if (e.negative < 0) ctx.fail("the shape has negative entry " + std::to_string(e.negative));
+      dims.push_back(e.dim);
+    }
+    ctx.set_output(0, dt, Shape(std::move(dims)));
+    return;
+  }
+  const Shape& s = ctx.input_shape(0);
+  if (s.has_rank() && s.rank() == 1 && s[0].is_known())
+    ctx.set_output(0, dt, Shape(std::vector<Dim>(static_cast<size_t>(s[0].value()))));
+  else ctx.set_output(0, dt, Shape());
+}
+
+std::optional<double> scalar(const ir::Tensor* t) {
+  if (t == nullptr || t->num_elements() != 1) return std::nullopt;
+  switch (t->dtype()) {
+    case DType::kFloat32: return t->data<float>()[0];
+    case DType::kFloat64: return t->data<double>()[0];
+    case DType::kInt64: return static_cast<double>(t->data<int64_t>()[0]);
+    case DType::kInt32: return t->data<int32_t>()[0];
+    case DType::kInt16: return t->data<int16_t>()[0];
+    default: return std::nullopt;
+  }
+}
+
+void range(InferContext& ctx) {
+  const DType dt = ctx.input_dtype(0);
+  auto start = scalar(ctx.input_constant(0)), limit = scalar(ctx.input_constant(1)), delta = scalar(ctx.input_constant(2));
+  if (start && limit && delta) {
+    if (*delta == 0) ctx.fail("delta is 0");
+    const double n = std::ceil((*limit - *start) / *delta);
+    ctx.set_output(0, dt, Shape::of({static_cast<int64_t>(std::max(n, 0.0))}));
+    return;
+  }
+  ctx.set_output(0, dt, Shape({Dim()}));
+}
+
+void eye_like(InferContext& ctx) {
+  const int64_t dt = ctx.attr_int("dtype", 0);
+  ctx.set_output(0, dt != 0 ? static_cast<DType>(dt) : ctx.input_dtype(0), ctx.input_shape(0));
+}
+
+void random(InferContext& ctx) {
+  const auto dt = static_cast<DType>(ctx.attr_int("dtype", 1));
+  ctx.set_output(0, dt, Shape::of(ctx.attr_ints("shape")));
+}
+
+void random_like(InferContext& ctx) {
+  const int64_t dt = ctx.attr_int("dtype", 0);
+  ctx.set_output(0, dt != 0 ? static_cast<DType>(dt) : ctx.input_dtype(0), ctx.input_shape(0));
+}
+
+// The type both branches agree on: equal dims are kept, differing ones become unknown.
+ValueType join(const ValueType& a, const ValueType& b) {
+  if (!a.is_tensor() || !b.is_tensor() || a.dtype() != b.dtype()) return ValueType();
+  if (!a.shape().has_rank() || !b.shape().has_rank() || a.shape().rank() != b.shape().rank())
+    return ValueType::tensor(a.dtype());
+  std::vector<Dim> dims;
+  for (size_t i = 0; i < a.shape().rank(); ++i)
+    dims.push_back(a.shape()[i].same_as(b.shape()[i]) ? a.shape()[i] : Dim());
+  return ValueType::tensor(a.dtype(), Shape(std::move(dims)));
+}
+
+void if_op(InferContext& ctx) {
+  const ir::Attribute* then_b = ctx.node().attr("then_branch");
+  const ir::Attribute* else_b = ctx.node().attr("else_branch");
+  if (then_b == nullptr || else_b == nullptr) ctx.fail("needs then_branch and else_branch");
+  const auto& t_out = then_b->as_graph()->outputs();
+  const auto& e_out = else_b->as_graph()->outputs();
+  if (t_out.size() != ctx.num_outputs() || e_out.size() != ctx.num_outputs())
+    ctx.fail("branches have " + std::to_string(t_out.size()) + " and " + std::to_string(e_out.size()) +
+             " outputs, the node has " + std::to_string(ctx.num_outputs()));
+  for (size_t i = 0; i < ctx.num_outputs(); ++i) ctx.set_output(i, join(t_out[i]->type(), e_out[i]->type()));
+}
+
+void loop(InferContext& ctx) {
+  const ir::Attribute* body_attr = ctx.node().attr("body");
+  if (body_attr == nullptr) ctx.fail("needs a body");
+  const auto& outs = body_attr->as_graph()->outputs();
+  const size_t carried = ctx.num_inputs() >= 2 ? ctx.num_inputs() - 2 : 0;
+  for (size_t i = 0; i < ctx.num_outputs(); ++i) {
+    if (i < carried) {
+      ValueType t = i + 1 < outs.size() && !outs[i + 1]->type().is_unknown() ? outs[i + 1]->type() : ctx.input_type(i + 2);
+      ctx.set_output(i, t);
+    } else if (1 + i < outs.size() && outs[1 + i]->type().is_tensor()) {
+      // Scan outputs stack one body output per iteration.
+      const ValueType& t = outs[1 + i]->type();
+      if (!t.shape().has_rank()) {
+        ctx.set_output(i, t.dtype(), Shape());
+        continue;
+      }
+      std::vector<Dim> dims{Dim()};
+      dims.insert(dims.end(), t.shape().dims().begin(), t.shape().dims().end());
+      ctx.set_output(i, t.dtype(), Shape(std::move(dims)));
+    }
+  }
+}
+
+}  // namespace
+
+void register_misc(Registry& r) {
+  r.add("Constant", constant);
+  r.add("ConstantOfShape", constant_of_shape);
+  r.add("Range", range);
+  r.add("EyeLike", eye_like);
+  r.add("RandomNormal", random);
+  r.add("RandomUniform", random);
+  r.add("RandomNormalLike", random_like);
+  r.add("RandomUniformLike", random_like);
+  r.add("Bernoulli", random_like);
+  r.add("If", if_op);
+  r.add("Loop", loop);
+}
+
+}  // namespace tether::ops

@@ -1,0 +1,333 @@
+// Shape inference for neural-network ops: convolutions, pooling, normalisation, resizing,
+// recurrent layers, quantization.
+#include <algorithm>
+#include <cmath>
+
+#include "ops/infer_context.h"
+
+namespace tether::ops {
+
+namespace {
+
+int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+int64_t ceil_div(int64_t a, int64_t b) { return floor_div(a + b - 1, b); }
+
+std::vector<int64_t> attr_or(const InferContext& ctx, const char* name, size_t n, int64_t fill) {
+  std::vector<int64_t> v = ctx.attr_ints(name);
+  if (v.empty()) v.assign(n, fill);
+  if (v.size() != n) ctx.fail(std::string("attribute '") + name + "' has " + std::to_string(v.size()) +
+                              " entries, expected " + std::to_string(n));
+  return v;
+}
+
+// Output spatial dims of a sliding window (Conv and pools).
+struct Window {
+  std::vector<int64_t> kernel, strides, dilations, pads;  // pads: begins then ends
+  std::string auto_pad;
+  bool ceil_mode = false;
+};
+
+Window window(const InferContext& ctx, std::vector<int64_t> kernel) {
+  const size_t k = kernel.size();
+  Window w;
+  w.kernel = std::move(kernel);
+  w.strides = attr_or(ctx, "strides", k, 1);
+  w.dilations = attr_or(ctx, "dilations", k, 1);
+  w.pads = attr_or(ctx, "pads", 2 * k, 0);
+  w.auto_pad = ctx.attr_string("auto_pad", "NOTSET");
+  w.ceil_mode = ctx.attr_int("ceil_mode", 0) != 0;
+  for (size_t i = 0; i < k; ++i) {
+    if (w.strides[i] < 1) ctx.fail("strides must be >= 1");
+    if (w.dilations[i] < 1) ctx.fail("dilations must be >= 1");
+    if (w.kernel[i] < 1) ctx.fail("kernel sizes must be >= 1");
+  }
+  return w;
+}
+
+Dim window_out(const InferContext& ctx, const Window& w, size_t i, const Dim& in) {
+  const int64_t ek = (w.kernel[i] - 1) * w.dilations[i] + 1;
+  const int64_t s = w.strides[i];
+  const int64_t padded = w.pads[i] + w.pads[i + w.kernel.size()];
+  if (w.auto_pad == "SAME_UPPER" || w.auto_pad == "SAME_LOWER") {
+    if (s == 1) return in;
+    return in.is_known() ? Dim(ceil_div(in.value(), s)) : Dim();
+  }
+  const bool valid = w.auto_pad == "VALID";
+  if (!valid && w.auto_pad != "NOTSET") ctx.fail("unknown auto_pad '" + w.auto_pad + "'");
+  const int64_t total_pad = valid ? 0 : padded;
+  if (!in.is_known()) return (s == 1 && total_pad == ek - 1) ? in : Dim();
+  const int64_t span = in.value() + total_pad - ek;
+  if (span < 0) ctx.fail("the window (" + std::to_string(ek) + ") is larger than the padded input (" +
+                         std::to_string(in.value() + total_pad) + ") on spatial axis " + std::to_string(i));
+  int64_t out = (w.ceil_mode ? ceil_div(span, s) : floor_div(span, s)) + 1;
+  // With ceil_mode, a last window that would start in the end padding is dropped.
+  if (w.ceil_mode && (out - 1) * s >= in.value() + w.pads[i]) --out;
+  return Dim(out);
+}
+
+void conv(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  // QLinearConv takes (x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point).
+  const bool qlinear = ctx.node().op_type() == "QLinearConv";
+  const Shape& w = ctx.input_shape(qlinear ? 3 : 1);
+  const DType dt = ctx.node().op_type() == "ConvInteger" ? DType::kInt32 : ctx.input_dtype(qlinear ? 7 : 0);
+  if (!x.has_rank()) {
+    ctx.set_output(0, dt, Shape());
+    return;
+  }
+  if (x.rank() < 3) ctx.fail("input must have rank >= 3 (N, C, spatial...), got " + x.to_string());
+  const size_t k = x.rank() - 2;
+  std::vector<int64_t> kernel = ctx.attr_ints("kernel_shape");
+  if (kernel.empty() && w.has_rank() && w.rank() == x.rank()) {
+    for (size_t i = 0; i < k; ++i) kernel.push_back(w[i + 2].is_known() ? w[i + 2].value() : -1);
+  }
+  std::vector<Dim> out{x[0], w.has_rank() && w.rank() >= 1 ? w[0] : Dim()};
+  const int64_t group = ctx.attr_int("group", 1);
+  if (w.has_rank() && w.rank() != x.rank()) ctx.fail("weight rank " + std::to_string(w.rank()) + " differs from input rank " + std::to_string(x.rank()));
+  if (w.has_rank() && x[1].is_known() && w[1].is_known() && x[1].value() != w[1].value() * group)
+    ctx.fail("input has " + x[1].to_string() + " channels, weight expects " + std::to_string(w[1].value() * group) +
+             " (" + w[1].to_string() + " per group x " + std::to_string(group) + " groups)");
+  const bool kernel_known = kernel.size() == k && std::all_of(kernel.begin(), kernel.end(), [](int64_t v) { return v > 0; });
+  if (!kernel_known) {
+    for (size_t i = 0; i < k; ++i) out.push_back(Dim());
+  } else {
+    Window win = window(ctx, kernel);
+    for (size_t i = 0; i < k; ++i) out.push_back(window_out(ctx, win, i, x[i + 2]));
+  }
+  ctx.set_output(0, dt, Shape(std::move(out)));
+}
+
+void conv_transpose(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  const Shape& w = ctx.input_shape(1);
+  if (!x.has_rank()) {
+    ctx.set_output(0, ctx.input_dtype(0), Shape());
+    return;
+  }
+  if (x.rank() < 3) ctx.fail("input must have rank >= 3 (N, C, spatial...), got " + x.to_string());
+  const size_t k = x.rank() - 2;
+  const int64_t group = ctx.attr_int("group", 1);
+  Dim channels = w.has_rank() && w.rank() >= 2 ? w[1] * Dim(group) : Dim();
+  std::vector<Dim> out{x[0], channels};
+  std::vector<int64_t> kernel = ctx.attr_ints("kernel_shape");
+  if (kernel.empty() && w.has_rank() && w.rank() == x.rank())
+    for (size_t i = 0; i < k; ++i) kernel.push_back(w[i + 2].is_known() ? w[i + 2].value() : -1);
+  const std::vector<int64_t> output_shape = ctx.attr_ints("output_shape");
+  if (!output_shape.empty()) {
+    if (output_shape.size() != k) ctx.fail("output_shape has " + std::to_string(output_shape.size()) + " entries, expected " + std::to_string(k));
+    for (int64_t v : output_shape) out.push_back(Dim(v));
+    ctx.set_output(0, ctx.input_dtype(0), Shape(std::move(out)));
+    return;
+  }
+  const auto strides = attr_or(ctx, "strides", k, 1);
+  const auto dilations = attr_or(ctx, "dilations", k, 1);
+  const auto pads = attr_or(ctx, "pads", 2 * k, 0);
+  const auto out_pad = attr_or(ctx, "output_padding", k, 0);
+  const std::string auto_pad = ctx.attr_string("auto_pad", "NOTSET");
+  for (size_t i = 0; i < k; ++i) {
+    const Dim& in = x[i + 2];
+    if (!in.is_known() || kernel.size() != k || kernel[i] < 1) {
+      out.push_back(Dim());
+      continue;
+    }
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      out.push_back(Dim(in.value() * strides[i]));
+      continue;
+    }
+    const int64_t total_pad = auto_pad == "VALID" ? 0 : pads[i] + pads[i + k];
+    const int64_t v = strides[i] * (in.value() - 1) + out_pad[i] + (kernel[i] - 1) * dilations[i] + 1 - total_pad;
+    if (v < 0) ctx.fail("output size on spatial axis " + std::to_string(i) + " would be negative");
+    out.push_back(Dim(v));
+  }
+  ctx.set_output(0, ctx.input_dtype(0), Shape(std::move(out)));
+}
+
+void pool(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  const DType dt = ctx.input_dtype(0);
+  if (!x.has_rank()) {
+    ctx.set_output(0, dt, Shape());
+    return;
+  }
+  if (x.rank() < 3) ctx.fail("input must have rank >= 3 (N, C, spatial...), got " + x.to_string());
+  const std::vector<int64_t> kernel = ctx.attr_ints("kernel_shape");
+  if (kernel.size() != x.rank() - 2)
+    ctx.fail("kernel_shape has " + std::to_string(kernel.size()) + " entries for " + std::to_string(x.rank() - 2) +
+             " spatial axes");
+  Window win = window(ctx, kernel);
+  std::vector<Dim> out{x[0], x[1]};
+  for (size_t i = 0; i < kernel.size(); ++i) out.push_back(window_out(ctx, win, i, x[i + 2]));
+  Shape shape(std::move(out));
+  ctx.set_output(0, dt, shape);
+  ctx.set_output(1, DType::kInt64, shape);  // MaxPool's Indices
+}
+
+void global_pool(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  if (!x.has_rank()) {
+    ctx.set_output(0, ctx.input_dtype(0), Shape());
+    return;
+  }
+  if (x.rank() < 2) ctx.fail("input must have rank >= 2, got " + x.to_string());
+  std::vector<Dim> out{x[0], x[1]};
+  for (size_t i = 2; i < x.rank(); ++i) out.push_back(Dim(1));
+  ctx.set_output(0, ctx.input_dtype(0), Shape(std::move(out)));
+}
+
+void batch_norm(InferContext& ctx) {
+  ctx.set_output(0, ctx.input_type(0));
+  ctx.set_output(1, ctx.input_type(3));
+  ctx.set_output(2, ctx.input_type(4));
+}
+
+void layer_norm(InferContext& ctx) {
+  ctx.set_output(0, ctx.input_type(0));
+  const Shape& x = ctx.input_shape(0);
+  const auto stash = static_cast<DType>(ctx.attr_int("stash_type", 1));
+  if (!x.has_rank()) {
+    ctx.set_output(1, stash, Shape());
+    ctx.set_output(2, stash, Shape());
+    return;
+  }
+  const size_t axis = ctx.axis(ctx.attr_int("axis", -1), x.rank());
+  std::vector<Dim> reduced(x.dims().begin(), x.dims().begin() + static_cast<std::ptrdiff_t>(axis));
+  reduced.resize(x.rank(), Dim(1));
+  ctx.set_output(1, stash, Shape(reduced));
+  ctx.set_output(2, stash, Shape(reduced));
+}
+
+void resize(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  const DType dt = ctx.input_dtype(0);
+  if (!x.has_rank()) {
+    ctx.set_output(0, dt, Shape());
+    return;
+  }
+  const size_t rank = x.rank();
+  std::vector<int64_t> axes = ctx.attr_ints("axes");
+  if (axes.empty())
+    for (size_t i = 0; i < rank; ++i) axes.push_back(static_cast<int64_t>(i));
+  std::vector<Dim> out = x.dims();
+  const bool is_upsample = ctx.node().op_type() == "Upsample";
+  const size_t scales_at = is_upsample ? 1 : 2;
+  const std::string policy = ctx.attr_string("keep_aspect_ratio_policy", "stretch");
+  if (!is_upsample && ctx.has_input(3)) {
+    auto sizes = ctx.input_values(3);
+    if (!sizes || sizes->size() != axes.size() || policy != "stretch") {
+      ctx.set_output(0, dt, Shape(std::vector<Dim>(rank)));
+      return;
+    }
+    for (size_t i = 0; i < axes.size(); ++i) out[ctx.axis(axes[i], rank)] = (*sizes)[i].dim;
+    ctx.set_output(0, dt, Shape(std::move(out)));
+    return;
+  }
+  const ir::Tensor* scales = ctx.input_constant(scales_at);
+  if (scales == nullptr || scales->dtype() != DType::kFloat32) {
+    // Without constant scales only the rank is certain.
+    ctx.set_output(0, dt, Shape(std::vector<Dim>(rank)));
+    return;
+  }
+  if (static_cast<size_t>(scales->num_elements()) != axes.size())
+    ctx.fail("scales has " + std::to_string(scales->num_elements()) + " entries for " + std::to_string(axes.size()) + " axes");
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const size_t a = ctx.axis(axes[i], rank);
+    const float s = scales->data<float>()[i];
+    if (s == 1.0f) continue;
+    out[a] = x[a].is_known() ? Dim(static_cast<int64_t>(std::floor(static_cast<double>(x[a].value()) * s))) : Dim();
+  }
+  ctx.set_output(0, dt, Shape(std::move(out)));
+}
+
+void depth_to_space(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  const int64_t b = ctx.attr_int("blocksize", 0);
+  if (b < 1) ctx.fail("blocksize must be >= 1");
+  if (!x.has_rank()) {
+    ctx.set_output(0, ctx.input_dtype(0), Shape());
+    return;
+  }
+  if (x.rank() != 4) ctx.fail("input must be 4-D, got " + x.to_string());
+  const bool to_space = ctx.node().op_type() == "DepthToSpace";
+  std::vector<Dim> out{x[0]};
+  if (to_space) {
+    auto c = x[1].divide(Dim(b * b));
+    if (x[1].is_known() && !c) ctx.fail("channels " + x[1].to_string() + " are not divisible by blocksize^2 = " + std::to_string(b * b));
+    out.push_back(c ? *c : Dim());
+    out.push_back(x[2] * Dim(b));
+    out.push_back(x[3] * Dim(b));
+  } else {
+    out.push_back(x[1] * Dim(b * b));
+    for (size_t i : {2, 3}) {
+      auto d = x[i].divide(Dim(b));
+      if (x[i].is_known() && !d) ctx.fail("spatial dim " + x[i].to_string() + " is not divisible by blocksize " + std::to_string(b));
+      out.push_back(d ? *d : Dim());
+    }
+  }
+  ctx.set_output(0, ctx.input_dtype(0), Shape(std::move(out)));
+}
+
+void recurrent(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  const DType dt = ctx.input_dtype(0);
+  const int64_t hidden = ctx.attr_int("hidden_size", -1);
+  const std::string direction = ctx.attr_string("direction", "forward");
+  const int64_t dirs = direction == "bidirectional" ? 2 : 1;
+  const bool batch_first = ctx.attr_int("layout", 0) != 0;
+  Dim seq, batch;
+  if (x.has_rank()) {
+    if (x.rank() != 3) ctx.fail("input must be 3-D, got " + x.to_string());
+    seq = x[batch_first ? 1 : 0];
+    batch = x[batch_first ? 0 : 1];
+  }
+  const Dim h = hidden > 0 ? Dim(hidden) : Dim();
+  const Dim nd(dirs);
+  ctx.set_output(0, dt, batch_first ? Shape({batch, seq, nd, h}) : Shape({seq, nd, batch, h}));
+  const Shape state = batch_first ? Shape({batch, nd, h}) : Shape({nd, batch, h});
+  ctx.set_output(1, dt, state);
+  ctx.set_output(2, dt, state);  // LSTM's Y_c
+}
+
+void quantize(InferContext& ctx) {
+  DType dt = DType::kUInt8;
+  const int64_t out_dtype = ctx.attr_int("output_dtype", 0);
+  if (out_dtype != 0) dt = static_cast<DType>(out_dtype);
+  else if (ctx.has_input(2)) dt = ctx.input_dtype(2);
+  ctx.set_output(0, dt, ctx.input_shape(0));
+}
+
+void dequantize(InferContext& ctx) {
+  const int64_t out_dtype = ctx.attr_int("output_dtype", 0);
+  ctx.set_output(0, out_dtype != 0 ? static_cast<DType>(out_dtype) : ctx.input_dtype(1), ctx.input_shape(0));
+}
+
+void dynamic_quantize(InferContext& ctx) {
+  ctx.set_output(0, DType::kUInt8, ctx.input_shape(0));
+  ctx.set_output(1, DType::kFloat32, Shape(std::vector<Dim>{}));
+  ctx.set_output(2, DType::kUInt8, Shape(std::vector<Dim>{}));
+}
+
+void same_as_input(InferContext& ctx) { ctx.set_output(0, ctx.input_type(0)); }
+
+}  // namespace
+
+void register_nn(Registry& r) {
+  r.add("Conv", conv);
+  r.add("ConvInteger", conv);
+  r.add("QLinearConv", conv);
+  r.add("ConvTranspose", conv_transpose);
+  for (const char* op : {"MaxPool", "AveragePool", "LpPool"}) r.add(op, pool);
+  for (const char* op : {"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"}) r.add(op, global_pool);
+  r.add("BatchNormalization", batch_norm);
+  r.add("LayerNormalization", layer_norm);
+  for (const char* op : {"InstanceNormalization", "GroupNormalization", "LRN", "RMSNormalization"}) r.add(op, same_as_input);
+  r.add("Resize", resize);
+  r.add("Upsample", resize);
+  r.add("DepthToSpace", depth_to_space);
+  r.add("SpaceToDepth", depth_to_space);
+  for (const char* op : {"LSTM", "GRU", "RNN"}) r.add(op, recurrent);
+  r.add("QuantizeLinear", quantize);
+  r.add("DequantizeLinear", dequantize);
+  r.add("DynamicQuantizeLinear", dynamic_quantize);
+}
+
+}  // namespace tether::ops

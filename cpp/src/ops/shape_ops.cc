@@ -1,0 +1,550 @@
+// Shape inference for ops that move data or compute shapes: Shape, Reshape, Transpose,
+// Concat, Split, Slice, Gather, Squeeze, Unsqueeze, Expand, Tile, Pad, TopK, ...
+#include <algorithm>
+#include <limits>
+
+#include "ops/infer_context.h"
+
+namespace tether::ops {
+
+namespace {
+
+// Sum of dims: exact when all are known, or all are multiples of one symbolic product.
+Dim sum(const std::vector<Dim>& dims) {
+  if (dims.empty()) return Dim(0);
+  int64_t total = 0;
+  const Dim* symbolic = nullptr;
+  for (const Dim& d : dims) {
+    if (d.is_unknown()) return Dim();
+    if (d.is_known()) {
+      if (__builtin_add_overflow(total, d.value(), &total)) return Dim();
+    } else if (symbolic == nullptr) {
+      symbolic = &d;
+    } else if (d.factors() != symbolic->factors()) {
+      return Dim();
+    }
+  }
+  if (symbolic == nullptr) return Dim(total);
+  if (total != 0) return Dim();
+  int64_t coeff = 0;
+  for (const Dim& d : dims)
+    if (d.is_symbolic()) coeff += d.coefficient();
+  auto unit = symbolic->divide(Dim(symbolic->coefficient()));
+  return unit ? Dim(coeff) * *unit : Dim();
+}
+
+// Reads axes from an attribute (older opsets) or from input `index` (newer ones).
+std::optional<std::vector<int64_t>> axes_of(const InferContext& ctx, size_t index) {
+  if (ctx.has_attr("axes")) return ctx.attr_ints("axes");
+  if (ctx.has_input(index)) return ctx.input_ints(index);
+  return std::vector<int64_t>{};
+}
+
+void shape(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  if (!x.has_rank()) {
+    ctx.set_output(0, DType::kInt64, Shape({Dim()}));
+    return;
+  }
+  const auto r = static_cast<int64_t>(x.rank());
+  int64_t start = ctx.attr_int("start", 0), end = ctx.attr_int("end", r);
+  if (start < 0) start += r;
+  if (end < 0) end += r;
+  start = std::clamp<int64_t>(start, 0, r);
+  end = std::clamp<int64_t>(end, 0, r);
+  std::vector<SymInt> values;
+  for (int64_t i = start; i < end; ++i) values.push_back(SymInt::of(x[static_cast<size_t>(i)]));
+  ctx.set_output(0, DType::kInt64, Shape({Dim(static_cast<int64_t>(values.size()))}));
+  ctx.set_output_values(0, std::move(values));
+}
+
+void size(InferContext& ctx) {
+  ctx.set_output(0, DType::kInt64, Shape(std::vector<Dim>{}));
+  const Shape& x = ctx.input_shape(0);
+  if (x.has_rank()) ctx.set_output_values(0, {SymInt::of(product(x.dims()))});
+}
+
+void reshape(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  const DType dt = ctx.input_dtype(0);
+  const bool allowzero = ctx.attr_int("allowzero", 0) != 0;
+  auto target = ctx.input_values(1);
+  if (!target) {
+    const Shape& ts = ctx.input_shape(1);
+    if (ts.has_rank() && ts.rank() == 1 && ts[0].is_known()) ctx.set_output(0, dt, Shape(std::vector<Dim>(static_cast<size_t>(ts[0].value()))));
+    else ctx.set_output(0, dt, Shape());
+    return;
+  }
+  std::vector<Dim> out;
+  int infer_at = -1;
+  for (size_t i = 0; i < target->size(); ++i) {
+    const SymInt& e = (*target)[i];
+    if (e.negative == -1) {
+      if (infer_at >= 0) ctx.fail("the target shape has more than one -1");
+      infer_at = static_cast<int>(i);
+      out.push_back(Dim());
+    } else if (e.negative < 0) {
+      ctx.fail("the target shape has entry " + std::to_string(e.negative) + "; only -1 may be negative");
+    } else if (e.known() == 0 && !allowzero) {
+      // 0 copies the input's dim at the same index.
+      if (x.has_rank() && i >= x.rank()) ctx.fail("target entry " + std::to_string(i) + " is 0 (copy), but the input has rank " + std::to_string(x.rank()));
+      out.push_back(x.has_rank() ? x[i] : Dim());
+    } else {
+      out.push_back(e.dim);
+    }
+  }
+  if (x.has_rank()) {
+    const Dim total = product(x.dims());
+    if (infer_at >= 0) {
+      std::vector<Dim> others = out;
+      others.erase(others.begin() + infer_at);
+      const Dim rest = product(others);
+      if (auto q = total.divide(rest)) out[static_cast<size_t>(infer_at)] = *q;
+      else if (total.is_known() && rest.is_known() && rest.value() != 0)
+        ctx.fail("cannot reshape " + x.to_string() + " (" + total.to_string() + " elements) into " + Shape(out).to_string());
+    } else {
+      const Dim got = product(out);
+      if (total.is_known() && got.is_known() && total.value() != got.value())
+        ctx.fail("cannot reshape " + x.to_string() + " (" + total.to_string() + " elements) into " + Shape(out).to_string() +
+                 " (" + got.to_string() + " elements)");
+    }
+  }
+  ctx.set_output(0, dt, Shape(out));
+  if (out.size() <= 1)
+    if (auto v = ctx.input_values(0)) ctx.set_output_values(0, *v);
+}
+
+void flatten(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  if (!x.has_rank()) {
+    ctx.set_output(0, ctx.input_dtype(0), Shape({Dim(), Dim()}));
+    return;
+  }
+  int64_t a = ctx.attr_int("axis", 1);
+  const auto r = static_cast<int64_t>(x.rank());
+  if (a < -r || a > r) ctx.fail("axis " + std::to_string(a) + " is out of range for rank " + std::to_string(r));
+  if (a < 0) a += r;
+  const auto split = static_cast<size_t>(a);
+  ctx.set_output(0, ctx.input_dtype(0), Shape({product(x.dims(), 0, split), product(x.dims(), split)}));
+}
+
+void transpose(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  if (!x.has_rank()) {
+    ctx.set_output(0, ctx.input_type(0));
+    return;
+  }
+  std::vector<int64_t> perm = ctx.attr_ints("perm");
+  if (perm.empty())
+    for (size_t i = x.rank(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+  if (perm.size() != x.rank()) ctx.fail("perm has " + std::to_string(perm.size()) + " entries for rank " + std::to_string(x.rank()));
+  std::vector<bool> seen(x.rank(), false);
+  std::vector<Dim> out;
+  for (int64_t p : perm) {
+    const size_t a = ctx.axis(p, x.rank(), "perm entry");
+    if (seen[a]) ctx.fail("perm repeats axis " + std::to_string(a));
+    seen[a] = true;
+    out.push_back(x[a]);
+  }
+  ctx.set_output(0, ctx.input_dtype(0), Shape(std::move(out)));
+}
+
+void squeeze(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  const DType dt = ctx.input_dtype(0);
+  auto axes = axes_of(ctx, 1);
+  if (!x.has_rank() || !axes) {
+    ctx.set_output(0, dt, Shape());
+    return;
+  }
+  std::vector<bool> drop(x.rank(), false);
+  if (axes->empty()) {
+    for (size_t i = 0; i < x.rank(); ++i) {
+      if (!x[i].is_known()) {  // a symbolic dim may or may not be 1
+        ctx.set_output(0, dt, Shape());
+        return;
+      }
+      drop[i] = x[i].value() == 1;
+    }
+  }
+  for (int64_t a : *axes) {
+    const size_t k = ctx.axis(a, x.rank());
+    if (x[k].is_known() && x[k].value() != 1) ctx.fail("cannot squeeze axis " + std::to_string(k) + " of size " + x[k].to_string());
+    drop[k] = true;
+  }
+  std::vector<Dim> out;
+  for (size_t i = 0; i < x.rank(); ++i)
+    if (!drop[i]) out.push_back(x[i]);
+  ctx.set_output(0, dt, Shape(std::move(out)));
+  if (out.size() <= 1)
+    if (auto v = ctx.input_values(0)) ctx.set_output_values(0, *v);
+}
+
+void unsqueeze(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  const DType dt = ctx.input_dtype(0);
+  auto axes = axes_of(ctx, 1);
+  if (!x.has_rank() || !axes) {
+    ctx.set_output(0, dt, Shape());
+    return;
+  }
+  const size_t rank = x.rank() + axes->size();
+  std::vector<bool> added(rank, false);
+  for (int64_t a : *axes) {
+    const size_t k = ctx.axis(a, rank);
+    if (added[k]) ctx.fail("axes repeat axis " + std::to_string(k));
+    added[k] = true;
+  }
+  std::vector<Dim> out;
+  size_t src = 0;
+  for (size_t i = 0; i < rank; ++i) out.push_back(added[i] ? Dim(1) : x[src++]);
+  ctx.set_output(0, dt, Shape(std::move(out)));
+  if (rank <= 1)
+    if (auto v = ctx.input_values(0)) ctx.set_output_values(0, *v);
+}
+
+void concat(InferContext& ctx) {
+  std::optional<size_t> rank;
+  for (size_t i = 0; i < ctx.num_inputs(); ++i)
+    if (auto r = ctx.input_rank(i)) {
+      if (rank && *rank != *r) ctx.fail("inputs have ranks " + std::to_string(*rank) + " and " + std::to_string(*r));
+      rank = r;
+    }
+  const DType dt = ctx.input_dtype(0);
+  if (!rank) {
+    ctx.set_output(0, dt, Shape());
+    return;
+  }
+  const size_t a = ctx.axis(ctx.attr_int("axis", 0), *rank);
+  std::vector<Dim> out(*rank);
+  std::vector<Dim> along;
+  for (size_t k = 0; k < *rank; ++k) {
+    if (k == a) continue;
+    std::vector<Shape> parts;
+    for (size_t i = 0; i < ctx.num_inputs(); ++i)
+      if (ctx.input_rank(i)) parts.push_back(Shape({ctx.input_shape(i)[k]}));
+    // Dims off the concat axis must agree: broadcast checks known ones and keeps what is certain.
+    out[k] = broadcast_shapes(ctx, parts)[0];
+  }
+  bool all_ranked = true;
+  for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+    if (!ctx.input_rank(i)) all_ranked = false;
+    else along.push_back(ctx.input_shape(i)[a]);
+  }
+  out[a] = all_ranked ? sum(along) : Dim();
+  ctx.set_output(0, dt, Shape(std::move(out)));
+  if (*rank == 1) {
+    std::vector<SymInt> values;
+    for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+      auto v = ctx.input_values(i);
+      if (!v) return;
+      values.insert(values.end(), v->begin(), v->end());
+    }
+    ctx.set_output_values(0, std::move(values));
+  }
+}
+
+void split(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  const DType dt = ctx.input_dtype(0);
+  const size_t n = ctx.num_outputs();
+  if (!x.has_rank()) {
+    for (size_t i = 0; i < n; ++i) ctx.set_output(i, dt, Shape());
+    return;
+  }
+  const size_t a = ctx.axis(ctx.attr_int("axis", 0), x.rank());
+  std::optional<std::vector<int64_t>> sizes;
+  if (ctx.has_attr("split")) sizes = ctx.attr_ints("split");
+  else if (ctx.has_input(1)) sizes = ctx.input_ints(1);
+  std::vector<Dim> parts(n);
+  if (sizes) {
+    if (sizes->size() != n) ctx.fail("split has " + std::to_string(sizes->size()) + " sizes for " + std::to_string(n) + " outputs");
+    int64_t total = 0;
+    for (size_t i = 0; i < n; ++i) {
+      parts[i] = Dim((*sizes)[i]);
+      total += (*sizes)[i];
+    }
+    if (x[a].is_known() && x[a].value() != total)
+      ctx.fail("split sizes add up to " + std::to_string(total) + ", the axis has " + x[a].to_string());
+  } else if (x[a].is_known()) {
+    // Equal parts; with num_outputs (opset 18) the last part may be smaller.
+    const int64_t len = x[a].value();
+    const auto count = static_cast<int64_t>(n);
+    const int64_t chunk = ctx.has_attr("num_outputs") ? (len + count - 1) / count : len / count;
+    if (!ctx.has_attr("num_outputs") && len % count != 0)
+      ctx.fail("axis of size " + std::to_string(len) + " cannot be split into " + std::to_string(n) + " equal parts");
+    for (size_t i = 0; i < n; ++i) parts[i] = Dim(std::max<int64_t>(0, std::min(chunk, len - chunk * static_cast<int64_t>(i))));
+  } else if (auto q = x[a].divide(Dim(static_cast<int64_t>(n))); q && !ctx.has_attr("num_outputs")) {
+    for (size_t i = 0; i < n; ++i) parts[i] = *q;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<Dim> d = x.dims();
+    d[a] = parts[i];
+    ctx.set_output(i, dt, Shape(std::move(d)));
+  }
+}
+
+// Number of elements Slice takes from a dim of size `len`, following ONNX's clamping rules.
+int64_t slice_length(int64_t len, int64_t start, int64_t end, int64_t step) {
+  if (start < 0) start += len;
+  if (end < 0) end += len;
+  if (step > 0) {
+    start = std::clamp<int64_t>(start, 0, len);
+    end = std::clamp<int64_t>(end, 0, len);
+    return end > start ? (end - start + step - 1) / step : 0;
+  }
+  start = std::clamp<int64_t>(start, 0, len - 1);
+  end = std::clamp<int64_t>(end, -1, len - 1);
+  return start > end ? (start - end + (-step) - 1) / (-step) : 0;
+}
+
+void slice(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  const DType dt = ctx.input_dtype(0);
+  std::optional<std::vector<int64_t>> starts, ends, axes, steps;
+  if (ctx.has_attr("starts")) {  // opset < 10
+    starts = ctx.attr_ints("starts");
+    ends = ctx.attr_ints("ends");
+    axes = ctx.has_attr("axes") ? std::optional(ctx.attr_ints("axes")) : std::nullopt;
+  } else {
+    starts = ctx.input_ints(1);
+    ends = ctx.input_ints(2);
+    if (ctx.has_input(3)) axes = ctx.input_ints(3);
+    if (ctx.has_input(4)) steps = ctx.input_ints(4);
+    if ((ctx.has_input(3) && !axes) || (ctx.has_input(4) && !steps)) starts.reset();
+  }
+  if (!x.has_rank()) {
+    ctx.set_output(0, dt, Shape());
+    return;
+  }
+  if (!starts || !ends) {
+    // Unknown bounds: every dim the slice may touch becomes unknown.
+    std::vector<Dim> out = x.dims();
+    if (axes) {
+      for (int64_t a : *axes) out[ctx.axis(a, x.rank())] = Dim();
+    } else {
+      out.assign(x.rank(), Dim());
+    }
+    ctx.set_output(0, dt, Shape(std::move(out)));
+    return;
+  }
+  if (!axes) {
+    axes.emplace();
+    for (size_t i = 0; i < starts->size(); ++i) axes->push_back(static_cast<int64_t>(i));
+  }
+  if (!steps) steps = std::vector<int64_t>(starts->size(), 1);
+  if (ends->size() != starts->size() || axes->size() != starts->size() || steps->size() != starts->size())
+    ctx.fail("starts, ends, axes and steps have different lengths");
+  std::vector<Dim> out = x.dims();
+  constexpr int64_t kBig = std::numeric_limits<int32_t>::max();
+  for (size_t i = 0; i < starts->size(); ++i) {
+    const size_t a = ctx.axis((*axes)[i], x.rank());
+    const int64_t s = (*starts)[i], e = (*ends)[i], st = (*steps)[i];
+    if (st == 0) ctx.fail("a step is 0");
+    if (x[a].is_known()) out[a] = Dim(slice_length(x[a].value(), s, e, st));
+    else if (!(s == 0 && e >= kBig && st == 1)) out[a] = Dim();  // a whole symbolic dim stays itself
+  }
+  ctx.set_output(0, dt, Shape(out));
+  // Slicing a tracked 1-D value.
+  if (x.rank() == 1 && out[0].is_known())
+    if (auto v = ctx.input_values(0)) {
+      const auto len = static_cast<int64_t>(v->size());
+      int64_t s = (*starts)[0], st = (*steps)[0];
+      if (s < 0) s += len;
+      s = st > 0 ? std::clamp<int64_t>(s, 0, len) : std::clamp<int64_t>(s, 0, len - 1);
+      std::vector<SymInt> picked;
+      for (int64_t k = 0, at = s; k < out[0].value(); ++k, at += st) picked.push_back((*v)[static_cast<size_t>(at)]);
+      ctx.set_output_values(0, std::move(picked));
+    }
+}
+
+void gather(InferContext& ctx) {
+  const Shape& data = ctx.input_shape(0);
+  const Shape& idx = ctx.input_shape(1);
+  const DType dt = ctx.input_dtype(0);
+  if (!data.has_rank() || !idx.has_rank()) {
+    ctx.set_output(0, dt, Shape());
+    return;
+  }
+  if (data.rank() == 0) ctx.fail("data must have rank >= 1");
+  const size_t a = ctx.axis(ctx.attr_int("axis", 0), data.rank());
+  std::vector<Dim> out(data.dims().begin(), data.dims().begin() + static_cast<std::ptrdiff_t>(a));
+  out.insert(out.end(), idx.dims().begin(), idx.dims().end());
+  out.insert(out.end(), data.dims().begin() + static_cast<std::ptrdiff_t>(a) + 1, data.dims().end());
+  ctx.set_output(0, dt, Shape(out));
+  if (data.rank() == 1 && idx.rank() <= 1) {
+    auto v = ctx.input_values(0);
+    auto picks = ctx.input_ints(1);
+    if (!v || !picks) return;
+    std::vector<SymInt> got;
+    const auto n = static_cast<int64_t>(v->size());
+    for (int64_t p : *picks) {
+      if (p < -n || p >= n) ctx.fail("index " + std::to_string(p) + " is out of range for " + std::to_string(n) + " entries");
+      got.push_back((*v)[static_cast<size_t>(p < 0 ? p + n : p)]);
+    }
+    ctx.set_output_values(0, std::move(got));
+  }
+}
+
+void gather_elements(InferContext& ctx) { ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(1)); }
+
+void gather_nd(InferContext& ctx) {
+  const Shape& data = ctx.input_shape(0);
+  const Shape& idx = ctx.input_shape(1);
+  const int64_t batch = ctx.attr_int("batch_dims", 0);
+  if (!data.has_rank() || !idx.has_rank() || idx.rank() == 0 || !idx[idx.rank() - 1].is_known()) {
+    ctx.set_output(0, ctx.input_dtype(0), Shape());
+    return;
+  }
+  const int64_t last = idx[idx.rank() - 1].value();
+  if (batch + last > static_cast<int64_t>(data.rank())) ctx.fail("indices address more dims than data has");
+  std::vector<Dim> out(idx.dims().begin(), idx.dims().end() - 1);
+  out.insert(out.end(), data.dims().begin() + batch + last, data.dims().end());
+  ctx.set_output(0, ctx.input_dtype(0), Shape(std::move(out)));
+}
+
+void same_as_input(InferContext& ctx) { ctx.set_output(0, ctx.input_type(0)); }
+
+void expand(InferContext& ctx) {
+  const DType dt = ctx.input_dtype(0);
+  auto target = ctx.input_values(1);
+  if (!target) {
+    const Shape& ts = ctx.input_shape(1);
+    const Shape& x = ctx.input_shape(0);
+    if (ts.has_rank() && ts.rank() == 1 && ts[0].is_known() && x.has_rank())
+      ctx.set_output(0, dt, Shape(std::vector<Dim>(std::max<size_t>(x.rank(), static_cast<size_t>(ts[0].value())))));
+    else ctx.set_output(0, dt, Shape());
+    return;
+  }
+  std::vector<Dim> t;
+  for (const SymInt& e : *target) t.push_back(e.negative < 0 ? Dim() : e.dim);
+  ctx.set_output(0, dt, broadcast_shapes(ctx, {ctx.input_shape(0), Shape(std::move(t))}));
+}
+
+void tile(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  auto reps = ctx.input_values(1);
+  if (!x.has_rank()) {
+    ctx.set_output(0, ctx.input_dtype(0), Shape());
+    return;
+  }
+  std::vector<Dim> out(x.rank());
+  if (reps) {
+    if (reps->size() != x.rank()) ctx.fail("repeats has " + std::to_string(reps->size()) + " entries for rank " + std::to_string(x.rank()));
+    for (size_t i = 0; i < x.rank(); ++i) out[i] = (*reps)[i].negative < 0 ? Dim() : x[i] * (*reps)[i].dim;
+  }
+  ctx.set_output(0, ctx.input_dtype(0), Shape(std::move(out)));
+}
+
+void pad(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  const DType dt = ctx.input_dtype(0);
+  if (!x.has_rank()) {
+    ctx.set_output(0, dt, Shape());
+    return;
+  }
+  const size_t rank = x.rank();
+  std::optional<std::vector<int64_t>> pads = ctx.has_attr("pads") ? std::optional(ctx.attr_ints("pads")) : ctx.input_ints(1);
+  std::vector<int64_t> axes;
+  if (ctx.has_input(3)) {
+    auto a = ctx.input_ints(3);
+    if (!a) pads.reset();
+    else axes = *a;
+  } else {
+    for (size_t i = 0; i < rank; ++i) axes.push_back(static_cast<int64_t>(i));
+  }
+  std::vector<Dim> out = x.dims();
+  if (!pads) {
+    for (int64_t a : axes) out[ctx.axis(a, rank)] = Dim();
+    if (axes.empty()) out.assign(rank, Dim());
+    ctx.set_output(0, dt, Shape(std::move(out)));
+    return;
+  }
+  if (pads->size() != 2 * axes.size()) ctx.fail("pads has " + std::to_string(pads->size()) + " entries for " + std::to_string(axes.size()) + " axes");
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const size_t a = ctx.axis(axes[i], rank);
+    const int64_t add = (*pads)[i] + (*pads)[i + axes.size()];
+    if (add == 0) continue;
+    if (x[a].is_known()) {
+      if (x[a].value() + add < 0) ctx.fail("padding makes axis " + std::to_string(a) + " negative");
+      out[a] = Dim(x[a].value() + add);
+    } else {
+      out[a] = Dim();
+    }
+  }
+  ctx.set_output(0, dt, Shape(std::move(out)));
+}
+
+void topk(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  if (!x.has_rank()) {
+    ctx.set_output(0, ctx.input_dtype(0), Shape());
+    ctx.set_output(1, DType::kInt64, Shape());
+    return;
+  }
+  const size_t a = ctx.axis(ctx.attr_int("axis", -1), x.rank());
+  Dim k;
+  if (ctx.has_attr("k")) k = Dim(ctx.attr_int("k", 0));
+  else if (auto v = ctx.input_values(1); v && v->size() == 1 && v->front().negative == 0) k = v->front().dim;
+  std::vector<Dim> out = x.dims();
+  out[a] = k;
+  ctx.set_output(0, ctx.input_dtype(0), Shape(out));
+  ctx.set_output(1, DType::kInt64, Shape(out));
+}
+
+void nonzero(InferContext& ctx) {
+  const auto r = ctx.input_rank(0);
+  ctx.set_output(0, DType::kInt64, Shape({r ? Dim(static_cast<int64_t>(*r)) : Dim(), Dim()}));
+}
+
+void one_hot(InferContext& ctx) {
+  const Shape& idx = ctx.input_shape(0);
+  const DType dt = ctx.input_dtype(2);
+  if (!idx.has_rank()) {
+    ctx.set_output(0, dt, Shape());
+    return;
+  }
+  const size_t rank = idx.rank() + 1;
+  const size_t a = ctx.axis(ctx.attr_int("axis", -1), rank);
+  Dim depth;
+  if (const ir::Tensor* t = ctx.input_constant(1); t != nullptr && t->num_elements() == 1) {
+    double d = 0;
+    switch (t->dtype()) {
+      case DType::kInt64: d = static_cast<double>(t->data<int64_t>()[0]); break;
+      case DType::kInt32: d = t->data<int32_t>()[0]; break;
+      case DType::kFloat32: d = t->data<float>()[0]; break;
+      default: d = -1;
+    }
+    if (d >= 0) depth = Dim(static_cast<int64_t>(d));
+  }
+  std::vector<Dim> out = idx.dims();
+  out.insert(out.begin() + static_cast<std::ptrdiff_t>(a), depth);
+  ctx.set_output(0, dt, Shape(std::move(out)));
+}
+
+}  // namespace
+
+void register_shape_ops(Registry& r) {
+  r.add("Shape", shape);
+  r.add("Size", size);
+  r.add("Reshape", reshape);
+  r.add("Flatten", flatten);
+  r.add("Transpose", transpose);
+  r.add("Squeeze", squeeze);
+  r.add("Unsqueeze", unsqueeze);
+  r.add("Concat", concat);
+  r.add("Split", split);
+  r.add("Slice", slice);
+  r.add("Gather", gather);
+  r.add("GatherElements", gather_elements);
+  r.add("GatherND", gather_nd);
+  for (const char* op : {"ScatterND", "ScatterElements", "Scatter"}) r.add(op, same_as_input);
+  r.add("Expand", expand);
+  r.add("Tile", tile);
+  r.add("Pad", pad);
+  r.add("TopK", topk);
+  r.add("NonZero", nonzero);
+  r.add("OneHot", one_hot);
+}
+
+}  // namespace tether::ops

@@ -1,0 +1,34 @@
+// Read-only memory mapping of a whole file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace tether::util {
+
+/// A file mapped read-only into memory. Shared ownership: buffers that borrow bytes from the
+/// mapping hold a shared_ptr to it, so the mapping lives as long as any of them.
+class FileMap {
+ public:
+  /// Maps `path`. Throws ModelNotFoundError when the file does not exist,
+  /// ModelError when it cannot be opened or mapped (a folder, no permission).
+  static std::shared_ptr<const FileMap> open(const std::string& path);
+
+  ~FileMap();
+  FileMap(const FileMap&) = delete;
+  FileMap& operator=(const FileMap&) = delete;
+
+  const std::byte* data() const { return data_; }
+  int64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  FileMap() = default;
+  std::byte* data_ = nullptr;
+  int64_t size_ = 0;
+  std::string path_;
+};
+
+}  // namespace tether::util

@@ -1,0 +1,43 @@
+"""tether: carry a trained model to deployment and prove parity at every step.
+
+Example:
+    >>> import tether as tt
+    >>> model = tt.load("model.onnx")              # doctest: +SKIP
+    >>> model.inputs[0].shape                       # doctest: +SKIP
+    ('batch', 3, 224, 224)
+    >>> print(model.summary())                      # doctest: +SKIP
+"""
+
+from tether._core import (
+    ArgumentError,
+    Error,
+    ExternalDataError,
+    GraphError,
+    InternalError,
+    ModelError,
+    ModelNotFoundError,
+    ParseError,
+    ShapeError,
+    WriteError,
+)
+from tether._model import Model, Node, Summary, ValueInfo, load
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ArgumentError",
+    "Error",
+    "ExternalDataError",
+    "GraphError",
+    "InternalError",
+    "Model",
+    "ModelError",
+    "ModelNotFoundError",
+    "Node",
+    "ParseError",
+    "ShapeError",
+    "Summary",
+    "ValueInfo",
+    "WriteError",
+    "load",
+]
