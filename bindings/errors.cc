@@ -36,6 +36,14 @@ pyb::object bases(std::initializer_list<PyObject*> items) {
 
 pyb::object base(PyObject* cls) { return pyb::reinterpret_borrow<pyb::object>(cls); }
 
+// Messages quote file paths, which need not be UTF-8: decode leniently rather than fail.
+void raise(PyObject* cls, const std::exception& e) {
+  const std::string_view what = e.what();
+  PyObject* msg = PyUnicode_DecodeUTF8(what.data(), static_cast<Py_ssize_t>(what.size()), "replace");
+  PyErr_SetObject(cls, msg);
+  Py_XDECREF(msg);
+}
+
 }  // namespace
 
 void register_errors(pyb::module_& m) {
@@ -58,25 +66,25 @@ void register_errors(pyb::module_& m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const ModelNotFoundError& e) {
-      PyErr_SetString(classes.not_found, e.what());
+      raise(classes.not_found, e);
     } catch (const ParseError& e) {
-      PyErr_SetString(classes.parse, e.what());
+      raise(classes.parse, e);
     } catch (const GraphError& e) {
-      PyErr_SetString(classes.graph, e.what());
+      raise(classes.graph, e);
     } catch (const ExternalDataError& e) {
-      PyErr_SetString(classes.external, e.what());
+      raise(classes.external, e);
     } catch (const ShapeError& e) {
-      PyErr_SetString(classes.shape, e.what());
+      raise(classes.shape, e);
     } catch (const ModelError& e) {
-      PyErr_SetString(classes.model, e.what());
+      raise(classes.model, e);
     } catch (const ArgumentError& e) {
-      PyErr_SetString(classes.argument, e.what());
+      raise(classes.argument, e);
     } catch (const WriteError& e) {
-      PyErr_SetString(classes.write, e.what());
+      raise(classes.write, e);
     } catch (const InternalError& e) {
-      PyErr_SetString(classes.internal, e.what());
+      raise(classes.internal, e);
     } catch (const Error& e) {
-      PyErr_SetString(classes.error, e.what());
+      raise(classes.error, e);
     }
   });
 }

@@ -4,6 +4,7 @@
 
 #include "ir/external_data.h"
 #include "ir/tensor_codec.h"
+#include "ir/utf8_check.h"
 #include "ir/wire.h"
 #include "tether/error.h"
 #include "tether/onnx.h"
@@ -399,6 +400,7 @@ Model Reader::read() {
     throw ParseError(label_ + ": not a valid ONNX model: the protobuf message is malformed");
   if (!mp.has_graph()) throw ParseError(label_ + ": not an ONNX model: it has no graph");
   if (mp.ir_version() <= 0) throw ParseError(label_ + ": not an ONNX model: ir_version is missing or not positive");
+  check_utf8(mp, label_);
 
   Model m;
   m.ir_version = mp.ir_version();

@@ -1,0 +1,58 @@
+"""Shared fixtures: torch models exported to ONNX once per test session."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from _models import MODELS, build
+
+
+@dataclass(frozen=True)
+class Exported:
+    name: str
+    path: Path  # weights inside the file
+    external_path: Path  # the same model with every tensor in external data
+    input_name: str
+    input_shape: tuple[int, ...]  # example shape, batch first
+
+    def inputs(self, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(seed)
+        shape = (batch, *self.input_shape[1:])
+        return {self.input_name: rng.standard_normal(shape).astype(np.float32)}
+
+
+def _export(name: str, folder: Path) -> Exported:
+    import torch
+
+    module = build(name)
+    shape = MODELS[name][1]
+    path = folder / f"{name}.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module, (torch.zeros(shape),), str(path), input_names=["x"], dynamo=True,
+            dynamic_shapes=({0: torch.export.Dim("batch")},), verbose=False,
+        )
+    ext_dir = folder / "external"
+    ext_dir.mkdir(exist_ok=True)
+    ext_path = ext_dir / f"{name}.onnx"
+    onnx.save(onnx.load(str(path)), str(ext_path), save_as_external_data=True, all_tensors_to_one_file=True,
+              location=f"{name}.weights")
+    return Exported(name, path, ext_path, "x", shape)
+
+
+@pytest.fixture(scope="session")
+def exported_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Exported]:
+    folder = tmp_path_factory.mktemp("exported")
+    return {name: _export(name, folder) for name in MODELS}
+
+
+@pytest.fixture(params=sorted(MODELS))
+def exported(request: pytest.FixtureRequest, exported_models: dict[str, Exported]) -> Exported:
+    return exported_models[request.param]

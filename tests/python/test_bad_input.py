@@ -1,0 +1,336 @@
+"""Bad input gets a typed exception that names what is wrong and where; never a crash or hang."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+import tether as tt
+
+
+def tiny_model(initializer: TensorProto | None = None, nodes=None, value_info=None) -> onnx.ModelProto:
+    """x -> Add(x, w) -> y, with w given or a float32[4] of ones."""
+    w = initializer if initializer is not None else numpy_helper.from_array(np.ones(4, np.float32), "w")
+    graph = helper.make_graph(
+        nodes if nodes is not None else [helper.make_node("Add", ["x", w.name], ["y"], name="add")],
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        initializer=[w],
+        value_info=value_info or [],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
+
+
+def write(tmp_path: Path, model: onnx.ModelProto, name: str = "m.onnx") -> Path:
+    p = tmp_path / name
+    p.write_bytes(model.SerializeToString())
+    return p
+
+
+def external_tensor(name: str, location: str, offset: int | None = None, length: int | None = None,
+                    dims=(4,)) -> TensorProto:
+    t = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=list(dims))
+    t.data_location = TensorProto.EXTERNAL
+    entries = {"location": location}
+    if offset is not None:
+        entries["offset"] = str(offset)
+    if length is not None:
+        entries["length"] = str(length)
+    for k, v in entries.items():
+        t.external_data.add(key=k, value=v)
+    return t
+
+
+# ---- files that are not (whole) ONNX models ------------------------------------------------
+
+
+def test_missing_file_raises_model_not_found(tmp_path):
+    with pytest.raises(tt.ModelNotFoundError, match="no such file") as e:
+        tt.load(tmp_path / "nope.onnx")
+    assert isinstance(e.value, tt.ModelError) and isinstance(e.value, FileNotFoundError)
+    assert "nope.onnx" in str(e.value)
+
+
+def test_folder_instead_of_file_raises_model_error(tmp_path):
+    with pytest.raises(tt.ModelError, match="not a regular file"):
+        tt.load(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"hello, world: this is text, not a model\n", b"\x89PNG\r\n\x1a\n" + bytes(range(256)),
+     numpy_helper.from_array(np.ones(3, np.float32), "t").SerializeToString()],
+    ids=["empty", "text", "png", "tensor-proto"],
+)
+def test_bytes_that_are_not_onnx_raise_parse_error(data, tmp_path):
+    with pytest.raises(tt.ParseError):
+        tt.load(data)
+    p = tmp_path / "x.onnx"
+    p.write_bytes(data)
+    with pytest.raises(tt.ParseError, match="x.onnx"):
+        tt.load(p)
+
+
+@pytest.mark.parametrize("fraction", [0.1, 0.3, 0.5, 0.7, 0.9, 0.99])
+def test_truncated_file_raises_parse_error_naming_the_byte(fraction, tmp_path):
+    data = tiny_model(numpy_helper.from_array(np.arange(1000, dtype=np.float32), "w")).SerializeToString()
+    cut = data[: int(len(data) * fraction)]
+    p = tmp_path / "cut.onnx"
+    p.write_bytes(cut)
+    with pytest.raises(tt.ParseError, match=r"cut\.onnx.*(byte \d+|malformed|no graph)"):
+        tt.load(p)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_corrupted_bytes_raise_tether_errors_only(data):
+    model = tiny_model(numpy_helper.from_array(np.arange(4, dtype=np.float32), "w"))
+    blob = bytearray(model.SerializeToString())
+    for _ in range(data.draw(st.integers(1, 8))):
+        i = data.draw(st.integers(0, len(blob) - 1))
+        blob[i] = data.draw(st.integers(0, 255))
+    try:
+        m = tt.load(bytes(blob))
+        # Whatever still parses must be usable: inspect it, infer it, write it back.
+        m.summary()
+        m.infer_shapes()
+        tt.load(m.to_bytes())
+    except tt.ModelError:
+        pass
+
+
+def test_protobuf_length_far_beyond_the_file_raises_parse_error():
+    # Field 7 (graph), length-delimited, declaring 2 GiB in a 10-byte file.
+    data = bytes([0x3A, 0x80, 0x80, 0x80, 0x80, 0x08]) + b"abcd"
+    with pytest.raises(tt.ParseError, match="declares 2147483648 bytes but only 4 remain"):
+        tt.load(data)
+
+
+# ---- tensors --------------------------------------------------------------------------------
+
+
+def test_unknown_tensor_dtype_raises_model_error_naming_the_tensor(tmp_path):
+    w = numpy_helper.from_array(np.ones(4, np.float32), "w")
+    w.data_type = 99
+    with pytest.raises(tt.ModelError, match=r"initializer 'w'.*unknown data type 99"):
+        tt.load(write(tmp_path, tiny_model(w)))
+
+
+def test_unknown_elem_type_in_a_value_type_raises_model_error(tmp_path):
+    vi = helper.make_tensor_value_info("y2", TensorProto.FLOAT, [4])
+    vi.type.tensor_type.elem_type = 77
+    with pytest.raises(tt.ModelError, match=r"value 'y2'.*unknown data type 77"):
+        tt.load(write(tmp_path, tiny_model(value_info=[vi])))
+
+
+def test_negative_tensor_dim_raises_model_error(tmp_path):
+    w = numpy_helper.from_array(np.ones(4, np.float32), "w")
+    w.dims[0] = -4
+    with pytest.raises(tt.ModelError, match=r"initializer 'w': dim 0 is -4"):
+        tt.load(write(tmp_path, tiny_model(w)))
+
+
+def test_negative_dim_in_a_value_type_raises_model_error(tmp_path):
+    vi = helper.make_tensor_value_info("y2", TensorProto.FLOAT, [4])
+    vi.type.tensor_type.shape.dim[0].dim_value = -3
+    with pytest.raises(tt.ModelError, match=r"value 'y2': dim 0 is -3"):
+        tt.load(write(tmp_path, tiny_model(value_info=[vi])))
+
+
+def test_overflowing_dims_raise_model_error(tmp_path):
+    w = numpy_helper.from_array(np.ones(4, np.float32), "w")
+    del w.dims[:]
+    w.dims.extend([2**40, 2**40])
+    with pytest.raises(tt.ModelError, match=r"initializer 'w'.*overflow"):
+        tt.load(write(tmp_path, tiny_model(w)))
+
+
+def test_declared_size_far_larger_than_the_data_raises_without_allocating(tmp_path):
+    w = numpy_helper.from_array(np.ones(4, np.float32), "w")
+    del w.dims[:]
+    w.dims.extend([10**6, 10**6])  # 4 TB of float32 declared, 16 bytes held
+    with pytest.raises(tt.ModelError, match=r"initializer 'w': raw_data holds 16 bytes, but float32\[1000000, 1000000\] needs 4000000000000 bytes"):
+        tt.load(write(tmp_path, tiny_model(w)))
+
+
+def test_typed_field_with_the_wrong_count_raises_model_error(tmp_path):
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4], [1.0, 2.0, 3.0, 4.0])
+    del w.float_data[-1]
+    with pytest.raises(tt.ModelError, match=r"initializer 'w'.*needs 4 entries in float_data, found 3"):
+        tt.load(write(tmp_path, tiny_model(w)))
+
+
+def test_typed_field_of_the_wrong_kind_raises_model_error(tmp_path):
+    w = helper.make_tensor("w", TensorProto.INT64, [2], [1, 2])
+    w.data_type = TensorProto.FLOAT
+    with pytest.raises(tt.ModelError, match=r"holds its values in int64_data, but float32 tensors use float_data"):
+        tt.load(write(tmp_path, tiny_model(w)))
+
+
+# ---- graph structure ------------------------------------------------------------------------
+
+
+def test_node_input_naming_no_value_raises_graph_error(tmp_path):
+    nodes = [helper.make_node("Add", ["x", "ghost"], ["y"], name="add")]
+    with pytest.raises(tt.GraphError, match=r"Add 'add' input 1 'ghost' names no value"):
+        tt.load(write(tmp_path, tiny_model(nodes=nodes)))
+
+
+def test_graph_output_naming_no_value_raises_graph_error(tmp_path):
+    model = tiny_model()
+    model.graph.output[0].name = "nowhere"
+    with pytest.raises(tt.GraphError, match=r"output 'nowhere' names no value"):
+        tt.load(write(tmp_path, model))
+
+
+def test_cycle_raises_graph_error_naming_the_nodes(tmp_path):
+    nodes = [
+        helper.make_node("Add", ["x", "b"], ["a"], name="first"),
+        helper.make_node("Relu", ["a"], ["b"], name="second"),
+        helper.make_node("Identity", ["a"], ["y"], name="out"),
+    ]
+    with pytest.raises(tt.GraphError, match=r"cycle: .*'first'.*'second'|cycle: .*'second'.*'first'"):
+        tt.load(write(tmp_path, tiny_model(nodes=nodes)))
+
+
+def test_self_loop_raises_graph_error(tmp_path):
+    nodes = [helper.make_node("Add", ["x", "y"], ["y"], name="selfish")]
+    with pytest.raises(tt.GraphError, match=r"cycle: Add 'selfish' -> Add 'selfish'"):
+        tt.load(write(tmp_path, tiny_model(nodes=nodes)))
+
+
+def test_value_defined_twice_raises_graph_error(tmp_path):
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="a"), helper.make_node("Neg", ["x"], ["y"], name="b")]
+    with pytest.raises(tt.GraphError, match=r"output 'y' is already defined"):
+        tt.load(write(tmp_path, tiny_model(nodes=nodes)))
+
+
+def test_duplicate_initializer_raises_graph_error(tmp_path):
+    model = tiny_model()
+    model.graph.initializer.append(model.graph.initializer[0])
+    with pytest.raises(tt.GraphError, match=r"initializer 'w' is defined twice"):
+        tt.load(write(tmp_path, model))
+
+
+def test_node_without_op_type_raises_model_error(tmp_path):
+    nodes = [helper.make_node("", ["x", "w"], ["y"], name="nameless")]
+    with pytest.raises(tt.ModelError, match=r"node #0 'nameless' has no op_type"):
+        tt.load(write(tmp_path, tiny_model(nodes=nodes)))
+
+
+def test_unsorted_but_acyclic_graph_loads_and_saves_sorted(tmp_path):
+    nodes = [helper.make_node("Relu", ["h"], ["y"], name="second"), helper.make_node("Add", ["x", "w"], ["h"], name="first")]
+    model = tt.load(write(tmp_path, tiny_model(nodes=nodes)))
+    out = tmp_path / "sorted.onnx"
+    model.save(out)
+    assert [n.name for n in onnx.load(str(out)).graph.node] == ["first", "second"]
+    onnx.checker.check_model(str(out), full_check=True)
+
+
+# ---- external data --------------------------------------------------------------------------
+
+
+def test_missing_external_data_file_raises_external_data_error(tmp_path):
+    model = tiny_model(external_tensor("w", "weights.bin"))
+    with pytest.raises(tt.ExternalDataError, match=r"initializer 'w'.*'weights.bin' not found"):
+        tt.load(write(tmp_path, model))
+
+
+@pytest.mark.parametrize("location", ["/etc/passwd", "../outside.bin", "sub/../../outside.bin"])
+def test_external_location_outside_the_model_folder_raises(location, tmp_path):
+    inner = tmp_path / "model"
+    inner.mkdir()
+    (tmp_path / "outside.bin").write_bytes(bytes(16))
+    (inner / "sub").mkdir()
+    with pytest.raises(tt.ExternalDataError, match=r"initializer 'w'.*(absolute|'\.\.')"):
+        tt.load(write(inner, tiny_model(external_tensor("w", location))))
+
+
+def test_symlink_leading_outside_the_model_folder_raises(tmp_path):
+    inner = tmp_path / "model"
+    inner.mkdir()
+    (tmp_path / "secret.bin").write_bytes(bytes(16))
+    os.symlink(tmp_path / "secret.bin", inner / "w.bin")
+    with pytest.raises(tt.ExternalDataError, match=r"leads to .*secret.bin.*outside the model's folder"):
+        tt.load(write(inner, tiny_model(external_tensor("w", "w.bin"))))
+
+
+def test_external_offset_beyond_the_end_raises(tmp_path):
+    (tmp_path / "w.bin").write_bytes(bytes(16))
+    with pytest.raises(tt.ExternalDataError, match=r"offset 64 .*runs past the end of 'w.bin', which holds 16 bytes"):
+        tt.load(write(tmp_path, tiny_model(external_tensor("w", "w.bin", offset=64))))
+
+
+def test_external_length_beyond_the_end_raises(tmp_path):
+    (tmp_path / "w.bin").write_bytes(bytes(20))
+    big = external_tensor("w", "w.bin", offset=8, dims=(4,))
+    with pytest.raises(tt.ExternalDataError, match=r"runs past the end of 'w.bin'"):
+        tt.load(write(tmp_path, tiny_model(big)))
+
+
+def test_external_length_that_disagrees_with_the_dims_raises(tmp_path):
+    (tmp_path / "w.bin").write_bytes(bytes(64))
+    with pytest.raises(tt.ExternalDataError, match=r"length is 32 bytes, but float32\[4\] needs 16 bytes"):
+        tt.load(write(tmp_path, tiny_model(external_tensor("w", "w.bin", length=32))))
+
+
+def test_external_tensor_claiming_terabytes_raises_without_allocating(tmp_path):
+    (tmp_path / "w.bin").write_bytes(bytes(16))
+    with pytest.raises(tt.ExternalDataError, match=r"runs past the end"):
+        tt.load(write(tmp_path, tiny_model(external_tensor("w", "w.bin", dims=(10**6, 10**6)))))
+
+
+@pytest.mark.parametrize("key,value", [("offset", "-5"), ("offset", "12abc"), ("length", "")])
+def test_external_offset_or_length_that_is_not_a_count_raises(key, value, tmp_path):
+    (tmp_path / "w.bin").write_bytes(bytes(16))
+    t = external_tensor("w", "w.bin")
+    t.external_data.add(key=key, value=value)
+    with pytest.raises(tt.ExternalDataError, match=rf"external data {key} '{value}' is not a non-negative integer"):
+        tt.load(write(tmp_path, tiny_model(t)))
+
+
+def test_bytes_with_external_data_need_a_base_dir(tmp_path):
+    np.arange(4, dtype=np.float32).tofile(tmp_path / "w.bin")
+    data = tiny_model(external_tensor("w", "w.bin")).SerializeToString()
+    with pytest.raises(tt.ExternalDataError, match="pass base_dir"):
+        tt.load(data)
+    model = tt.load(data, base_dir=tmp_path)
+    assert np.array_equal(model.initializer("w"), np.arange(4, dtype=np.float32))
+
+
+# ---- saving ---------------------------------------------------------------------------------
+
+
+def test_saving_into_a_missing_folder_raises_write_error_and_leaves_nothing(tmp_path):
+    model = tt.load(tiny_model().SerializeToString())
+    with pytest.raises(tt.WriteError, match="nofolder"):
+        model.save(tmp_path / "nofolder" / "m.onnx")
+    assert not (tmp_path / "nofolder").exists()
+
+
+def test_save_rejects_a_location_outside_the_folder(tmp_path):
+    model = tt.load(tiny_model().SerializeToString())
+    with pytest.raises(tt.ExternalDataError, match="'..'"):
+        model.save(tmp_path / "m.onnx", external_data=True, location="../w.bin")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_rejects_an_unknown_external_data_mode(tmp_path):
+    model = tt.load(tiny_model().SerializeToString())
+    with pytest.raises(tt.ArgumentError, match="'auto', 'never' or 'always'"):
+        model.save(tmp_path / "m.onnx", external_data="sometimes")
+
+
+def test_name_that_is_not_utf8_raises_model_error(tmp_path):
+    model = tiny_model()
+    blob = model.SerializeToString().replace(b"add", b"a\xffd", 1)
+    with pytest.raises(tt.ModelError, match=r"node name is not valid UTF-8"):
+        tt.load(blob)
