@@ -20,7 +20,7 @@ all: setup
 demo: setup
 	$(VPY) -m tether.demo
 
-test: setup test-cpp test-python
+test: setup test-cpp test-python lint
 
 test-cpp: setup
 	ctest --test-dir $(BUILD) --output-on-failure -j2

@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import numpy as np
 
 from tether import _core
 
-Dim = Union[int, str, None]
+Dim = int | str | None
 """One dim of a shape: a size, a symbol such as ``"batch"``, or ``None`` when unknown."""
 
 
@@ -137,7 +137,17 @@ class Summary:
         return "\n".join(lines)
 
 
-ExternalData = Union[bool, None, Literal["auto", "always", "never"]]
+ExternalData = bool | None | Literal["auto", "always", "never"]
+
+
+def _external_mode(external_data: ExternalData) -> str:
+    if external_data is True:
+        return "always"
+    if external_data is False:
+        return "never"
+    if external_data is None:
+        return "auto"
+    return str(external_data)
 
 
 class Model:
@@ -285,7 +295,7 @@ class Model:
             >>> model.save("m.onnx", external_data=True)    # doctest: +SKIP
             [PosixPath('m.onnx'), PosixPath('m.onnx.data')]
         """
-        mode = {True: "always", False: "never", None: "auto"}.get(external_data, external_data)  # type: ignore[call-overload]
+        mode = _external_mode(external_data)
         files, _ = self._core.save(os.fspath(path), mode, location or "", size_threshold, alignment)
         return [Path(f) for f in files]
 
@@ -318,5 +328,7 @@ def load(source: str | os.PathLike[str] | bytes, *, base_dir: str | os.PathLike[
     if isinstance(source, (bytes, bytearray, memoryview)):
         return Model(_core.Model.load_bytes(bytes(source), os.fspath(base_dir) if base_dir else ""))
     if base_dir is not None:
-        raise _core.ArgumentError("base_dir applies to models loaded from bytes; a file is resolved against its own folder")
+        raise _core.ArgumentError(
+            "base_dir applies to models loaded from bytes; a file is resolved against its own folder"
+        )
     return Model(_core.Model.load(os.fspath(source)))

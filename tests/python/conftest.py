@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-
 from _models import MODELS, build
 
 

@@ -8,11 +8,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import tether as tt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
-
-import tether as tt
 
 
 def tiny_model(initializer: TensorProto | None = None, nodes=None, value_info=None) -> onnx.ModelProto:

@@ -8,9 +8,8 @@ import os
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
-
 import tether as tt
+from onnx import TensorProto, helper
 
 ROW = 1024  # floats per row: 4 KiB
 ROWS = 532_480  # 2,181,038,080 bytes: just over 2 GiB

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-
 import tether as tt
 from _onnx_oracle import run_ort, structure
 
@@ -32,7 +31,7 @@ def test_roundtrip_passes_full_check_and_is_bitwise_identical_in_onnxruntime(exp
         feeds = exported.inputs(batch, seed=batch)
         expected = run_ort(src, feeds)
         got = run_ort(out, feeds)
-        for e, g in zip(expected, got):
+        for e, g in zip(expected, got, strict=True):
             assert e.dtype == g.dtype and e.shape == g.shape
             assert e.tobytes() == g.tobytes()
 

@@ -9,7 +9,6 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-
 import tether as tt
 
 _TERM = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
@@ -45,7 +44,7 @@ def actual_shapes(path, feeds) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
-    return {n: (v.dtype, v.shape) for n, v in zip(names, sess.run(None, feeds))}
+    return {n: (v.dtype, v.shape) for n, v in zip(names, sess.run(None, feeds), strict=True)}
 
 
 def test_inferred_shapes_match_onnxruntime_at_two_batch_sizes(exported):

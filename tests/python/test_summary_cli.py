@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 
 import onnx
-from onnx import numpy_helper
-
 import tether as tt
+from onnx import numpy_helper
 
 
 def onnx_counts(path):
