@@ -49,7 +49,7 @@ $(STAMPS)/venv: pyproject.toml
 	$(VPY) -m pip install -q --upgrade pip
 	# The build runs without isolation so that rebuilds reuse build/py incrementally.
 	$(VPY) -m pip install -q "scikit-build-core>=0.10" "pybind11>=2.12" ninja cmake
-	$(VPY) -m pip install -q -e ".[dev]" --no-build-isolation
+	TETHER_BUILD_TESTS=ON $(VPY) -m pip install -q -e ".[dev]" --no-build-isolation
 	touch $@
 
 $(STAMPS)/build: $(STAMPS)/venv $(CORE_SOURCES)
