@@ -399,10 +399,12 @@ std::vector<Node*> Graph::topological_order() const {
         break;
       }
   }
+  // The path runs against the data flow, so it is written back to front, and the cycle
+  // closes on the node written first: the last one on the path.
   std::string cycle;
   for (size_t k = static_cast<size_t>(seen_at[cur]); k < path.size(); ++k)
     cycle = nodes_[path[k]]->describe() + (cycle.empty() ? "" : " -> " + cycle);
-  cycle += " -> " + nodes_[cur]->describe();
+  cycle += " -> " + nodes_[path.back()]->describe();
   throw GraphError(graph_label(*this) + " has a cycle: " + cycle + " (" + std::to_string(n - order.size()) +
                    " nodes cannot be ordered)");
 }
