@@ -227,6 +227,10 @@ Value* Graph::add_initializer(Tensor tensor, std::string name) {
 }
 
 Value* Graph::add_sparse_initializer(SparseTensor tensor, std::string name) {
+  if (name.empty()) name = tensor.values.name();
+  if (name.empty()) throw GraphError(graph_label(*this) + ": a sparse initializer needs a name");
+  // ONNX names a sparse initializer by its values tensor: that is where the writer looks.
+  tensor.values.set_name(name);
   Value* v = find(name);
   if (v != nullptr && (v->initializer_ || v->sparse_initializer_ || v->producer_))
     throw GraphError(graph_label(*this) + ": sparse initializer '" + name + "' is defined twice");
