@@ -217,16 +217,19 @@ TEST(Graph, AddNodeBeforeInsertsAtThatPosition) {
 
 TEST(Graph, TopologicalOrderKeepsValidStoredOrder) {
   // Two independent chains interleaved in the stored order: any interleaving is valid, and
-  // the stored one must be kept rather than, say, one chain after the other.
+  // the stored one must be kept. (A first-in-first-out Kahn sort would give a1 b1 a2 b2, a
+  // depth-first one a1 a2 b1 b2.)
   Graph g;
   Value* a = g.add_input("a", f32({Dim(1)}));
   Value* b = g.add_input("b", f32({Dim(1)}));
   Node* a1 = g.add_node("Relu", {a}, {"a1"}, "a1");
   Node* b1 = g.add_node("Relu", {b}, {"b1"}, "b1");
-  Node* a2 = g.add_node("Relu", {a1->output(0)}, {"a2"}, "a2");
   Node* b2 = g.add_node("Relu", {b1->output(0)}, {"b2"}, "b2");
+  Node* a2 = g.add_node("Relu", {a1->output(0)}, {"a2"}, "a2");
   g.add_node("Add", {a2->output(0), b2->output(0)}, {"s"}, "s");
-  EXPECT_EQ(names(g.topological_order()), (std::vector<std::string>{"a1", "b1", "a2", "b2", "s"}));
+  EXPECT_EQ(names(g.topological_order()), (std::vector<std::string>{"a1", "b1", "b2", "a2", "s"}));
+  g.sort_topologically();
+  EXPECT_EQ(names(g.nodes()), (std::vector<std::string>{"a1", "b1", "b2", "a2", "s"}));
 }
 
 TEST(Graph, TopologicalOrderSortsAnOutOfOrderGraph) {
