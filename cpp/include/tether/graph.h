@@ -238,9 +238,11 @@ class Graph {
   /// The value called `name` in this graph or the nearest enclosing graph that has it.
   Value* resolve(std::string_view name) const;
 
-  /// Removes a value that nothing produces, uses or outputs. Throws GraphError otherwise.
+  /// Removes a value that nothing produces, uses or outputs (this graph's outputs and those
+  /// of its subgraphs, which may return it directly). Throws GraphError otherwise.
   void remove_value(Value* value);
-  /// Points every use of `from` (node inputs here and in subgraphs, graph outputs) at `to`.
+  /// Points every use of `from` (node inputs here and in subgraphs, outputs of this graph and
+  /// of its subgraphs) at `to`.
   void replace_all_uses(Value* from, Value* to);
 
   // ---- nodes --------------------------------------------------------------------------
@@ -251,7 +253,7 @@ class Graph {
                  const std::vector<std::string>& outputs, std::string name = "",
                  std::string domain = "", Node* before = nullptr);
   /// Removes a node and its output values. Throws GraphError when an output is still used
-  /// or is a graph output.
+  /// or is an output of this graph or of one of its subgraphs.
   void remove_node(Node* node);
   /// Nodes in their stored order.
   std::vector<Node*> nodes() const;

@@ -39,6 +39,31 @@ void collect_captures(const Graph& sub, const Graph& owner, std::vector<Value*>&
     if (v != nullptr && v->graph() == &owner) out.push_back(v);
 }
 
+// True when a graph held by a node of `g` (at any depth) lists `v` among its outputs. ONNX
+// lets a branch return an enclosing graph's value directly, with no node reading it, so
+// such an output is a use that Value::uses() does not record.
+bool is_nested_output(const Graph& g, const Value* v) {
+  for (Node* n : g.nodes())
+    for (Graph* sub : subgraphs_of(*n)) {
+      const auto& outs = sub->outputs();
+      if (std::find(outs.begin(), outs.end(), v) != outs.end() || is_nested_output(*sub, v)) return true;
+    }
+  return false;
+}
+
+// Points the outputs of graphs held by nodes of `g` (at any depth) that are `from` at `to`.
+void replace_nested_outputs(const Graph& g, Value* from, Value* to) {
+  for (Node* n : g.nodes())
+    for (Graph* sub : subgraphs_of(*n)) {
+      std::vector<Value*> outs = sub->outputs();
+      if (std::find(outs.begin(), outs.end(), from) != outs.end()) {
+        std::replace(outs.begin(), outs.end(), from, to);
+        sub->set_outputs(std::move(outs));
+      }
+      replace_nested_outputs(*sub, from, to);
+    }
+}
+
 }  // namespace
 
 // ---- Value ---------------------------------------------------------------------------------
@@ -202,6 +227,10 @@ Value* Graph::add_initializer(Tensor tensor, std::string name) {
 }
 
 Value* Graph::add_sparse_initializer(SparseTensor tensor, std::string name) {
+  if (name.empty()) name = tensor.values.name();
+  if (name.empty()) throw GraphError(graph_label(*this) + ": a sparse initializer needs a name");
+  // ONNX names a sparse initializer by its values tensor: that is where the writer looks.
+  tensor.values.set_name(name);
   Value* v = find(name);
   if (v != nullptr && (v->initializer_ || v->sparse_initializer_ || v->producer_))
     throw GraphError(graph_label(*this) + ": sparse initializer '" + name + "' is defined twice");
@@ -262,7 +291,7 @@ bool Graph::is_visible(const Value* value) const {
 
 void Graph::remove_value(Value* value) {
   TETHER_CHECK(value != nullptr && value->graph() == this, "remove_value of a value from another graph");
-  if (!value->uses_.empty() || value->producer_ != nullptr || value->is_output())
+  if (!value->uses_.empty() || value->producer_ != nullptr || value->is_output() || is_nested_output(*this, value))
     throw GraphError(graph_label(*this) + ": cannot remove value '" + value->name() +
                      "': it is still produced, used or a graph output");
   auto drop = [&](std::vector<Value*>& list) { list.erase(std::remove(list.begin(), list.end(), value), list.end()); };
@@ -280,6 +309,7 @@ void Graph::replace_all_uses(Value* from, Value* to) {
   for (const Use& u : uses) u.node->set_input(u.index, to);
   for (Value*& out : outputs_)
     if (out == from) out = to;
+  replace_nested_outputs(*this, from, to);
 }
 
 // ---- Graph: nodes --------------------------------------------------------------------------
@@ -327,7 +357,7 @@ void Graph::remove_node(Node* node) {
   TETHER_CHECK(node != nullptr && node->graph() == this, "remove_node of a node from another graph");
   for (Value* v : node->outputs_) {
     if (v == nullptr) continue;
-    if (!v->uses_.empty() || v->is_output())
+    if (!v->uses_.empty() || v->is_output() || is_nested_output(*this, v))
       throw GraphError(graph_label(*this) + ": cannot remove " + node->describe() + ": its output '" + v->name() +
                        "' is still used or is a graph output");
   }
@@ -399,10 +429,12 @@ std::vector<Node*> Graph::topological_order() const {
         break;
       }
   }
+  // The path runs against the data flow, so it is written back to front, and the cycle
+  // closes on the node written first: the last one on the path.
   std::string cycle;
   for (size_t k = static_cast<size_t>(seen_at[cur]); k < path.size(); ++k)
     cycle = nodes_[path[k]]->describe() + (cycle.empty() ? "" : " -> " + cycle);
-  cycle += " -> " + nodes_[cur]->describe();
+  cycle += " -> " + nodes_[path.back()]->describe();
   throw GraphError(graph_label(*this) + " has a cycle: " + cycle + " (" + std::to_string(n - order.size()) +
                    " nodes cannot be ordered)");
 }

@@ -292,7 +292,12 @@ SaveResult save_model(const Model& model, const std::string& path, const SaveOpt
   const fs::path model_path(path);
   if (model_path.filename().empty()) throw ArgumentError("'" + path + "' names a folder, not a model file");
   const std::string location = options.location.empty() ? model_path.filename().string() + ".data" : options.location;
-  external::check_relative(location, "'" + path + "'");
+  try {
+    external::check_relative(location, "'" + path + "'");
+  } catch (const ExternalDataError& e) {
+    // Here the location is an option of this call, not something read from a model.
+    throw ArgumentError(e.what());
+  }
 
   Encoded enc = encode(model, options.external_data == ExternalData::kAlways, options, location);
   if (enc.splicer->size() > kMaxProtobufBytes) {
