@@ -120,3 +120,10 @@ TEST(ValueType, ElementOfATypeWithoutOneIsAnInternalError) {
 }
 
 }  // namespace
+
+TEST(Attribute, GraphAttributesRejectNullGraphs) {
+  using tether::ir::Attribute;
+  EXPECT_THROW(Attribute::graph("then_branch", nullptr), tether::ArgumentError);
+  EXPECT_THROW(Attribute::graphs("branches", {std::make_shared<tether::ir::Graph>("a"), nullptr}),
+               tether::ArgumentError);
+}

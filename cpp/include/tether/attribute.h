@@ -59,6 +59,7 @@ class Attribute {
   static Attribute i(std::string name, int64_t v);
   static Attribute s(std::string name, std::string v);
   static Attribute tensor(std::string name, Tensor v);
+  /// Throws ArgumentError when `v` is null.
   static Attribute graph(std::string name, GraphPtr v);
   static Attribute sparse_tensor(std::string name, SparseTensor v);
   static Attribute type(std::string name, ValueType v);
@@ -66,6 +67,7 @@ class Attribute {
   static Attribute ints(std::string name, std::vector<int64_t> v);
   static Attribute strings(std::string name, std::vector<std::string> v);
   static Attribute tensors(std::string name, std::vector<Tensor> v);
+  /// Throws ArgumentError when an entry is null.
   static Attribute graphs(std::string name, std::vector<GraphPtr> v);
   static Attribute sparse_tensors(std::string name, std::vector<SparseTensor> v);
   static Attribute types(std::string name, std::vector<ValueType> v);

@@ -38,17 +38,36 @@ TETHER_ATTR_FACTORY(f, kFloat, float)
 TETHER_ATTR_FACTORY(i, kInt, int64_t)
 TETHER_ATTR_FACTORY(s, kString, std::string)
 TETHER_ATTR_FACTORY(tensor, kTensor, Tensor)
-TETHER_ATTR_FACTORY(graph, kGraph, GraphPtr)
 TETHER_ATTR_FACTORY(sparse_tensor, kSparseTensor, SparseTensor)
 TETHER_ATTR_FACTORY(type, kTypeProto, ValueType)
 TETHER_ATTR_FACTORY(floats, kFloats, std::vector<float>)
 TETHER_ATTR_FACTORY(ints, kInts, std::vector<int64_t>)
 TETHER_ATTR_FACTORY(strings, kStrings, std::vector<std::string>)
 TETHER_ATTR_FACTORY(tensors, kTensors, std::vector<Tensor>)
-TETHER_ATTR_FACTORY(graphs, kGraphs, std::vector<GraphPtr>)
 TETHER_ATTR_FACTORY(sparse_tensors, kSparseTensors, std::vector<SparseTensor>)
 TETHER_ATTR_FACTORY(types, kTypeProtos, std::vector<ValueType>)
 #undef TETHER_ATTR_FACTORY
+
+// A graph attribute always holds a graph: every reader of one (writer, inference, summary)
+// may rely on it.
+Attribute Attribute::graph(std::string name, GraphPtr v) {
+  if (v == nullptr) throw ArgumentError("graph attribute '" + name + "' needs a graph, got null");
+  Attribute a;
+  a.name_ = std::move(name);
+  a.kind_ = AttrKind::kGraph;
+  a.value_ = std::move(v);
+  return a;
+}
+
+Attribute Attribute::graphs(std::string name, std::vector<GraphPtr> v) {
+  for (const auto& g : v)
+    if (g == nullptr) throw ArgumentError("graphs attribute '" + name + "' needs graphs, got a null entry");
+  Attribute a;
+  a.name_ = std::move(name);
+  a.kind_ = AttrKind::kGraphs;
+  a.value_ = std::move(v);
+  return a;
+}
 
 Attribute Attribute::reference(std::string name, AttrKind kind, std::string ref_attr_name) {
   Attribute a;
