@@ -115,10 +115,12 @@ void einsum(InferContext& ctx) {
     for (const auto& [c, n] : counts)
       if (n == 1) out_term += c;
   }
+  // Named, not iterated as a temporary: a range-for over a temporary's member dangles.
+  const Shape ellipsis = broadcast_shapes(ctx, ellipsis_shapes);
   std::vector<Dim> out;
   for (size_t k = 0; k < out_term.size(); ++k) {
     if (out_term.compare(k, 3, "...") == 0) {
-      for (const Dim& d : broadcast_shapes(ctx, ellipsis_shapes).dims()) out.push_back(d);
+      for (const Dim& d : ellipsis.dims()) out.push_back(d);
       k += 2;
       continue;
     }
