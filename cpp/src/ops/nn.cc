@@ -196,6 +196,33 @@ void layer_norm(InferContext& ctx) {
   ctx.set_output(2, stash, Shape(reduced));
 }
 
+// Resize: X, roi, scales, sizes (opset 11+); X, scales (opset 10). Upsample: X, scales
+// (opset 9+) or a `scales` attribute (opset 7).
+std::optional<std::vector<float>> resize_scales(const InferContext& ctx, bool is_upsample) {
+  if (const ir::Attribute* a = ctx.node().attr("scales")) return a->as_floats();
+  const size_t at = is_upsample || ctx.opset() < 11 ? 1 : 2;
+  if (!ctx.has_input(at)) return std::vector<float>{};
+  const ir::Tensor* t = ctx.input_constant(at);
+  if (t == nullptr || t->dtype() != DType::kFloat32) return std::nullopt;
+  return std::vector<float>(t->data<float>(), t->data<float>() + t->num_elements());
+}
+
+// Output sizes from `sizes` under keep_aspect_ratio_policy (opset 18): one scale for every
+// resized axis, the smallest (not_larger) or largest (not_smaller) of sizes / input, then
+// each axis is round_half_up(scale * input).
+bool keep_aspect_ratio(const std::vector<size_t>& axes, const std::vector<SymInt>& sizes, bool not_larger,
+                       std::vector<Dim>& out) {
+  double scale = 0;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const Dim& in = out[axes[i]];
+    if (!in.is_known() || in.value() == 0 || !sizes[i].known() || *sizes[i].known() < 0) return false;
+    const double s = static_cast<double>(*sizes[i].known()) / static_cast<double>(in.value());
+    scale = i == 0 ? s : not_larger ? std::min(scale, s) : std::max(scale, s);
+  }
+  for (size_t a : axes) out[a] = Dim(static_cast<int64_t>(std::floor(scale * static_cast<double>(out[a].value()) + 0.5)));
+  return true;
+}
+
 void resize(InferContext& ctx) {
   const Shape& x = ctx.input_shape(0);
   const DType dt = ctx.input_dtype(0);
@@ -204,36 +231,46 @@ void resize(InferContext& ctx) {
     return;
   }
   const size_t rank = x.rank();
-  std::vector<int64_t> axes = ctx.attr_ints("axes");
+  std::vector<size_t> axes;
+  for (int64_t a : ctx.attr_ints("axes")) axes.push_back(ctx.axis(a, rank));
   if (axes.empty())
-    for (size_t i = 0; i < rank; ++i) axes.push_back(static_cast<int64_t>(i));
+    for (size_t i = 0; i < rank; ++i) axes.push_back(i);
   std::vector<Dim> out = x.dims();
+  const Shape rank_only{std::vector<Dim>(rank)};
   const bool is_upsample = ctx.node().op_type() == "Upsample";
-  const size_t scales_at = is_upsample ? 1 : 2;
-  const std::string policy = ctx.attr_string("keep_aspect_ratio_policy", "stretch");
-  if (!is_upsample && ctx.has_input(3)) {
-    auto sizes = ctx.input_values(3);
-    if (!sizes || sizes->size() != axes.size() || policy != "stretch") {
-      ctx.set_output(0, dt, Shape(std::vector<Dim>(rank)));
+  const auto scales = resize_scales(ctx, is_upsample);
+  if (!scales) {  // computed at run time: only the rank is certain
+    ctx.set_output(0, dt, rank_only);
+    return;
+  }
+  if (scales->empty()) {
+    auto sizes = !is_upsample && ctx.opset() >= 11 && ctx.has_input(3) ? ctx.input_values(3) : std::nullopt;
+    if (!sizes || sizes->size() != axes.size()) {
+      ctx.set_output(0, dt, rank_only);
       return;
     }
-    for (size_t i = 0; i < axes.size(); ++i) out[ctx.axis(axes[i], rank)] = (*sizes)[i].dim;
+    const std::string policy = ctx.attr_string("keep_aspect_ratio_policy", "stretch");
+    if (policy == "stretch") {
+      for (size_t i = 0; i < axes.size(); ++i) out[axes[i]] = (*sizes)[i].negative < 0 ? Dim() : (*sizes)[i].dim;
+    } else if (policy != "not_larger" && policy != "not_smaller") {
+      ctx.fail("keep_aspect_ratio_policy is '" + policy + "', expected stretch, not_larger or not_smaller");
+    } else if (!keep_aspect_ratio(axes, *sizes, policy == "not_larger", out)) {
+      for (size_t a : axes) out[a] = Dim();
+    }
     ctx.set_output(0, dt, Shape(std::move(out)));
     return;
   }
-  const ir::Tensor* scales = ctx.input_constant(scales_at);
-  if (scales == nullptr || scales->dtype() != DType::kFloat32) {
-    // Without constant scales only the rank is certain.
-    ctx.set_output(0, dt, Shape(std::vector<Dim>(rank)));
-    return;
-  }
-  if (static_cast<size_t>(scales->num_elements()) != axes.size())
-    ctx.fail("scales has " + std::to_string(scales->num_elements()) + " entries for " + std::to_string(axes.size()) + " axes");
+  if (scales->size() != axes.size())
+    ctx.fail("scales has " + std::to_string(scales->size()) + " entries for " + std::to_string(axes.size()) + " axes");
   for (size_t i = 0; i < axes.size(); ++i) {
-    const size_t a = ctx.axis(axes[i], rank);
-    const float s = scales->data<float>()[i];
+    const size_t a = axes[i];
+    const float s = (*scales)[i];
+    if (!(s > 0)) ctx.fail("scale " + std::to_string(s) + " on axis " + std::to_string(a) + " is not positive");
     if (s == 1.0f) continue;
-    out[a] = x[a].is_known() ? Dim(static_cast<int64_t>(std::floor(static_cast<double>(x[a].value()) * s))) : Dim();
+    // The spec's output size is floor(input * scale); an integer scale keeps a symbolic dim.
+    if (x[a].is_known()) out[a] = Dim(static_cast<int64_t>(std::floor(static_cast<double>(x[a].value()) * s)));
+    else if (s == std::floor(s)) out[a] = x[a] * Dim(static_cast<int64_t>(s));
+    else out[a] = Dim();
   }
   ctx.set_output(0, dt, Shape(std::move(out)));
 }
