@@ -71,15 +71,29 @@ std::optional<double> scalar(const ir::Tensor* t) {
   }
 }
 
+// A scalar input of Range: a constant, or an integer tracked through shape computations.
+std::optional<double> range_operand(const InferContext& ctx, size_t i) {
+  if (auto v = scalar(ctx.input_constant(i))) return v;
+  if (auto v = ctx.input_values(i); v && v->size() == 1)
+    if (auto k = v->front().known()) return static_cast<double>(*k);
+  return std::nullopt;
+}
+
 void range(InferContext& ctx) {
   const DType dt = ctx.input_dtype(0);
-  auto start = scalar(ctx.input_constant(0)), limit = scalar(ctx.input_constant(1)), delta = scalar(ctx.input_constant(2));
+  auto start = range_operand(ctx, 0), limit = range_operand(ctx, 1), delta = range_operand(ctx, 2);
   if (start && limit && delta) {
     if (*delta == 0) ctx.fail("delta is 0");
     const double n = std::ceil((*limit - *start) / *delta);
     ctx.set_output(0, dt, Shape::of({static_cast<int64_t>(std::max(n, 0.0))}));
     return;
   }
+  // Range(0, n, 1) over a size n (torch's position ids) has n entries, symbolic n included.
+  if (start == 0.0 && delta == 1.0)
+    if (auto v = ctx.input_values(1); v && v->size() == 1 && v->front().negative == 0) {
+      ctx.set_output(0, dt, Shape({v->front().dim}));
+      return;
+    }
   ctx.set_output(0, dt, Shape({Dim()}));
 }
 
