@@ -123,7 +123,10 @@ void min_max(InferContext& ctx) {
   if (ctx.num_inputs() != 2) return;
   const bool is_max = ctx.node().op_type() == "Max";
   propagate_binary(ctx, [is_max](const SymInt& x, const SymInt& y) -> std::optional<SymInt> {
-    if (!x.known() || !y.known()) return std::nullopt;
+    if (x.dim.same_as(y.dim) && x.negative == 0 && y.negative == 0) return x;
+    // An entry that depends on a symbol stays unknown, so the known entries beside it
+    // (Max(shape, 1) on [N, 3, 4]) still reach Reshape.
+    if (!x.known() || !y.known()) return SymInt{Dim(), 0};
     return SymInt::of(is_max ? std::max(*x.known(), *y.known()) : std::min(*x.known(), *y.known()));
   });
 }
