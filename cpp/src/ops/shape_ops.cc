@@ -220,11 +220,16 @@ void concat(InferContext& ctx) {
   std::vector<Dim> along;
   for (size_t k = 0; k < *rank; ++k) {
     if (k == a) continue;
-    std::vector<Shape> parts;
-    for (size_t i = 0; i < ctx.num_inputs(); ++i)
-      if (ctx.input_rank(i)) parts.push_back(Shape({ctx.input_shape(i)[k]}));
-    // Dims off the concat axis must agree: broadcast checks known ones and keeps what is certain.
-    out[k] = broadcast_shapes(ctx, parts)[0];
+    // Dims off the concat axis must be equal (Concat does not broadcast a 1), so any known
+    // one, or else any symbolic one, names them all.
+    for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+      if (!ctx.input_rank(i)) continue;
+      const Dim& d = ctx.input_shape(i)[k];
+      if (d.is_known() && out[k].is_known() && d.value() != out[k].value())
+        ctx.fail("inputs differ on axis " + std::to_string(k) + ", off the concat axis " + std::to_string(a) + ": " +
+                 out[k].to_string() + " vs " + d.to_string() + " (input " + std::to_string(i) + ")");
+      if (d.is_known() ? !out[k].is_known() : d.is_symbolic() && out[k].is_unknown()) out[k] = d;
+    }
   }
   bool all_ranked = true;
   for (size_t i = 0; i < ctx.num_inputs(); ++i) {
