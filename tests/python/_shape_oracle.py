@@ -125,7 +125,7 @@ def make_feeds(case: Case, shapes: dict[str, tuple[int, ...]], seed: int = 0) ->
             continue
         shape = shapes[name]
         if t == B:
-            out[name] = rng.random(shape) < 0.5
+            out[name] = np.asarray(rng.random(shape) < 0.5)
         elif t in (I64, I32, U8, I8):
             out[name] = rng.integers(0, 3, size=shape).astype(_NP[t])
         else:

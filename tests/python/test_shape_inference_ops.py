@@ -31,8 +31,10 @@ from _shape_oracle import (
     check_static,
     check_symbolic,
     const,
+    make_feeds,
     node,
     rand,
+    run_ort,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -432,6 +434,8 @@ add(
         axis=0, sym={"a": 0, "b": 0}),
     one("Concat/batch_axis_mixed", "Concat", ["a", "b"], {"a": (F, [2, 3]), "b": (F, [4, 3])},
         axis=0, allow_unknown={"y": "N + 4 is a sum; tether's dims are monomials"}),
+    one("Concat/symbol_meets_known", "Concat", ["a", "b"], {"a": (F, [5, 3]), "b": (F, [5, 4])},
+        axis=1, batches=(5,)),
     one("Concat/one", "Concat", ["a"], {"a": (F, [2, 3])}, axis=1),
     one("Split/sizes_input", "Split", ["x", "s"], {"x": (F, [2, 13, 4])}, outs=("p", "q", "r"),
         inits={"s": const([3, 4, 6])}, axis=1),
@@ -761,3 +765,230 @@ def test_report_unknown_dims(capsys: pytest.CaptureFixture[str]) -> None:
             for name, (static, varying) in outs.items():
                 print(f"\nunknown dims: {cid} {name}: {static} where onnxruntime's dim is static, "
                       f"{varying} where it varies with N", end="")
+
+
+# ---- random shapes (hypothesis) ------------------------------------------------------------
+
+FUZZ = settings(max_examples=25, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow])
+SIZES = st.sampled_from([1, 2, 3, 13])
+
+
+@st.composite
+def broadcastable(draw: Any) -> tuple[str, list[list[int]]]:
+    """An op and 2-3 input shapes that broadcast: each takes a suffix of one output shape
+    with some dims replaced by 1."""
+    out = draw(st.lists(SIZES, min_size=0, max_size=4))
+    op = draw(st.sampled_from(["Add", "Mul", "Max", "Where", "Equal", "Sum"]))
+    count = 3 if op in ("Where", "Sum") else 2
+    shapes = []
+    for _ in range(count):
+        drop = draw(st.integers(0, len(out)))
+        shapes.append([1 if draw(st.booleans()) else d for d in out[drop:]])
+    return op, shapes
+
+
+@FUZZ
+@given(broadcastable())
+def test_broadcast_matches_onnxruntime_on_random_shapes(drawn: tuple[str, list[list[int]]]) -> None:
+    op, shapes = drawn
+    names = ["c", "a", "b"][: len(shapes)] if op == "Where" else ["a", "b", "c"][: len(shapes)]
+    types = {"c": B} if op == "Where" else {}
+    inputs = {n: (types.get(n, F), s) for n, s in zip(names, shapes)}
+    case = Case(f"fuzz/{op}{shapes}", [node(op, names, ["y"])], inputs, ["y"],
+                sym=batch_axes(dict(zip(names, shapes))))
+    check_static(case)
+    if case.sym_axes():
+        check_symbolic(case)
+
+
+@FUZZ
+@given(st.lists(SIZES, min_size=1, max_size=4), st.data())
+def test_reduce_matches_onnxruntime_on_random_axes(shape: list[int], data: Any) -> None:
+    rank = len(shape)
+    axes = data.draw(st.lists(st.integers(-rank, rank - 1), max_size=rank,
+                              unique_by=lambda a: a % rank))
+    keep = data.draw(st.sampled_from([0, 1]))
+    op, opset = data.draw(st.sampled_from([("ReduceSum", 13), ("ReduceMean", 18),
+                                           ("ReduceMax", 11), ("ReduceL2", 18)]))
+    uses_input = opset >= 18 or (op == "ReduceSum" and opset >= 13)
+    if uses_input:
+        n = node(op, ["x", "a"] if axes else ["x"], ["y"], keepdims=keep)
+        inits = {"a": const(axes)} if axes else {}
+    else:
+        n = node(op, ["x"], ["y"], keepdims=keep, **({"axes": axes} if axes else {}))
+        inits = {}
+    case = Case(f"fuzz/{op}{shape}{axes}", [n], {"x": (F, shape)}, ["y"], inits, opset=opset)
+    check_static(case)
+    check_symbolic(case)
+
+
+@FUZZ
+@given(st.integers(1, 13), st.data())
+def test_slice_matches_onnxruntime_on_random_bounds(size: int, data: Any) -> None:
+    bound = st.integers(-20, 20) | st.sampled_from([INT_MAX, -INT_MAX])
+    start, end = data.draw(bound), data.draw(bound)
+    step = data.draw(st.sampled_from([1, 2, 3, -1, -2, -5]))
+    # onnxruntime reads end = INT_MAX with a negative step as "through index 0"; the spec
+    # (and onnx's reference and shape inference) clamp it to size - 1, an empty slice.
+    deviates = end == INT_MAX and step < 0
+    case = Case(f"fuzz/Slice[{size}][{start}:{end}:{step}]",
+                [node("Slice", ["x", "s", "e", "a", "t"], ["y"])], {"x": (F, [2, size, 3])}, ["y"],
+                {"s": const([start]), "e": const([end]), "a": const([1]), "t": const([step])},
+                oracle="onnx" if deviates else "ort")
+    check_static(case)
+    if not deviates:
+        check_symbolic(case)
+
+
+@FUZZ
+@given(st.data())
+def test_pool_and_conv_windows_match_onnxruntime(data: Any) -> None:
+    op = data.draw(st.sampled_from(["MaxPool", "AveragePool", "Conv"]))
+    size = data.draw(st.integers(3, 14))
+    kernel = data.draw(st.integers(1, 3))
+    stride = data.draw(st.integers(1, 3))
+    dil = data.draw(st.integers(1, 2)) if op != "AveragePool" else 1
+    auto_pad = data.draw(st.sampled_from(["NOTSET", "NOTSET", "VALID", "SAME_UPPER",
+                                          "SAME_LOWER"]))
+    if op == "Conv" and auto_pad.startswith("SAME"):
+        dil = 1  # onnxruntime's Conv rejects dilations with SAME padding
+    pads = [data.draw(st.integers(0, kernel - 1)) for _ in range(2)] if auto_pad == "NOTSET" else [0, 0]
+    attrs: dict[str, Any] = {"strides": [stride], "auto_pad": auto_pad, "dilations": [dil]}
+    if auto_pad == "NOTSET":
+        attrs["pads"] = pads
+    if op != "Conv":
+        attrs["kernel_shape"] = [kernel]
+        attrs["ceil_mode"] = data.draw(st.sampled_from([0, 1]))
+    span = dil * (kernel - 1) + 1
+    if span > size + sum(pads):
+        return  # the window does not fit: covered by the contradiction tests
+    if auto_pad.startswith("SAME") and (-(-size // stride) - 1) * stride + span < size:
+        return  # SAME would need negative padding, which onnxruntime rejects
+    inits = {"w": rand(2, 3, kernel)} if op == "Conv" else {}
+    ins = ["x", "w"] if op == "Conv" else ["x"]
+    # onnxruntime's MaxPool sizes SAME padding without the dilation (7 wide, kernel 3,
+    # dilation 2 gives 5, not the spec's ceil(7 / 1) = 7): onnx's inference is the oracle there.
+    deviates = auto_pad.startswith("SAME") and dil > 1
+    case = Case(f"fuzz/{op}{size}{attrs}", [node(op, ins, ["y"], **attrs)], {"x": (F, [2, 3, size])},
+                ["y"], inits, oracle="onnx" if deviates else "ort")
+    check_static(case)
+    if not deviates:
+        check_symbolic(case)
+
+
+# ---- contradictions ------------------------------------------------------------------------
+
+
+def bad(cid: str, nodes: list[onnx.NodeProto], inputs: dict[str, tuple[int, list[int]]],
+        inits: dict[str, np.ndarray] | None = None, opset: int = 20) -> Case:
+    return Case(cid, nodes, inputs, [nodes[-1].output[0]], inits or {}, opset=opset)
+
+
+BAD = [
+    bad("matmul_inner", [node("MatMul", ["a", "b"], ["y"], name="bad_mm")],
+        {"a": (F, [2, 3]), "b": (F, [4, 5])}),
+    bad("matmul_batch", [node("MatMul", ["a", "b"], ["y"], name="bad_mm_batch")],
+        {"a": (F, [2, 3, 4]), "b": (F, [3, 4, 5])}),
+    bad("add_3_vs_4", [node("Add", ["a", "b"], ["y"], name="bad_add")],
+        {"a": (F, [3]), "b": (F, [4])}),
+    bad("where_broadcast", [node("Where", ["c", "a", "b"], ["y"], name="bad_where")],
+        {"c": (B, [2, 3]), "a": (F, [3]), "b": (F, [5, 2])}),
+    bad("conv_channels", [node("Conv", ["x", "w"], ["y"], name="bad_conv")],
+        {"x": (F, [1, 3, 8, 8])}, {"w": rand(4, 5, 3, 3)}),
+    bad("conv_group_channels", [node("Conv", ["x", "w"], ["y"], name="bad_gconv", group=2)],
+        {"x": (F, [1, 6, 8, 8])}, {"w": rand(4, 2, 3, 3)}),
+    bad("conv_window_too_big", [node("Conv", ["x", "w"], ["y"], name="bad_window")],
+        {"x": (F, [1, 3, 2, 8])}, {"w": rand(4, 3, 3, 3)}),
+    bad("reshape_12_into_5", [node("Reshape", ["x", "s"], ["y"], name="bad_reshape")],
+        {"x": (F, [3, 4])}, {"s": const([5, -1])}),
+    bad("reshape_count", [node("Reshape", ["x", "s"], ["y"], name="bad_reshape_n")],
+        {"x": (F, [3, 4])}, {"s": const([2, 5])}),
+    bad("gemm_inner", [node("Gemm", ["a", "b"], ["y"], name="bad_gemm", transB=1)],
+        {"a": (F, [2, 3]), "b": (F, [3, 4])}),
+    bad("concat_dims", [node("Concat", ["a", "b"], ["y"], name="bad_concat", axis=0)],
+        {"a": (F, [2, 3]), "b": (F, [2, 4])}),
+    bad("concat_one_vs_three", [node("Concat", ["a", "b"], ["y"], name="bad_concat_1", axis=0)],
+        {"a": (F, [2, 1]), "b": (F, [2, 3])}),
+    bad("concat_ranks", [node("Concat", ["a", "b"], ["y"], name="bad_concat_rank", axis=0)],
+        {"a": (F, [2, 3]), "b": (F, [2])}),
+    bad("split_sizes", [node("Split", ["x", "s"], ["p", "q"], name="bad_split", axis=1)],
+        {"x": (F, [2, 13])}, {"s": const([6, 6])}),
+    bad("squeeze_not_one", [node("Squeeze", ["x", "a"], ["y"], name="bad_squeeze")],
+        {"x": (F, [2, 3])}, {"a": const([1])}),
+    bad("transpose_perm", [node("Transpose", ["x"], ["y"], name="bad_perm", perm=[0, 0])],
+        {"x": (F, [2, 3])}),
+    bad("gather_axis", [node("Gather", ["x", "i"], ["y"], name="bad_gather", axis=2)],
+        {"x": (F, [2, 3])}, {"i": const([0])}),
+    bad("einsum_labels", [node("Einsum", ["a", "b"], ["y"], name="bad_einsum",
+                                equation="ij,jk->ik")], {"a": (F, [2, 3]), "b": (F, [4, 5])}),
+    bad("expand_shape", [node("Expand", ["x", "s"], ["y"], name="bad_expand")],
+        {"x": (F, [2, 3])}, {"s": const([2, 4])}),
+    bad("tile_repeats", [node("Tile", ["x", "r"], ["y"], name="bad_tile")],
+        {"x": (F, [2, 3])}, {"r": const([2])}),
+    bad("unsqueeze_axis", [node("Unsqueeze", ["x", "a"], ["y"], name="bad_unsqueeze")],
+        {"x": (F, [2, 3])}, {"a": const([3])}),
+    bad("reduce_axis", [node("ReduceSum", ["x", "a"], ["y"], name="bad_reduce")],
+        {"x": (F, [2, 3])}, {"a": const([2])}),
+    bad("depth_to_space", [node("DepthToSpace", ["x"], ["y"], name="bad_d2s", blocksize=2)],
+        {"x": (F, [1, 6, 2, 2])}),
+    bad("shape_chain_reshape", [
+        node("Shape", ["x"], ["s"], name="shape"),
+        node("Gather", ["s", "i"], ["n"], name="gather", axis=0),
+        node("Concat", ["n", "k"], ["t"], name="concat", axis=0),
+        node("Reshape", ["x", "t"], ["y"], name="bad_chain_reshape"),
+    ], {"x": (F, [6, 4])}, {"i": const([1]), "k": const([5])}),
+]
+
+
+def rejected_by_oracle(case: Case, model: bytes) -> str:
+    """Why onnx's strict inference or onnxruntime (loading or running) rejects the model;
+    "" when both accept it."""
+    try:
+        onnx.shape_inference.infer_shapes(onnx.load_from_string(model), strict_mode=True,
+                                          data_prop=True)
+    except onnx.shape_inference.InferenceError as e:
+        return f"onnx: {e}"
+    try:
+        shapes = {n: tuple(s) for n, (_, s) in case.inputs.items()}
+        run_ort(model, make_feeds(case, shapes), case.outputs)
+    except Exception as e:  # onnxruntime raises its own Fail / InvalidArgument / ... classes
+        return f"onnxruntime: {e}"
+    return ""
+
+
+@pytest.mark.parametrize("case", BAD, ids=[c.id for c in BAD])
+def test_contradiction_raises_shape_error_naming_the_node(case: Case) -> None:
+    model = build(case, {n: list(s) for n, (_, s) in case.inputs.items()})
+    assert rejected_by_oracle(case, model), "the oracles accept this model"
+    bad_node = case.nodes[-1]
+    with pytest.raises(tt.ShapeError, match=f"{bad_node.op_type} '{bad_node.name}'"):
+        tt.load(model).infer_shapes()
+
+
+@pytest.mark.parametrize(
+    ("declared", "why"),
+    [([2, 3], "dim 1 differs"), ([2, 4, 1], "ranks differ"), (None, "element types differ")],
+)
+def test_declared_output_contradicting_inference_raises(declared: list[int] | None, why: str) -> None:
+    case = Case("declared", [node("MatMul", ["a", "b"], ["y"], name="mm")],
+                {"a": (F, [2, 5]), "b": (F, [5, 4])}, ["y"])
+    vi = (helper.make_tensor_value_info("y", F, declared) if declared is not None
+          else helper.make_tensor_value_info("y", I64, [2, 4]))
+    model = build(case, {"a": [2, 5], "b": [5, 4]}, declared={"y": vi})
+    with pytest.raises(onnx.shape_inference.InferenceError):
+        onnx.shape_inference.infer_shapes(onnx.load_from_string(model), strict_mode=True)
+    with pytest.raises(tt.ShapeError, match=f"MatMul 'mm'.*'y'.*{why}"):
+        tt.load(model).infer_shapes()
+
+
+def test_declared_output_agreeing_with_inference_is_refined() -> None:
+    """A declared [?, 4] output keeps its dims and gains the inferred one (onnxruntime runs it)."""
+    case = Case("declared_ok", [node("MatMul", ["a", "b"], ["y"], name="mm")],
+                {"a": (F, [2, 5]), "b": (F, [5, 4])}, ["y"])
+    model = build(case, {"a": [2, 5], "b": [5, 4]},
+                  declared={"y": helper.make_tensor_value_info("y", F, [None, 4])})
+    m = tt.load(model)
+    m.infer_shapes()
+    got = run_ort(model, make_feeds(case, {"a": (2, 5), "b": (5, 4)}), ["y"])["y"]
+    assert m.value_types()["y"].shape == got.shape
