@@ -65,7 +65,8 @@ class InferContext {
   std::optional<size_t> input_rank(size_t i) const;
   /// Input i's constant value, or nullptr.
   const ir::Tensor* input_constant(size_t i) const;
-  /// The entries of a constant integer input (int32 or int64, any rank), or nullopt.
+  /// The entries of a constant integer input (int32 or int64, any rank), or of a tracked
+  /// shape value whose entries are all known; nullopt otherwise.
   std::optional<std::vector<int64_t>> input_ints(size_t i) const;
   /// The entries of a 0-D or 1-D integer input: from a constant, or tracked through shape
   /// computations (symbolic entries included); nullopt when neither is known.

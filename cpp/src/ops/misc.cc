@@ -41,15 +41,31 @@ void constant(InferContext& ctx) {
   }
 }
 
+// The integer fill value of ConstantOfShape, when it has one.
+std::optional<int64_t> int_fill(const ir::Attribute* value) {
+  if (value == nullptr) return std::nullopt;
+  const ir::Tensor& t = value->as_tensor();
+  if (t.num_elements() != 1) return std::nullopt;
+  if (t.dtype() == DType::kInt64) return t.data<int64_t>()[0];
+  if (t.dtype() == DType::kInt32) return t.data<int32_t>()[0];
+  return std::nullopt;
+}
+
 void constant_of_shape(InferContext& ctx) {
   DType dt = DType::kFloat32;
-  if (const ir::Attribute* a = ctx.node().attr("value")) dt = a->as_tensor().dtype();
+  const ir::Attribute* value = ctx.node().attr("value");
+  if (value != nullptr) dt = value->as_tensor().dtype();
   if (auto v = ctx.input_values(0)) {
     std::vector<Dim> dims;
     for (const SymInt& e : *v) {
       if (e.negative < 0) ctx.fail("the shape has negative entry " + std::to_string(e.negative));
       dims.push_back(e.dim);
     }
+    // A short 1-D integer fill is a shape value too (TorchScript's expand pattern builds
+    // [1, 1, 1] this way before comparing it with the target shape).
+    const auto fill = int_fill(value);
+    if (fill && dims.size() == 1 && dims[0].is_known() && dims[0].value() <= 256)
+      ctx.set_output_values(0, std::vector<SymInt>(static_cast<size_t>(dims[0].value()), SymInt::of(*fill)));
     ctx.set_output(0, dt, Shape(std::move(dims)));
     return;
   }

@@ -175,8 +175,9 @@ void squeeze(InferContext& ctx) {
   std::vector<Dim> out;
   for (size_t i = 0; i < x.rank(); ++i)
     if (!drop[i]) out.push_back(x[i]);
+  const bool tracked_rank = out.size() <= 1;
   ctx.set_output(0, dt, Shape(std::move(out)));
-  if (out.size() <= 1)
+  if (tracked_rank)
     if (auto v = ctx.input_values(0)) ctx.set_output_values(0, *v);
 }
 
