@@ -729,6 +729,36 @@ add(
         node("Reshape", ["x", "target"], ["r"]),
         node("Transpose", ["r"], ["y"], perm=[0, 2, 1, 3]),
     ], {"i0": const(0), "i1": const(1), "ax": const([0]), "heads": const([2, 2])}),
+    chain("torchscript_expand_minus_one", [
+        # x.expand(b, -1, -1) as the TorchScript exporter writes it.
+        node("Shape", ["x"], ["s"]),
+        node("Gather", ["s", "i0"], ["b"], axis=0),
+        node("Unsqueeze", ["b", "ax"], ["b1"]),
+        node("Concat", ["b1", "m1", "m1"], ["target"], axis=0),
+        node("Shape", ["target"], ["len"]),
+        node("ConstantOfShape", ["len"], ["ones"], value=helper.make_tensor("v", I64, [1], [1])),
+        node("Mul", ["ones", "minus"], ["neg"]),
+        node("Equal", ["target", "neg"], ["is_neg"]),
+        node("Where", ["is_neg", "ones", "target"], ["fixed"]),
+        node("Expand", ["p", "fixed"], ["y"]),
+    ], {"i0": const(0), "ax": const([0]), "m1": const([-1]), "minus": const(-1),
+        "p": rand(1, 3, 4)}),
+    chain("mul_per_entry", [
+        node("Shape", ["x"], ["s"]),
+        node("Mul", ["s", "k"], ["t"]),
+        node("ConstantOfShape", ["t"], ["y"]),
+    ], {"k": const([1, 2, 1])}),
+    chain("pads_from_shape", [
+        node("Shape", ["x"], ["s"]),
+        node("Gather", ["s", "i2"], ["w"], axis=0),
+        node("Div", ["w", "two"], ["half"]),
+        node("Concat", ["zeros", "half", "zeros", "one"], ["pads"], axis=0),
+        node("Pad", ["x", "pads"], ["y"]),
+    ], {"i2": const([2]), "two": const([2]), "zeros": const([0, 0]), "one": const([1])}),
+    chain("constant_node_target", [
+        node("Constant", [], ["t"], value_ints=[0, -1]),
+        node("Reshape", ["x", "t"], ["y"]),
+    ], {}),
     chain("shape_of_matmul", [
         node("MatMul", ["x", "w"], ["m"]),
         node("Shape", ["m"], ["s"]),
