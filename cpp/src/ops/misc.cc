@@ -120,7 +120,10 @@ void eye_like(InferContext& ctx) {
 
 void random(InferContext& ctx) {
   const auto dt = static_cast<DType>(ctx.attr_int("dtype", 1));
-  ctx.set_output(0, dt, Shape::of(ctx.attr_ints("shape")));
+  const std::vector<int64_t> shape = ctx.attr_ints("shape");
+  for (int64_t d : shape)
+    if (d < 0) ctx.fail("attribute 'shape' has negative entry " + std::to_string(d));
+  ctx.set_output(0, dt, Shape::of(shape));
 }
 
 void random_like(InferContext& ctx) {

@@ -267,6 +267,7 @@ void split(InferContext& ctx) {
     if (sizes->size() != n) ctx.fail("split has " + std::to_string(sizes->size()) + " sizes for " + std::to_string(n) + " outputs");
     int64_t total = 0;
     for (size_t i = 0; i < n; ++i) {
+      if ((*sizes)[i] < 0) ctx.fail("split size " + std::to_string((*sizes)[i]) + " is negative");
       parts[i] = Dim((*sizes)[i]);
       total += (*sizes)[i];
     }
@@ -490,8 +491,15 @@ void topk(InferContext& ctx) {
   }
   const size_t a = ctx.axis(ctx.attr_int("axis", -1), x.rank());
   Dim k;
-  if (ctx.has_attr("k")) k = Dim(ctx.attr_int("k", 0));
-  else if (auto v = ctx.input_values(1); v && v->size() == 1 && v->front().negative == 0) k = v->front().dim;
+  if (ctx.has_attr("k")) {
+    const int64_t kv = ctx.attr_int("k", 0);
+    if (kv < 0) ctx.fail("k is " + std::to_string(kv) + ", expected >= 0");
+    k = Dim(kv);
+  }
+  else if (auto v = ctx.input_values(1); v && v->size() == 1) {
+    if (v->front().negative < 0) ctx.fail("k is " + std::to_string(v->front().negative) + ", expected >= 0");
+    k = v->front().dim;
+  }
   std::vector<Dim> out = x.dims();
   out[a] = k;
   ctx.set_output(0, ctx.input_dtype(0), Shape(out));
