@@ -176,7 +176,7 @@ void register_elementwise(Registry& r) {
                          "Neg", "Abs", "Reciprocal", "Erf", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Tan",
                          "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Clip", "Softmax",
                          "LogSoftmax", "Hardmax", "BitwiseNot", "LpNormalization", "MeanVarianceNormalization",
-                         "Trilu", "CumSum", "ReverseSequence", "Swish"})
+                         "Trilu", "CumSum", "CumProd", "ReverseSequence", "Swish"})
     r.add(op, same_as_input);
   r.add("Add", add);
   r.add("Sub", sub);
@@ -188,6 +188,8 @@ void register_elementwise(Registry& r) {
   r.add("Max", min_max);
   for (const char* op : {"Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"}) r.add(op, compare);
   r.add("Equal", equal);
+  r.add("StringConcat", binary);
+  r.add("RegexFullMatch", bool_unary);
   r.add("Not", bool_unary);
   r.add("IsNaN", bool_unary);
   r.add("IsInf", bool_unary);

@@ -142,6 +142,8 @@ const Registry& registry() {
     register_shape_ops(reg);
     register_reduce(reg);
     register_misc(reg);
+    register_vision(reg);
+    register_signal(reg);
     return reg;
   }();
   return r;

@@ -133,12 +133,16 @@ void register_linalg(Registry& r);
 void register_shape_ops(Registry& r);
 void register_reduce(Registry& r);
 void register_misc(Registry& r);
+void register_vision(Registry& r);
+void register_signal(Registry& r);
 
 // ---- helpers shared by rules ---------------------------------------------------------------
 
 /// Numpy-style broadcast of shapes; fail()s through ctx when dims cannot match. Unknown rank
 /// in any input gives unknown rank.
 Shape broadcast_shapes(const InferContext& ctx, const std::vector<Shape>& shapes);
+/// Dim i of s; unknown when s has unknown rank or fewer than i + 1 dims.
+inline Dim dim_at(const Shape& s, size_t i) { return s.has_rank() && i < s.rank() ? s[i] : Dim(); }
 /// Product of dims (symbolic products included); unknown when any is unknown.
 Dim product(const std::vector<Dim>& dims, size_t begin = 0, size_t end = SIZE_MAX);
 

@@ -1,5 +1,5 @@
 // Shape inference for constants, generators and control flow: Constant, ConstantOfShape,
-// Range, EyeLike, Random*, If, Loop.
+// Range, EyeLike, Random*, Multinomial, If, Loop.
 #include <cmath>
 #include <cstring>
 
@@ -131,6 +131,18 @@ void random_like(InferContext& ctx) {
   ctx.set_output(0, dt != 0 ? static_cast<DType>(dt) : ctx.input_dtype(0), ctx.input_shape(0));
 }
 
+void multinomial(InferContext& ctx) {
+  // (batch, class_size) -> (batch, sample_size) of indices, int32 unless `dtype` says int64.
+  const int64_t dt = ctx.attr_int("dtype", static_cast<int64_t>(DType::kInt32));
+  if (dt != static_cast<int64_t>(DType::kInt32) && dt != static_cast<int64_t>(DType::kInt64))
+    ctx.fail("attribute 'dtype' is " + std::to_string(dt) + ", expected int32 (6) or int64 (7)");
+  const Shape& x = ctx.input_shape(0);
+  if (x.has_rank() && x.rank() != 2) ctx.fail("input must be 2-D (batch, class_size), got " + x.to_string());
+  const int64_t samples = ctx.attr_int("sample_size", 1);
+  if (samples < 1) ctx.fail("sample_size is " + std::to_string(samples) + ", expected >= 1");
+  ctx.set_output(0, static_cast<DType>(dt), Shape({dim_at(x, 0), Dim(samples)}));
+}
+
 // The type both branches agree on: equal dims are kept, differing ones become unknown.
 ValueType join(const ValueType& a, const ValueType& b) {
   if (!a.is_tensor() || !b.is_tensor() || a.dtype() != b.dtype()) return ValueType();
@@ -189,6 +201,7 @@ void register_misc(Registry& r) {
   r.add("RandomNormalLike", random_like);
   r.add("RandomUniformLike", random_like);
   r.add("Bernoulli", random_like);
+  r.add("Multinomial", multinomial);
   r.add("If", if_op);
   r.add("Loop", loop);
 }

@@ -324,6 +324,53 @@ void recurrent(InferContext& ctx) {
   ctx.set_output(2, dt, state);  // LSTM's Y_c
 }
 
+// Attention (opset 23). Q, K, V are 4-D (batch, heads, seq, head_size) or 3-D (batch, seq,
+// heads * head_size) with q_num_heads / kv_num_heads. Outputs: Y, present_key,
+// present_value (past_seq + kv_seq on the sequence axis), qk_matmul_output.
+void attention(InferContext& ctx) {
+  const Shape& q = ctx.input_shape(0);
+  const Shape& k = ctx.input_shape(1);
+  const Shape& v = ctx.input_shape(2);
+  const DType dt = ctx.input_dtype(0);
+  if (!q.has_rank() || !k.has_rank() || !v.has_rank()) {
+    ctx.set_output(0, dt, q.has_rank() ? Shape(std::vector<Dim>(q.rank())) : Shape());
+    return;
+  }
+  for (const Shape* s : {&q, &k, &v})
+    if (s->rank() != 3 && s->rank() != 4) ctx.fail("Q, K and V must be 3-D or 4-D, got " + s->to_string());
+  const int64_t q_heads = ctx.attr_int("q_num_heads", 0), kv_heads = ctx.attr_int("kv_num_heads", 0);
+  if ((q.rank() == 3 && q_heads <= 0) || (k.rank() == 3 && kv_heads <= 0))
+    ctx.fail("3-D inputs need positive q_num_heads and kv_num_heads attributes, got " + std::to_string(q_heads) +
+             " and " + std::to_string(kv_heads));
+  const Dim qh = q.rank() == 4 ? q[1] : Dim(q_heads);
+  const Dim kvh = k.rank() == 4 ? k[1] : Dim(kv_heads);
+  auto per_head = [&](const Shape& s, const Dim& heads, const char* what) -> Dim {
+    if (s.rank() == 4) return s[3];
+    auto d = s[2].divide(heads);
+    if (s[2].is_known() && heads.is_known() && !d)
+      ctx.fail(std::string(what) + " hidden size " + s[2].to_string() + " is not a multiple of " + heads.to_string() +
+               " heads");
+    return d ? *d : Dim();
+  };
+  const Dim batch = q[0];
+  const Dim q_seq = q.rank() == 4 ? q[2] : q[1];
+  const Dim kv_seq = k.rank() == 4 ? k[2] : k[1];
+  const Dim q_head = per_head(q, qh, "Q");
+  const Dim head = per_head(k, kvh, "K");
+  const Dim v_head = per_head(v, kvh, "V");
+  if (q_head.is_known() && head.is_known() && q_head.value() != head.value())
+    ctx.fail("Q and K head sizes differ: " + q_head.to_string() + " vs " + head.to_string());
+  ctx.set_output(0, dt, q.rank() == 4 ? Shape({batch, qh, q_seq, v_head}) : Shape({batch, q_seq, qh * v_head}));
+  Dim total = kv_seq;
+  if (ctx.has_input(4)) {
+    const Dim past = dim_at(ctx.input_shape(4), 2);
+    total = past.is_known() && kv_seq.is_known() ? Dim(past.value() + kv_seq.value()) : Dim();
+  }
+  ctx.set_output(1, dt, Shape({batch, kvh, total, head}));
+  ctx.set_output(2, dt, Shape({batch, kvh, total, v_head}));
+  ctx.set_output(3, dt, Shape({batch, qh, q_seq, total}));
+}
+
 void quantize(InferContext& ctx) {
   DType dt = DType::kUInt8;
   const int64_t out_dtype = ctx.attr_int("output_dtype", 0);
@@ -351,12 +398,15 @@ void register_nn(Registry& r) {
   r.add("Conv", conv);
   r.add("ConvInteger", conv);
   r.add("QLinearConv", conv);
+  r.add("DeformConv", conv);  // (X, W, offset, B, mask): sized like Conv from X and W
   r.add("ConvTranspose", conv_transpose);
   for (const char* op : {"MaxPool", "AveragePool", "LpPool"}) r.add(op, pool);
   for (const char* op : {"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"}) r.add(op, global_pool);
   r.add("BatchNormalization", batch_norm);
   r.add("LayerNormalization", layer_norm);
-  for (const char* op : {"InstanceNormalization", "GroupNormalization", "LRN", "RMSNormalization"}) r.add(op, same_as_input);
+  for (const char* op : {"InstanceNormalization", "GroupNormalization", "LRN", "RMSNormalization", "RotaryEmbedding"})
+    r.add(op, same_as_input);
+  r.add("Attention", attention);
   r.add("Resize", resize);
   r.add("Upsample", resize);
   r.add("DepthToSpace", depth_to_space);

@@ -536,6 +536,60 @@ void one_hot(InferContext& ctx) {
   ctx.set_output(0, dt, Shape(std::move(out)));
 }
 
+// Unique's counts depend on the data: only ranks, and the inverse indices' length, are known.
+void unique(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  const DType dt = ctx.input_dtype(0);
+  if (!ctx.has_attr("axis")) {
+    ctx.set_output(0, dt, Shape({Dim()}));
+    ctx.set_output(1, DType::kInt64, Shape({Dim()}));
+    ctx.set_output(2, DType::kInt64, Shape({x.has_rank() ? product(x.dims()) : Dim()}));
+    ctx.set_output(3, DType::kInt64, Shape({Dim()}));
+    return;
+  }
+  if (!x.has_rank()) {
+    ctx.set_output(0, dt, Shape());
+  } else {
+    const size_t a = ctx.axis(ctx.attr_int("axis", 0), x.rank());
+    std::vector<Dim> out = x.dims();
+    out[a] = Dim();
+    ctx.set_output(0, dt, Shape(std::move(out)));
+    ctx.set_output(2, DType::kInt64, Shape({x[a]}));
+  }
+  ctx.set_output(1, DType::kInt64, Shape({Dim()}));
+  if (!x.has_rank()) ctx.set_output(2, DType::kInt64, Shape({Dim()}));
+  ctx.set_output(3, DType::kInt64, Shape({Dim()}));
+}
+
+// Compress keeps the slices whose condition entry is true; a constant condition says how many.
+void compress(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  const DType dt = ctx.input_dtype(0);
+  const bool has_axis = ctx.has_attr("axis");
+  Dim len = !x.has_rank() ? Dim() : has_axis ? Dim() : product(x.dims());
+  if (has_axis && x.has_rank()) len = x[ctx.axis(ctx.attr_int("axis", 0), x.rank())];
+  Dim kept;
+  const ir::Tensor* c = ctx.input_constant(1);
+  if (c != nullptr && c->dtype() == DType::kBool && len.is_known()) {
+    // Entries past the selected axis are ignored; a shorter condition selects a prefix.
+    const int64_t n = std::min(len.value(), c->num_elements());
+    int64_t count = 0;
+    for (int64_t k = 0; k < n; ++k) count += c->data<bool>()[k] ? 1 : 0;
+    kept = Dim(count);
+  }
+  if (!has_axis) {
+    ctx.set_output(0, dt, Shape({kept}));
+    return;
+  }
+  if (!x.has_rank()) {
+    ctx.set_output(0, dt, Shape());
+    return;
+  }
+  std::vector<Dim> out = x.dims();
+  out[ctx.axis(ctx.attr_int("axis", 0), x.rank())] = kept;
+  ctx.set_output(0, dt, Shape(std::move(out)));
+}
+
 }  // namespace
 
 void register_shape_ops(Registry& r) {
@@ -552,13 +606,16 @@ void register_shape_ops(Registry& r) {
   r.add("Gather", gather);
   r.add("GatherElements", gather_elements);
   r.add("GatherND", gather_nd);
-  for (const char* op : {"ScatterND", "ScatterElements", "Scatter"}) r.add(op, same_as_input);
+  // TensorScatter writes updates into a KV cache in place: the cache keeps its shape.
+  for (const char* op : {"ScatterND", "ScatterElements", "Scatter", "TensorScatter"}) r.add(op, same_as_input);
   r.add("Expand", expand);
   r.add("Tile", tile);
   r.add("Pad", pad);
   r.add("TopK", topk);
   r.add("NonZero", nonzero);
   r.add("OneHot", one_hot);
+  r.add("Unique", unique);
+  r.add("Compress", compress);
 }
 
 }  // namespace tether::ops
