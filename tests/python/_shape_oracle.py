@@ -30,6 +30,7 @@ I32 = TensorProto.INT32
 U8 = TensorProto.UINT8
 I8 = TensorProto.INT8
 B = TensorProto.BOOL
+S = TensorProto.STRING
 
 SYMBOL = "N"
 BATCHES = (1, 5)
@@ -112,7 +113,7 @@ def build(case: Case, shapes: dict[str, list[Any]], declared: dict[str, onnx.Val
 
 
 _NP = {F: np.float32, D: np.float64, H: np.float16, I64: np.int64, I32: np.int32, U8: np.uint8,
-       I8: np.int8, B: np.bool_}
+       I8: np.int8, B: np.bool_, S: object}
 
 
 def make_feeds(case: Case, shapes: dict[str, tuple[int, ...]], seed: int = 0) -> dict[str, np.ndarray]:
@@ -126,6 +127,8 @@ def make_feeds(case: Case, shapes: dict[str, tuple[int, ...]], seed: int = 0) ->
         shape = shapes[name]
         if t == B:
             out[name] = np.asarray(rng.random(shape) < 0.5)
+        elif t == S:
+            out[name] = np.full(shape, "ab", dtype=object)
         elif t in (I64, I32, U8, I8):
             out[name] = rng.integers(0, 3, size=shape).astype(_NP[t])
         else:
@@ -162,7 +165,7 @@ def eval_dim(d: Any, n: int) -> int | None:
 
 
 def _dtype_name(a: np.ndarray) -> str:
-    return "bool" if a.dtype == np.bool_ else a.dtype.name
+    return {np.dtype(np.bool_): "bool", np.dtype(object): "string"}.get(a.dtype, a.dtype.name)
 
 
 def onnx_inferred(model: bytes) -> dict[str, tuple[str, tuple[int | str | None, ...]]]:
@@ -172,7 +175,7 @@ def onnx_inferred(model: bytes) -> dict[str, tuple[str, tuple[int | str | None, 
     for vi in m.graph.output:
         t = vi.type.tensor_type
         dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim)
-        out[vi.name] = (np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type)).name, dims)
+        out[vi.name] = (_dtype_name(np.empty(0, helper.tensor_dtype_to_np_dtype(t.elem_type))), dims)
     return out
 
 
