@@ -305,6 +305,15 @@ int64_t slice_length(int64_t len, int64_t start, int64_t end, int64_t step) {
   return start > end ? (start - end + (-step) - 1) / (-step) : 0;
 }
 
+// True when Slice takes every entry of a dim whatever its size (below 2^31): x[:] forward,
+// or x[::-1] (torch.flip exports starts = -1, ends = -INT_MAX, steps = -1).
+bool covers_whole_dim(int64_t start, int64_t end, int64_t step) {
+  constexpr int64_t kBig = std::numeric_limits<int32_t>::max();
+  if (step == 1) return (start == 0 || start <= -kBig) && end >= kBig;
+  if (step == -1) return (start == -1 || start >= kBig) && end <= -kBig;
+  return false;
+}
+
 void slice(InferContext& ctx) {
   const Shape& x = ctx.input_shape(0);
   const DType dt = ctx.input_dtype(0);
@@ -343,13 +352,12 @@ void slice(InferContext& ctx) {
   if (ends->size() != starts->size() || axes->size() != starts->size() || steps->size() != starts->size())
     ctx.fail("starts, ends, axes and steps have different lengths");
   std::vector<Dim> out = x.dims();
-  constexpr int64_t kBig = std::numeric_limits<int32_t>::max();
   for (size_t i = 0; i < starts->size(); ++i) {
     const size_t a = ctx.axis((*axes)[i], x.rank());
     const int64_t s = (*starts)[i], e = (*ends)[i], st = (*steps)[i];
     if (st == 0) ctx.fail("a step is 0");
     if (x[a].is_known()) out[a] = Dim(slice_length(x[a].value(), s, e, st));
-    else if (!(s == 0 && e >= kBig && st == 1)) out[a] = Dim();  // a whole symbolic dim stays itself
+    else if (!covers_whole_dim(s, e, st)) out[a] = Dim();  // a whole symbolic dim stays itself
   }
   ctx.set_output(0, dt, Shape(out));
   // Slicing a tracked 1-D value.
@@ -500,6 +508,8 @@ void topk(InferContext& ctx) {
     if (v->front().negative < 0) ctx.fail("k is " + std::to_string(v->front().negative) + ", expected >= 0");
     k = v->front().dim;
   }
+  if (k.is_known() && x[a].is_known() && k.value() > x[a].value())
+    ctx.fail("k is " + k.to_string() + ", larger than axis " + std::to_string(a) + " of size " + x[a].to_string());
   std::vector<Dim> out = x.dims();
   out[a] = k;
   ctx.set_output(0, ctx.input_dtype(0), Shape(out));
