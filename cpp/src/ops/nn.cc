@@ -107,6 +107,10 @@ void conv_transpose(InferContext& ctx) {
   if (x.rank() < 3) ctx.fail("input must have rank >= 3 (N, C, spatial...), got " + x.to_string());
   const size_t k = x.rank() - 2;
   const int64_t group = ctx.attr_int("group", 1);
+  if (group < 1) ctx.fail("group is " + std::to_string(group) + ", expected >= 1");
+  // The weight is (C_in, C_out / group, k...): its first dim must match the input's channels.
+  if (w.has_rank() && w.rank() >= 1 && x[1].is_known() && w[0].is_known() && x[1].value() != w[0].value())
+    ctx.fail("input has " + x[1].to_string() + " channels, weight expects " + w[0].to_string());
   Dim channels = w.has_rank() && w.rank() >= 2 ? w[1] * Dim(group) : Dim();
   std::vector<Dim> out{x[0], channels};
   std::vector<int64_t> kernel = ctx.attr_ints("kernel_shape");
