@@ -130,16 +130,22 @@ void conv_transpose(InferContext& ctx) {
   const std::string auto_pad = ctx.attr_string("auto_pad", "NOTSET");
   for (size_t i = 0; i < k; ++i) {
     const Dim& in = x[i + 2];
-    if (!in.is_known() || kernel.size() != k || kernel[i] < 1) {
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      out.push_back(in * Dim(strides[i]));
+      continue;
+    }
+    if (kernel.size() != k || kernel[i] < 1) {
       out.push_back(Dim());
       continue;
     }
-    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      out.push_back(Dim(in.value() * strides[i]));
+    // stride * (in - 1) + out_pad + (kernel - 1) * dilation + 1 - pads = stride * in + rest.
+    const int64_t total_pad = auto_pad == "VALID" ? 0 : pads[i] + pads[i + k];
+    const int64_t rest = out_pad[i] + (kernel[i] - 1) * dilations[i] + 1 - total_pad - strides[i];
+    if (!in.is_known()) {
+      out.push_back(rest == 0 ? in * Dim(strides[i]) : Dim());  // a symbolic size stays a monomial
       continue;
     }
-    const int64_t total_pad = auto_pad == "VALID" ? 0 : pads[i] + pads[i + k];
-    const int64_t v = strides[i] * (in.value() - 1) + out_pad[i] + (kernel[i] - 1) * dilations[i] + 1 - total_pad;
+    const int64_t v = strides[i] * in.value() + rest;
     if (v < 0) ctx.fail("output size on spatial axis " + std::to_string(i) + " would be negative");
     out.push_back(Dim(v));
   }
