@@ -34,6 +34,9 @@ S = TensorProto.STRING
 
 SYMBOL = "N"
 BATCHES = (1, 5)
+# A second symbol ("S", a sequence length) takes other values than N, so a rule that mixes
+# the two up is caught.
+OFFSETS = {"N": 0, "S": 2}
 
 # case id -> output -> number of unknown dims where onnxruntime's dim was static / varied with N.
 UNKNOWN_DIMS: dict[str, dict[str, tuple[int, int]]] = {}
@@ -62,8 +65,9 @@ class Case:
     """One graph under test.
 
     inputs: name -> (onnx elem type, static shape). inits: constant initializers.
-    sym: input name -> axis whose dim becomes the symbol N in the symbolic check (None: the
-    first input's axis 0; {}: no symbolic check). feeds: values for some inputs given the
+    sym: input name -> axis whose dim becomes the symbol N in the symbolic check, or
+    {axis: symbol} for several ("N", "S"); None: the first input's axis 0; {}: no symbolic
+    check. feeds: values for some inputs given the
     concrete shapes (indices must be in range, etc.). allow_unknown: outputs whose dims may
     be unknown in the symbolic check, with why (data-dependent sizes).
     """
@@ -74,7 +78,7 @@ class Case:
     outputs: list[str]
     inits: dict[str, np.ndarray] = field(default_factory=dict)
     opset: int = 20
-    sym: dict[str, int] | None = None
+    sym: dict[str, int | dict[int, str]] | None = None
     feeds: Callable[[dict[str, tuple[int, ...]]], dict[str, np.ndarray]] | None = None
     allow_unknown: dict[str, str] = field(default_factory=dict)
     static_unknown: dict[str, str] = field(default_factory=dict)  # same, for static inputs
@@ -90,10 +94,9 @@ class Case:
             if k:
                 n.name = f"{n.name}_{k}"
 
-    def sym_axes(self) -> dict[str, int]:
-        if self.sym is not None:
-            return self.sym
-        return {next(iter(self.inputs)): 0}
+    def sym_axes(self) -> dict[str, dict[int, str]]:
+        sym = self.sym if self.sym is not None else {next(iter(self.inputs)): 0}
+        return {n: ({a: SYMBOL} if isinstance(a, int) else a) for n, a in sym.items()}
 
 
 def build(case: Case, shapes: dict[str, list[Any]], declared: dict[str, onnx.ValueInfoProto] | None = None) -> bytes:
@@ -147,9 +150,13 @@ def infer(model: bytes) -> dict[str, tt.ValueInfo]:
     return m.value_types()
 
 
-def eval_dim(d: Any, n: int) -> int | None:
-    """A tether dim with N substituted: "N", "7*N", "N*N", "N*3"; None when the text is
-    not such a product (an opaque symbol like "3*(s0 + 1)")."""
+def symbol_values(b: int) -> dict[str, int]:
+    return {name: b + off for name, off in OFFSETS.items()}
+
+
+def eval_dim(d: Any, values: dict[str, int]) -> int | None:
+    """A tether dim with symbols substituted: "N", "7*N", "N*S", "N*3"; None when the text
+    is not such a product (an opaque symbol like "3*(s0 + 1)")."""
     if isinstance(d, int):
         return d
     value = 1
@@ -157,8 +164,8 @@ def eval_dim(d: Any, n: int) -> int | None:
         term = term.strip()
         if re.fullmatch(r"\d+", term):
             value *= int(term)
-        elif term == SYMBOL:
-            value *= n
+        elif term in values:
+            value *= values[term]
         else:
             return None
     return value
@@ -208,13 +215,15 @@ def check_symbolic(case: Case) -> None:
     output is in allow_unknown."""
     axes = case.sym_axes()
     sym_shapes = {n: list(s) for n, (_, s) in case.inputs.items()}
-    for n, a in axes.items():
-        sym_shapes[n][a] = SYMBOL
+    for n, at in axes.items():
+        for a, symbol in at.items():
+            sym_shapes[n][a] = symbol
     model = build(case, sym_shapes)
     types = infer(model)
     actual: dict[int, dict[str, np.ndarray]] = {}
     for b in case.batches:
-        shapes = {n: tuple(b if d == SYMBOL else d for d in s) for n, s in sym_shapes.items()}
+        values = symbol_values(b)
+        shapes = {n: tuple(values.get(d, d) for d in s) for n, s in sym_shapes.items()}
         actual[b] = run_ort(model, make_feeds(case, shapes, seed=b), case.outputs)
     for name in case.outputs:
         vi = types[name]
@@ -237,7 +246,7 @@ def check_symbolic(case: Case) -> None:
                     varying_unknown += 1
                 continue
             for b, size in sizes.items():
-                v = eval_dim(d, b)
+                v = eval_dim(d, symbol_values(b))
                 if v is None:
                     continue
                 assert v == size, f"{case.id} {name}: dim {k} is {d!r} = {v} at N={b}, onnxruntime {ref[b].shape}"

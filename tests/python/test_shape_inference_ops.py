@@ -892,6 +892,82 @@ add(
 )
 
 
+# ---- a transformer block with batch N and sequence S both symbolic -------------------------
+
+NS = {"x": {0: "N", 1: "S"}}
+
+
+def heads(src: str, dst: str, perm: list[int]) -> list[onnx.NodeProto]:
+    """[N, S, 8] -> [N, S, 2, 4] through a Shape-computed target, then transposed."""
+    return [node("Reshape", [src, "split_target"], [f"{dst}_r"]),
+            node("Transpose", [f"{dst}_r"], [dst], perm=perm)]
+
+
+add(Case("block/attention_ns", [
+    node("Shape", ["x"], ["s"]),
+    node("Gather", ["s", "i0"], ["b"], axis=0),
+    node("Gather", ["s", "i1"], ["t"], axis=0),
+    node("Unsqueeze", ["b", "ax0"], ["b1"]),
+    node("Unsqueeze", ["t", "ax0"], ["t1"]),
+    node("Concat", ["b1", "t1", "hd"], ["split_target"], axis=0),
+    node("MatMul", ["x", "wq"], ["q"]),
+    node("MatMul", ["x", "wk"], ["k"]),
+    node("MatMul", ["x", "wv"], ["v"]),
+    *heads("q", "qh", [0, 2, 1, 3]),
+    *heads("k", "kt", [0, 2, 3, 1]),
+    *heads("v", "vh", [0, 2, 1, 3]),
+    node("MatMul", ["qh", "kt"], ["scores"]),
+    node("Range", ["zero", "t", "one"], ["pos"]),
+    node("Unsqueeze", ["pos", "ax0"], ["row"]),
+    node("Unsqueeze", ["pos", "ax1"], ["col"]),
+    node("Greater", ["row", "col"], ["future"]),
+    node("Where", ["future", "ninf", "fzero"], ["mask"]),
+    node("Add", ["scores", "mask"], ["masked"]),
+    node("Softmax", ["masked"], ["probs"], axis=-1),
+    node("Einsum", ["probs", "vh"], ["ctx"], equation="bhqk,bhkd->bhqd"),
+    node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
+    node("Reshape", ["ctx_t", "merge"], ["merged"]),
+    node("LayerNormalization", ["merged", "g"], ["y"], axis=-1),
+    node("Flatten", ["y"], ["rows"], axis=2),
+    node("Gemm", ["rows", "wo"], ["proj"], transB=1),
+    node("Concat", ["b1", "t1", "m1"], ["back_target"], axis=0),
+    node("Reshape", ["proj", "back_target"], ["out"]),
+], {"x": (F, [2, 7, 8])}, ["scores", "mask", "probs", "y", "rows", "out"],
+    {"i0": const(0), "i1": const(1), "ax0": const([0]), "ax1": const([1]), "hd": const([2, 4]),
+     "wq": rand(8, 8, seed=1), "wk": rand(8, 8, seed=2), "wv": rand(8, 8, seed=3),
+     "zero": const(0), "one": const(1), "ninf": const(-1e9, np.float32),
+     "fzero": const(0, np.float32), "merge": const([0, 0, -1]), "g": rand(8),
+     "wo": rand(6, 8), "m1": const([-1])}, sym=NS))
+add(
+    one("MatMul/ns", "MatMul", ["a", "b"], {"a": (F, [2, 7, 8]), "b": (F, [8, 3])},
+        sym={"a": {0: "N", 1: "S"}}),
+    one("Einsum/ns_scores", "Einsum", ["a", "b"], {"a": (F, [2, 4, 7, 8]), "b": (F, [2, 4, 7, 8])},
+        equation="bhqd,bhkd->bhqk", sym={"a": {0: "N", 2: "S"}, "b": {0: "N", 2: "S"}}),
+    one("Reshape/ns_merge", "Reshape", ["x", "s"], {"x": (F, [2, 7, 8])},
+        inits={"s": const([-1, 8])}, sym=NS),
+    one("Flatten/ns", "Flatten", ["x"], {"x": (F, [2, 7, 8])}, axis=2, sym=NS),
+    one("Transpose/ns", "Transpose", ["x"], {"x": (F, [2, 7, 8])}, perm=[1, 0, 2], sym=NS),
+    one("Gather/ns_last_token", "Gather", ["x", "i"], {"x": (F, [2, 7, 8])},
+        inits={"i": const(-1)}, axis=1, sym=NS),
+    one("Conv/ns_1d_same", "Conv", ["x", "w"], {"x": (F, [2, 3, 13])},
+        inits={"w": rand(4, 3, 5)}, auto_pad="SAME_UPPER", sym={"x": {0: "N", 2: "S"}}),
+    one("Conv/ns_1d_pads", "Conv", ["x", "w"], {"x": (F, [2, 3, 13])},
+        inits={"w": rand(4, 3, 5)}, pads=[2, 2], sym={"x": {0: "N", 2: "S"}}),
+    one("MaxPool/ns_same_k3", "MaxPool", ["x"], {"x": (F, [2, 3, 13])}, kernel_shape=[3],
+        pads=[1, 1], sym={"x": {0: "N", 2: "S"}}),
+    one("ConvTranspose/ns_spatial", "ConvTranspose", ["x", "w"], {"x": (F, [2, 3, 13])},
+        inits={"w": rand(3, 2, 3)}, pads=[1, 1], sym={"x": {0: "N", 2: "S"}}),
+    one("ConvTranspose/ns_stride2_k4", "ConvTranspose", ["x", "w"], {"x": (F, [2, 3, 13])},
+        inits={"w": rand(3, 2, 4)}, strides=[2], pads=[1, 1], sym={"x": {0: "N", 2: "S"}}),
+    one("ConvTranspose/ns_same", "ConvTranspose", ["x", "w"], {"x": (F, [2, 3, 13])},
+        inits={"w": rand(3, 2, 3)}, strides=[3], auto_pad="SAME_UPPER",
+        sym={"x": {0: "N", 2: "S"}}),
+    one("LSTM/ns", "LSTM", ["x", "W", "R"], {"x": (F, [7, 2, 3])}, outs=("y", "yh"),
+        inits={"W": rand(1, 20, 3), "R": rand(1, 20, 5)}, hidden_size=5,
+        sym={"x": {0: "S", 1: "N"}}),
+)
+
+
 # ---- the tests -----------------------------------------------------------------------------
 
 IDS = [c.id for c in CASES]
