@@ -18,9 +18,8 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import TensorProto, helper, numpy_helper
-
 import tether as tt
+from onnx import TensorProto, helper, numpy_helper
 
 F = TensorProto.FLOAT
 D = TensorProto.DOUBLE
@@ -47,7 +46,8 @@ _ORT_OPTS.intra_op_num_threads = 1
 _ORT_OPTS.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
 
 
-def node(op: str, inputs: Sequence[str], outputs: Sequence[str], name: str = "", **attrs: Any) -> onnx.NodeProto:
+def node(op: str, inputs: Sequence[str], outputs: Sequence[str], name: str = "",
+         **attrs: Any) -> onnx.NodeProto:
     """A NodeProto; its name defaults to the op in lower case."""
     return helper.make_node(op, list(inputs), list(outputs), name=name or op.lower(), **attrs)
 
@@ -99,7 +99,8 @@ class Case:
         return {n: ({a: SYMBOL} if isinstance(a, int) else a) for n, a in sym.items()}
 
 
-def build(case: Case, shapes: dict[str, list[Any]], declared: dict[str, onnx.ValueInfoProto] | None = None) -> bytes:
+def build(case: Case, shapes: dict[str, list[Any]],
+          declared: dict[str, onnx.ValueInfoProto] | None = None) -> bytes:
     """The case's model with the given input shapes, outputs left untyped (or `declared`)."""
     ins = [helper.make_tensor_value_info(n, t, shapes[n]) for n, (t, _) in case.inputs.items()]
     outs = []
@@ -119,7 +120,8 @@ _NP = {F: np.float32, D: np.float64, H: np.float16, I64: np.int64, I32: np.int32
        I8: np.int8, B: np.bool_, S: object}
 
 
-def make_feeds(case: Case, shapes: dict[str, tuple[int, ...]], seed: int = 0) -> dict[str, np.ndarray]:
+def make_feeds(case: Case, shapes: dict[str, tuple[int, ...]],
+               seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     given = case.feeds(shapes) if case.feeds else {}
     out = {}
@@ -139,9 +141,10 @@ def make_feeds(case: Case, shapes: dict[str, tuple[int, ...]], seed: int = 0) ->
     return out
 
 
-def run_ort(model: bytes, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+def run_ort(model: bytes, feeds: dict[str, np.ndarray],
+            outputs: list[str]) -> dict[str, np.ndarray]:
     sess = ort.InferenceSession(model, _ORT_OPTS, providers=["CPUExecutionProvider"])
-    return dict(zip(outputs, sess.run(outputs, feeds)))
+    return dict(zip(outputs, sess.run(outputs, feeds), strict=True))
 
 
 def infer(model: bytes) -> dict[str, tt.ValueInfo]:
@@ -177,12 +180,15 @@ def _dtype_name(a: np.ndarray) -> str:
 
 def onnx_inferred(model: bytes) -> dict[str, tuple[str, tuple[int | str | None, ...]]]:
     """Output dtypes and shapes from onnx's own strict shape inference, with data propagation."""
-    m = onnx.shape_inference.infer_shapes(onnx.load_from_string(model), strict_mode=True, data_prop=True)
+    m = onnx.shape_inference.infer_shapes(onnx.load_from_string(model), strict_mode=True,
+                                          data_prop=True)
     out = {}
     for vi in m.graph.output:
         t = vi.type.tensor_type
-        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim)
-        out[vi.name] = (_dtype_name(np.empty(0, helper.tensor_dtype_to_np_dtype(t.elem_type))), dims)
+        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                     for d in t.shape.dim)
+        dtype = _dtype_name(np.empty(0, helper.tensor_dtype_to_np_dtype(t.elem_type)))
+        out[vi.name] = (dtype, dims)
     return out
 
 
@@ -194,7 +200,8 @@ def check_static(case: Case) -> None:
     if case.oracle == "onnx":
         expected = onnx_inferred(model)
     else:
-        got = run_ort(model, make_feeds(case, {n: tuple(s) for n, s in shapes.items()}), case.outputs)
+        feeds = make_feeds(case, {n: tuple(s) for n, s in shapes.items()})
+        got = run_ort(model, feeds, case.outputs)
         expected = {n: (_dtype_name(a), a.shape) for n, a in got.items()}
     types = infer(model)
     for name, (dtype, shape) in expected.items():
@@ -202,7 +209,7 @@ def check_static(case: Case) -> None:
         assert vi.dtype == dtype, f"{case.id} {name}: dtype {vi.dtype}, oracle {dtype}"
         assert vi.shape is not None, f"{case.id} {name}: tether has unknown rank, oracle {shape}"
         assert len(vi.shape) == len(shape), f"{case.id} {name}: tether {vi.shape}, oracle {shape}"
-        for k, (d, actual) in enumerate(zip(vi.shape, shape)):
+        for k, (d, actual) in enumerate(zip(vi.shape, shape, strict=True)):
             if d is None and name in case.static_unknown:
                 continue
             assert isinstance(actual, int), f"{case.id} {name}: the oracle has no static dim {k}"
@@ -229,13 +236,15 @@ def check_symbolic(case: Case) -> None:
         vi = types[name]
         ref = {b: actual[b][name] for b in case.batches}
         first = ref[case.batches[0]]
-        assert vi.dtype == _dtype_name(first), f"{case.id} {name}: dtype {vi.dtype}, onnxruntime {first.dtype}"
+        assert vi.dtype == _dtype_name(first), (
+            f"{case.id} {name}: dtype {vi.dtype}, onnxruntime {first.dtype}")
         if vi.shape is None:
             UNKNOWN_DIMS.setdefault(case.id, {})[name] = (0, first.ndim)
             assert name in case.allow_unknown, f"{case.id} {name}: tether has unknown rank"
             continue
         for b in case.batches:
-            assert len(vi.shape) == ref[b].ndim, f"{case.id} {name}: tether {vi.shape}, N={b}: {ref[b].shape}"
+            assert len(vi.shape) == ref[b].ndim, (
+                f"{case.id} {name}: tether {vi.shape}, N={b}: {ref[b].shape}")
         static_unknown = varying_unknown = 0
         for k, d in enumerate(vi.shape):
             sizes = {b: ref[b].shape[k] for b in case.batches}
@@ -249,7 +258,9 @@ def check_symbolic(case: Case) -> None:
                 v = eval_dim(d, symbol_values(b))
                 if v is None:
                     continue
-                assert v == size, f"{case.id} {name}: dim {k} is {d!r} = {v} at N={b}, onnxruntime {ref[b].shape}"
+                assert v == size, (
+                    f"{case.id} {name}: dim {k} is {d!r} = {v} at N={b}, "
+                    f"onnxruntime {ref[b].shape}")
         if static_unknown or varying_unknown:
             UNKNOWN_DIMS.setdefault(case.id, {})[name] = (static_unknown, varying_unknown)
             assert name in case.allow_unknown, (

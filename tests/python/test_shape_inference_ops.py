@@ -16,18 +16,19 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+import tether as tt
 from _shape_oracle import (
-    B,
-    D,
-    F,
-    H,
     I8,
     I32,
     I64,
     U8,
-    S,
     UNKNOWN_DIMS,
+    B,
     Case,
+    D,
+    F,
+    H,
+    S,
     build,
     check_static,
     check_symbolic,
@@ -40,8 +41,6 @@ from _shape_oracle import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import helper
-
-import tether as tt
 
 _CASE_KEYS = {"opset", "sym", "feeds", "allow_unknown", "static_unknown", "batches", "oracle"}
 INT_MAX = np.iinfo(np.int64).max
@@ -598,8 +597,8 @@ add(
     one("Attention/past", "Attention", ["q", "k", "v", "", "pk_in", "pv_in"],
         {"q": (F, [2, 4, 1, 8]), "k": (F, [2, 4, 1, 8]), "v": (F, [2, 4, 1, 8]),
          "pk_in": (F, [2, 4, 6, 8]), "pv_in": (F, [2, 4, 6, 8])},
-        outs=("y", "pk", "pv", "qk"), opset=23, sym={n: 0 for n in ["q", "k", "v", "pk_in", "pv_in"]},
-        static_unknown={"qk": "onnxruntime leaves qk_matmul_output empty unless qk_matmul_output_mode is set"}),
+        outs=("y", "pk", "pv", "qk"), opset=23,
+        sym={n: 0 for n in ["q", "k", "v", "pk_in", "pv_in"]}),
     one("RotaryEmbedding", "RotaryEmbedding", ["x", "c", "s", "p"], {"x": (F, [2, 4, 5, 8])},
         inits={"c": rand(10, 4), "s": rand(10, 4), "p": const([[0, 1, 2, 3, 4]] * 2)}, opset=23,
         sym={}),
@@ -689,7 +688,8 @@ LOOP_BODY = helper.make_graph(
     "body",
     [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("c_in", B, []),
      helper.make_tensor_value_info("acc_in", F, [3, 2])],
-    [helper.make_tensor_value_info("c_out", B, []), helper.make_tensor_value_info("acc_out", F, [3, 2]),
+    [helper.make_tensor_value_info("c_out", B, []),
+     helper.make_tensor_value_info("acc_out", F, [3, 2]),
      helper.make_tensor_value_info("scan", F, [3, 2])],
     [onnx.numpy_helper.from_array(np.ones((3, 2), np.float32), "one")],
 )
@@ -697,8 +697,8 @@ LOOP_BODY = helper.make_graph(
 add(
     graph_case("Constant/value", [node("Constant", [], ["c"], value=onnx.numpy_helper.from_array(
         rand(3, 13))), node("Add", ["x", "c"], ["y"])], X3, ["c", "y"], sym={}),
-    graph_case("Constant/value_ints", [node("Constant", [], ["y"], value_ints=[1, 2, 3])], {}, ["y"],
-               sym={}),
+    graph_case("Constant/value_ints", [node("Constant", [], ["y"], value_ints=[1, 2, 3])], {},
+               ["y"], sym={}),
     graph_case("Constant/value_float", [node("Constant", [], ["y"], value_float=2.0)], {}, ["y"],
                sym={}),
     graph_case("Constant/value_int", [node("Constant", [], ["y"], value_int=2)], {}, ["y"], sym={}),
@@ -1024,9 +1024,9 @@ def test_broadcast_matches_onnxruntime_on_random_shapes(drawn: tuple[str, list[l
     op, shapes = drawn
     names = ["c", "a", "b"][: len(shapes)] if op == "Where" else ["a", "b", "c"][: len(shapes)]
     types = {"c": B} if op == "Where" else {}
-    inputs = {n: (types.get(n, F), s) for n, s in zip(names, shapes)}
+    inputs = {n: (types.get(n, F), s) for n, s in zip(names, shapes, strict=True)}
     case = Case(f"fuzz/{op}{shapes}", [node(op, names, ["y"])], inputs, ["y"],
-                sym=batch_axes(dict(zip(names, shapes))))
+                sym=batch_axes(dict(zip(names, shapes, strict=True))))
     check_static(case)
     if case.sym_axes():
         check_symbolic(case)
@@ -1083,7 +1083,9 @@ def test_pool_and_conv_windows_match_onnxruntime(data: Any) -> None:
                                           "SAME_LOWER"]))
     if op == "Conv" and auto_pad.startswith("SAME"):
         dil = 1  # onnxruntime's Conv rejects dilations with SAME padding
-    pads = [data.draw(st.integers(0, kernel - 1)) for _ in range(2)] if auto_pad == "NOTSET" else [0, 0]
+    pads = [0, 0]
+    if auto_pad == "NOTSET":
+        pads = [data.draw(st.integers(0, kernel - 1)) for _ in range(2)]
     attrs: dict[str, Any] = {"strides": [stride], "auto_pad": auto_pad, "dilations": [dil]}
     if auto_pad == "NOTSET":
         attrs["pads"] = pads
@@ -1100,8 +1102,8 @@ def test_pool_and_conv_windows_match_onnxruntime(data: Any) -> None:
     # onnxruntime's MaxPool sizes SAME padding without the dilation (7 wide, kernel 3,
     # dilation 2 gives 5, not the spec's ceil(7 / 1) = 7): onnx's inference is the oracle there.
     deviates = auto_pad.startswith("SAME") and dil > 1
-    case = Case(f"fuzz/{op}{size}{attrs}", [node(op, ins, ["y"], **attrs)], {"x": (F, [2, 3, size])},
-                ["y"], inits, oracle="onnx" if deviates else "ort")
+    case = Case(f"fuzz/{op}{size}{attrs}", [node(op, ins, ["y"], **attrs)],
+                {"x": (F, [2, 3, size])}, ["y"], inits, oracle="onnx" if deviates else "ort")
     check_static(case)
     if not deviates:
         check_symbolic(case)
@@ -1216,7 +1218,8 @@ def test_contradiction_raises_shape_error_naming_the_node(case: Case) -> None:
     ("declared", "why"),
     [([2, 3], "dim 1 differs"), ([2, 4, 1], "ranks differ"), (None, "element types differ")],
 )
-def test_declared_output_contradicting_inference_raises(declared: list[int] | None, why: str) -> None:
+def test_declared_output_contradicting_inference_raises(declared: list[int] | None,
+                                                        why: str) -> None:
     case = Case("declared", [node("MatMul", ["a", "b"], ["y"], name="mm")],
                 {"a": (F, [2, 5]), "b": (F, [5, 4])}, ["y"])
     vi = (helper.make_tensor_value_info("y", F, declared) if declared is not None
