@@ -18,6 +18,7 @@ import onnx
 import pytest
 import tether as tt
 from _shape_oracle import (
+    BATCHES,
     I8,
     I32,
     I64,
@@ -1241,3 +1242,80 @@ def test_declared_output_agreeing_with_inference_is_refined() -> None:
     m.infer_shapes()
     got = run_ort(model, make_feeds(case, {"a": (2, 5), "b": (5, 4)}), ["y"])["y"]
     assert m.value_types()["y"].shape == got.shape
+
+
+@FUZZ
+@given(st.lists(SIZES, min_size=1, max_size=4), st.data())
+def test_reshape_matches_onnxruntime_on_random_targets(shape: list[int], data: Any) -> None:
+    """Targets regroup the input's dims, with some entries as 0 (copy) or -1 (infer)."""
+    total = int(np.prod(shape))
+    target = data.draw(st.permutations(shape)) if data.draw(st.booleans()) else [total]
+    target = [d for d in target]
+    if len(target) > 1 and data.draw(st.booleans()):
+        target = [target[0] * target[1], *target[2:]]
+    k = data.draw(st.integers(0, len(target) - 1))
+    target[k] = -1
+    for i in range(min(len(target), len(shape))):
+        if i != k and target[i] == shape[i] and data.draw(st.booleans()):
+            target[i] = 0
+    case = Case(f"fuzz/Reshape{shape}->{target}", [node("Reshape", ["x", "s"], ["y"])],
+                {"x": (F, shape)}, ["y"], {"s": const(target)})
+    check_static(case)
+
+    def valid_at(n: int) -> bool:  # does the target still fit with dim 0 = n?
+        dims = [n, *shape[1:]]
+        fixed = [dims[i] if t == 0 else t for i, t in enumerate(target) if t != -1]
+        return int(np.prod(dims)) % max(int(np.prod(fixed)), 1) == 0
+
+    if all(valid_at(n) for n in BATCHES):
+        check_symbolic(case)
+
+
+@FUZZ
+@given(st.lists(SIZES, min_size=1, max_size=4), st.data())
+def test_gather_unsqueeze_transpose_match_onnxruntime(shape: list[int], data: Any) -> None:
+    rank = len(shape)
+    axis = data.draw(st.integers(-rank, rank - 1))
+    idx_shape = data.draw(st.lists(st.integers(1, 3), max_size=2))
+    n = shape[axis]
+    idx = np.random.default_rng(0).integers(-n, n, size=idx_shape)
+    un = data.draw(st.lists(st.integers(-(rank + idx.ndim), rank + idx.ndim - 1), max_size=2,
+                            unique_by=lambda a: a % (rank - 1 + idx.ndim + 2)))
+    out_rank = rank - 1 + idx.ndim + len(un)
+    if out_rank == 0 or len({a % out_rank for a in un}) != len(un):
+        return
+    perm = data.draw(st.permutations(range(out_rank)))
+    nodes = [node("Gather", ["x", "i"], ["g"], axis=axis),
+             node("Unsqueeze", ["g", "a"], ["u"]),
+             node("Transpose", ["u"], ["y"], perm=list(perm))]
+    case = Case(f"fuzz/Gather{shape}{axis}{idx_shape}{un}{perm}", nodes, {"x": (F, shape)},
+                ["g", "u", "y"], {"i": idx.astype(np.int64), "a": const(un)},
+                sym={} if axis % rank == 0 else None)
+    check_static(case)
+    if case.sym_axes():
+        check_symbolic(case)
+
+
+@FUZZ
+@given(st.lists(SIZES, min_size=1, max_size=3), st.data())
+def test_pad_and_split_match_onnxruntime(shape: list[int], data: Any) -> None:
+    rank = len(shape)
+    pads = [data.draw(st.integers(-min(d, 1), 3)) for d in shape]
+    pads += [data.draw(st.integers(-(d + pads[i] - 1 if d + pads[i] > 1 else 0), 2))
+             for i, d in enumerate(shape)]
+    padded = [d + pads[i] + pads[i + rank] for i, d in enumerate(shape)]
+    axis = data.draw(st.integers(-rank, rank - 1))
+    parts = data.draw(st.integers(1, 3))
+    nodes = [node("Pad", ["x", "p"], ["p_out"]),
+             node("Split", ["p_out"], [f"s{k}" for k in range(parts)], axis=axis,
+                  num_outputs=parts)]
+    chunk = -(-padded[axis] // parts)
+    if (parts - 1) * chunk >= padded[axis]:
+        return  # a last part of size 0: onnx's inference allows it, onnxruntime does not
+    case = Case(f"fuzz/PadSplit{shape}{pads}{axis}{parts}", nodes, {"x": (F, shape)},
+                ["p_out"] + [f"s{k}" for k in range(parts)], {"p": const(pads)},
+                sym={"x": {k: "N" for k in range(rank) if pads[k] == pads[k + rank] == 0
+                           and k != axis % rank}} or {})
+    check_static(case)
+    if case.sym_axes()["x"]:
+        check_symbolic(case)
