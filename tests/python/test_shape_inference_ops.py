@@ -80,6 +80,7 @@ for op, attrs in [
     add(one(f"{op}", op, ["x"], X3, **attrs))
 add(
     one("Softmax/4d", "Softmax", ["x"], X4, axis=1),
+    one("Swish", "Swish", ["x"], X4, alpha=0.5, opset=24),
     one("MeanVarianceNormalization", "MeanVarianceNormalization", ["x"], X4),
     one("Clip/min_max", "Clip", ["x", "lo", "hi"], X4,
         inits={"lo": const(-0.5, np.float32), "hi": const(0.5, np.float32)}),
@@ -496,6 +497,8 @@ add(
         inits={"i": const([[[1]], [[2]]])}, batch_dims=1, sym={}),
     one("ScatterND", "ScatterND", ["x", "i", "u"], {"x": (F, [4, 3])},
         inits={"i": const([[1], [3]]), "u": rand(2, 3)}, sym={}),
+    one("Scatter/opset10", "Scatter", ["x", "i", "u"], {"x": (F, [4, 3])},
+        inits={"i": const([[1, 0, 2]]), "u": rand(1, 3)}, axis=0, opset=10, sym={}),
     one("ScatterElements", "ScatterElements", ["x", "i", "u"], {"x": (F, [4, 3])},
         inits={"i": const([[1, 0, 2]]), "u": rand(1, 3)}, axis=0, sym={}),
     one("Expand/rank_up", "Expand", ["x", "s"], {"x": (F, [3, 1])},

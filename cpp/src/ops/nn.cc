@@ -1,5 +1,5 @@
 // Shape inference for neural-network ops: convolutions, pooling, normalisation, resizing,
-// recurrent layers, quantization.
+// recurrent layers, attention, quantization.
 #include <algorithm>
 #include <cmath>
 
