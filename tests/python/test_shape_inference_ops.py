@@ -999,6 +999,8 @@ def test_report_unknown_dims(capsys: pytest.CaptureFixture[str]) -> None:
             for name, (static, varying) in outs.items():
                 print(f"\nunknown dims: {cid} {name}: {static} where onnxruntime's dim is static, "
                       f"{varying} where it varies with N", end="")
+        if UNKNOWN_DIMS:
+            print()
 
 
 # ---- random shapes (hypothesis) ------------------------------------------------------------
