@@ -1,5 +1,7 @@
 // Shape inference for elementwise ops: unary, binary and variadic with broadcasting,
 // comparisons, logic, Where, Cast. Small integer shape computations are tracked by value.
+#include <algorithm>
+
 #include "ops/infer_context.h"
 
 namespace tether::ops {
@@ -24,22 +26,25 @@ void broadcast(InferContext& ctx, size_t dtype_from, std::optional<DType> fixed 
   ctx.set_output(0, fixed ? *fixed : ctx.input_dtype(dtype_from), broadcast_shapes(ctx, shapes));
 }
 
-// Applies `op` entry-wise to the tracked values of a binary op's inputs (a scalar side
-// broadcasts); nothing when either side is untracked or an entry cannot be computed.
+// Applies `op` entry-wise to the tracked values of inputs `first` and `first + 1` (a
+// one-entry side broadcasts); nothing when either side is untracked. An entry `op` cannot
+// compute becomes unknown, so the known entries beside it (Shape(x) * [1, 2, 1] on
+// [N, 3, 4]) still reach the Reshape downstream.
 template <typename Op>
-void propagate_binary(InferContext& ctx, Op op) {
-  auto a = ctx.input_values(0);
-  auto b = ctx.input_values(1);
+void propagate_binary(InferContext& ctx, Op op, size_t first = 0) {
+  auto a = ctx.input_values(first);
+  auto b = ctx.input_values(first + 1);
   if (!a || !b) return;
   if (a->size() != b->size() && a->size() != 1 && b->size() != 1) return;
   const size_t n = std::max(a->size(), b->size());
   std::vector<SymInt> out;
+  bool any = false;
   for (size_t k = 0; k < n; ++k) {
     std::optional<SymInt> r = op((*a)[a->size() == 1 ? 0 : k], (*b)[b->size() == 1 ? 0 : k]);
-    if (!r) return;
-    out.push_back(*r);
+    any = any || (r && !(r->negative == 0 && r->dim.is_unknown()));
+    out.push_back(r ? *r : SymInt{Dim(), 0});
   }
-  ctx.set_output_values(0, std::move(out));
+  if (any) ctx.set_output_values(0, std::move(out));
 }
 
 std::optional<SymInt> known_pair(const SymInt& x, const SymInt& y, int64_t (*f)(int64_t, int64_t)) {
@@ -88,7 +93,41 @@ void div(InferContext& ctx) {
 
 void binary(InferContext& ctx) { broadcast(ctx, 0); }
 void compare(InferContext& ctx) { broadcast(ctx, 0, DType::kBool); }
-void where(InferContext& ctx) { broadcast(ctx, 1); }
+
+// Equal on shape values: the TorchScript exporter's expand pattern compares a shape with
+// -1 (Where(Equal(shape, -1), 1, shape)). Entries are 0 / 1; a size (known, or a symbol)
+// never equals a negative number.
+void equal(InferContext& ctx) {
+  compare(ctx);
+  propagate_binary(ctx, [](const SymInt& x, const SymInt& y) -> std::optional<SymInt> {
+    if (x.known() && y.known()) return SymInt::of(*x.known() == *y.known() ? 1 : 0);
+    if (x.negative == 0 && y.negative == 0 && x.dim.same_as(y.dim)) return SymInt::of(1);
+    const bool x_size = x.negative == 0 && !x.dim.is_unknown(), y_size = y.negative == 0 && !y.dim.is_unknown();
+    if ((x_size && y.negative < 0) || (y_size && x.negative < 0)) return SymInt::of(0);
+    return std::nullopt;
+  });
+}
+
+void where(InferContext& ctx) {
+  broadcast(ctx, 1);
+  auto c = ctx.input_values(0);
+  auto x = ctx.input_values(1);
+  auto y = ctx.input_values(2);
+  if (!c || !x || !y) return;
+  const size_t n = std::max({c->size(), x->size(), y->size()});
+  for (size_t len : {c->size(), x->size(), y->size()})
+    if (len != n && len != 1) return;
+  auto at = [n](const std::vector<SymInt>& v, size_t k) -> const SymInt& { return v[v.size() == 1 ? 0 : k]; };
+  std::vector<SymInt> out;
+  for (size_t k = 0; k < n; ++k) {
+    const SymInt& xk = at(*x, k);
+    const SymInt& yk = at(*y, k);
+    if (auto pick = at(*c, k).known()) out.push_back(*pick != 0 ? xk : yk);
+    else if (xk.negative == yk.negative && (xk.negative < 0 || xk.dim.same_as(yk.dim))) out.push_back(xk);
+    else out.push_back(SymInt{Dim(), 0});
+  }
+  ctx.set_output_values(0, std::move(out));
+}
 
 void prelu(InferContext& ctx) {
   // The slope broadcasts to X (unidirectionally): the output is X's shape.
@@ -123,6 +162,7 @@ void min_max(InferContext& ctx) {
   if (ctx.num_inputs() != 2) return;
   const bool is_max = ctx.node().op_type() == "Max";
   propagate_binary(ctx, [is_max](const SymInt& x, const SymInt& y) -> std::optional<SymInt> {
+    if (x.dim.same_as(y.dim) && x.negative == 0 && y.negative == 0) return x;
     if (!x.known() || !y.known()) return std::nullopt;
     return SymInt::of(is_max ? std::max(*x.known(), *y.known()) : std::min(*x.known(), *y.known()));
   });
@@ -136,7 +176,7 @@ void register_elementwise(Registry& r) {
                          "Neg", "Abs", "Reciprocal", "Erf", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Tan",
                          "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Clip", "Softmax",
                          "LogSoftmax", "Hardmax", "BitwiseNot", "LpNormalization", "MeanVarianceNormalization",
-                         "Trilu", "CumSum", "ReverseSequence", "Swish"})
+                         "Trilu", "CumSum", "CumProd", "ReverseSequence", "Swish"})
     r.add(op, same_as_input);
   r.add("Add", add);
   r.add("Sub", sub);
@@ -146,8 +186,10 @@ void register_elementwise(Registry& r) {
     r.add(op, binary);
   r.add("Min", min_max);
   r.add("Max", min_max);
-  for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"})
-    r.add(op, compare);
+  for (const char* op : {"Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"}) r.add(op, compare);
+  r.add("Equal", equal);
+  r.add("StringConcat", binary);
+  r.add("RegexFullMatch", bool_unary);
   r.add("Not", bool_unary);
   r.add("IsNaN", bool_unary);
   r.add("IsInf", bool_unary);

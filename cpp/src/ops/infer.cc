@@ -42,7 +42,19 @@ const ir::Tensor* InferContext::input_constant(size_t i) const {
 
 std::optional<std::vector<int64_t>> InferContext::input_ints(size_t i) const {
   const ir::Tensor* t = input_constant(i);
-  if (t == nullptr) return std::nullopt;
+  if (t == nullptr) {
+    // Shape arithmetic that ends in known numbers (pads or axes computed from static dims)
+    // is as good as a constant.
+    auto it = state_.shape_values.find(node_.input(i));
+    if (it == state_.shape_values.end()) return std::nullopt;
+    std::vector<int64_t> out;
+    for (const SymInt& e : it->second) {
+      auto k = e.known();
+      if (!k) return std::nullopt;
+      out.push_back(*k);
+    }
+    return out;
+  }
   const int64_t n = t->num_elements();
   std::vector<int64_t> out;
   out.reserve(static_cast<size_t>(n));
@@ -130,6 +142,8 @@ const Registry& registry() {
     register_shape_ops(reg);
     register_reduce(reg);
     register_misc(reg);
+    register_vision(reg);
+    register_signal(reg);
     return reg;
   }();
   return r;

@@ -65,7 +65,8 @@ class InferContext {
   std::optional<size_t> input_rank(size_t i) const;
   /// Input i's constant value, or nullptr.
   const ir::Tensor* input_constant(size_t i) const;
-  /// The entries of a constant integer input (int32 or int64, any rank), or nullopt.
+  /// The entries of a constant integer input (int32 or int64, any rank), or of a tracked
+  /// shape value whose entries are all known; nullopt otherwise.
   std::optional<std::vector<int64_t>> input_ints(size_t i) const;
   /// The entries of a 0-D or 1-D integer input: from a constant, or tracked through shape
   /// computations (symbolic entries included); nullopt when neither is known.
@@ -132,12 +133,16 @@ void register_linalg(Registry& r);
 void register_shape_ops(Registry& r);
 void register_reduce(Registry& r);
 void register_misc(Registry& r);
+void register_vision(Registry& r);
+void register_signal(Registry& r);
 
 // ---- helpers shared by rules ---------------------------------------------------------------
 
 /// Numpy-style broadcast of shapes; fail()s through ctx when dims cannot match. Unknown rank
 /// in any input gives unknown rank.
 Shape broadcast_shapes(const InferContext& ctx, const std::vector<Shape>& shapes);
+/// Dim i of s; unknown when s has unknown rank or fewer than i + 1 dims.
+inline Dim dim_at(const Shape& s, size_t i) { return s.has_rank() && i < s.rank() ? s[i] : Dim(); }
 /// Product of dims (symbolic products included); unknown when any is unknown.
 Dim product(const std::vector<Dim>& dims, size_t begin = 0, size_t end = SIZE_MAX);
 

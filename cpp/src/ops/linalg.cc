@@ -1,4 +1,5 @@
-// Shape inference for matrix products: MatMul (numpy semantics), Gemm, MatMulInteger, Einsum.
+// Shape inference for matrix products: MatMul (numpy semantics), Gemm, MatMulInteger,
+// QLinearMatMul, Einsum, and Det.
 #include <map>
 
 #include "ops/infer_context.h"
@@ -33,6 +34,23 @@ void matmul(InferContext& ctx) { ctx.set_output(0, ctx.input_dtype(0), matmul_sh
 
 void matmul_integer(InferContext& ctx) {
   ctx.set_output(0, DType::kInt32, matmul_shape(ctx, ctx.input_shape(0), ctx.input_shape(1)));
+}
+
+// QLinearMatMul takes (a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
+// y_zero_point); y has y_zero_point's element type.
+void qlinear_matmul(InferContext& ctx) {
+  ctx.set_output(0, ctx.input_dtype(7), matmul_shape(ctx, ctx.input_shape(0), ctx.input_shape(3)));
+}
+
+void det(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  if (!x.has_rank()) {
+    ctx.set_output(0, ctx.input_dtype(0), Shape());
+    return;
+  }
+  if (x.rank() < 2) ctx.fail("input must have rank >= 2 ([*, M, M]), got " + x.to_string());
+  check_same(ctx, x[x.rank() - 2], x[x.rank() - 1], "Det needs square matrices");
+  ctx.set_output(0, ctx.input_dtype(0), Shape(std::vector<Dim>(x.dims().begin(), x.dims().end() - 2)));
 }
 
 void gemm(InferContext& ctx) {
@@ -115,10 +133,12 @@ void einsum(InferContext& ctx) {
     for (const auto& [c, n] : counts)
       if (n == 1) out_term += c;
   }
+  // Named, not iterated as a temporary: a range-for over a temporary's member dangles.
+  const Shape ellipsis = broadcast_shapes(ctx, ellipsis_shapes);
   std::vector<Dim> out;
   for (size_t k = 0; k < out_term.size(); ++k) {
     if (out_term.compare(k, 3, "...") == 0) {
-      for (const Dim& d : broadcast_shapes(ctx, ellipsis_shapes).dims()) out.push_back(d);
+      for (const Dim& d : ellipsis.dims()) out.push_back(d);
       k += 2;
       continue;
     }
@@ -135,7 +155,9 @@ void register_linalg(Registry& r) {
   r.add("MatMul", matmul);
   r.add("MatMulInteger", matmul_integer);
   r.add("Gemm", gemm);
+  r.add("QLinearMatMul", qlinear_matmul);
   r.add("Einsum", einsum);
+  r.add("Det", det);
 }
 
 }  // namespace tether::ops

@@ -1,5 +1,5 @@
 // Shape inference for constants, generators and control flow: Constant, ConstantOfShape,
-// Range, EyeLike, Random*, If, Loop.
+// Range, EyeLike, Random*, Multinomial, If, Loop.
 #include <cmath>
 #include <cstring>
 
@@ -41,15 +41,31 @@ void constant(InferContext& ctx) {
   }
 }
 
+// The integer fill value of ConstantOfShape, when it has one.
+std::optional<int64_t> int_fill(const ir::Attribute* value) {
+  if (value == nullptr) return std::nullopt;
+  const ir::Tensor& t = value->as_tensor();
+  if (t.num_elements() != 1) return std::nullopt;
+  if (t.dtype() == DType::kInt64) return t.data<int64_t>()[0];
+  if (t.dtype() == DType::kInt32) return t.data<int32_t>()[0];
+  return std::nullopt;
+}
+
 void constant_of_shape(InferContext& ctx) {
   DType dt = DType::kFloat32;
-  if (const ir::Attribute* a = ctx.node().attr("value")) dt = a->as_tensor().dtype();
+  const ir::Attribute* value = ctx.node().attr("value");
+  if (value != nullptr) dt = value->as_tensor().dtype();
   if (auto v = ctx.input_values(0)) {
     std::vector<Dim> dims;
     for (const SymInt& e : *v) {
       if (e.negative < 0) ctx.fail("the shape has negative entry " + std::to_string(e.negative));
       dims.push_back(e.dim);
     }
+    // A short 1-D integer fill is a shape value too (TorchScript's expand pattern builds
+    // [1, 1, 1] this way before comparing it with the target shape).
+    const auto fill = int_fill(value);
+    if (fill && dims.size() == 1 && dims[0].is_known() && dims[0].value() <= 256)
+      ctx.set_output_values(0, std::vector<SymInt>(static_cast<size_t>(dims[0].value()), SymInt::of(*fill)));
     ctx.set_output(0, dt, Shape(std::move(dims)));
     return;
   }
@@ -71,15 +87,29 @@ std::optional<double> scalar(const ir::Tensor* t) {
   }
 }
 
+// A scalar input of Range: a constant, or an integer tracked through shape computations.
+std::optional<double> range_operand(const InferContext& ctx, size_t i) {
+  if (auto v = scalar(ctx.input_constant(i))) return v;
+  if (auto v = ctx.input_values(i); v && v->size() == 1)
+    if (auto k = v->front().known()) return static_cast<double>(*k);
+  return std::nullopt;
+}
+
 void range(InferContext& ctx) {
   const DType dt = ctx.input_dtype(0);
-  auto start = scalar(ctx.input_constant(0)), limit = scalar(ctx.input_constant(1)), delta = scalar(ctx.input_constant(2));
+  auto start = range_operand(ctx, 0), limit = range_operand(ctx, 1), delta = range_operand(ctx, 2);
   if (start && limit && delta) {
     if (*delta == 0) ctx.fail("delta is 0");
     const double n = std::ceil((*limit - *start) / *delta);
     ctx.set_output(0, dt, Shape::of({static_cast<int64_t>(std::max(n, 0.0))}));
     return;
   }
+  // Range(0, n, 1) over a size n (torch's position ids) has n entries, symbolic n included.
+  if (start == 0.0 && delta == 1.0)
+    if (auto v = ctx.input_values(1); v && v->size() == 1 && v->front().negative == 0) {
+      ctx.set_output(0, dt, Shape({v->front().dim}));
+      return;
+    }
   ctx.set_output(0, dt, Shape({Dim()}));
 }
 
@@ -90,12 +120,27 @@ void eye_like(InferContext& ctx) {
 
 void random(InferContext& ctx) {
   const auto dt = static_cast<DType>(ctx.attr_int("dtype", 1));
-  ctx.set_output(0, dt, Shape::of(ctx.attr_ints("shape")));
+  const std::vector<int64_t> shape = ctx.attr_ints("shape");
+  for (int64_t d : shape)
+    if (d < 0) ctx.fail("attribute 'shape' has negative entry " + std::to_string(d));
+  ctx.set_output(0, dt, Shape::of(shape));
 }
 
 void random_like(InferContext& ctx) {
   const int64_t dt = ctx.attr_int("dtype", 0);
   ctx.set_output(0, dt != 0 ? static_cast<DType>(dt) : ctx.input_dtype(0), ctx.input_shape(0));
+}
+
+void multinomial(InferContext& ctx) {
+  // (batch, class_size) -> (batch, sample_size) of indices, int32 unless `dtype` says int64.
+  const int64_t dt = ctx.attr_int("dtype", static_cast<int64_t>(DType::kInt32));
+  if (dt != static_cast<int64_t>(DType::kInt32) && dt != static_cast<int64_t>(DType::kInt64))
+    ctx.fail("attribute 'dtype' is " + std::to_string(dt) + ", expected int32 (6) or int64 (7)");
+  const Shape& x = ctx.input_shape(0);
+  if (x.has_rank() && x.rank() != 2) ctx.fail("input must be 2-D (batch, class_size), got " + x.to_string());
+  const int64_t samples = ctx.attr_int("sample_size", 1);
+  if (samples < 1) ctx.fail("sample_size is " + std::to_string(samples) + ", expected >= 1");
+  ctx.set_output(0, static_cast<DType>(dt), Shape({dim_at(x, 0), Dim(samples)}));
 }
 
 // The type both branches agree on: equal dims are kept, differing ones become unknown.
@@ -156,6 +201,7 @@ void register_misc(Registry& r) {
   r.add("RandomNormalLike", random_like);
   r.add("RandomUniformLike", random_like);
   r.add("Bernoulli", random_like);
+  r.add("Multinomial", multinomial);
   r.add("If", if_op);
   r.add("Loop", loop);
 }

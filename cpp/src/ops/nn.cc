@@ -1,5 +1,5 @@
 // Shape inference for neural-network ops: convolutions, pooling, normalisation, resizing,
-// recurrent layers, quantization.
+// recurrent layers, attention, quantization.
 #include <algorithm>
 #include <cmath>
 
@@ -107,6 +107,10 @@ void conv_transpose(InferContext& ctx) {
   if (x.rank() < 3) ctx.fail("input must have rank >= 3 (N, C, spatial...), got " + x.to_string());
   const size_t k = x.rank() - 2;
   const int64_t group = ctx.attr_int("group", 1);
+  if (group < 1) ctx.fail("group is " + std::to_string(group) + ", expected >= 1");
+  // The weight is (C_in, C_out / group, k...): its first dim must match the input's channels.
+  if (w.has_rank() && w.rank() >= 1 && x[1].is_known() && w[0].is_known() && x[1].value() != w[0].value())
+    ctx.fail("input has " + x[1].to_string() + " channels, weight expects " + w[0].to_string());
   Dim channels = w.has_rank() && w.rank() >= 2 ? w[1] * Dim(group) : Dim();
   std::vector<Dim> out{x[0], channels};
   std::vector<int64_t> kernel = ctx.attr_ints("kernel_shape");
@@ -126,16 +130,22 @@ void conv_transpose(InferContext& ctx) {
   const std::string auto_pad = ctx.attr_string("auto_pad", "NOTSET");
   for (size_t i = 0; i < k; ++i) {
     const Dim& in = x[i + 2];
-    if (!in.is_known() || kernel.size() != k || kernel[i] < 1) {
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      out.push_back(in * Dim(strides[i]));
+      continue;
+    }
+    if (kernel.size() != k || kernel[i] < 1) {
       out.push_back(Dim());
       continue;
     }
-    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      out.push_back(Dim(in.value() * strides[i]));
+    // stride * (in - 1) + out_pad + (kernel - 1) * dilation + 1 - pads = stride * in + rest.
+    const int64_t total_pad = auto_pad == "VALID" ? 0 : pads[i] + pads[i + k];
+    const int64_t rest = out_pad[i] + (kernel[i] - 1) * dilations[i] + 1 - total_pad - strides[i];
+    if (!in.is_known()) {
+      out.push_back(rest == 0 ? in * Dim(strides[i]) : Dim());  // a symbolic size stays a monomial
       continue;
     }
-    const int64_t total_pad = auto_pad == "VALID" ? 0 : pads[i] + pads[i + k];
-    const int64_t v = strides[i] * (in.value() - 1) + out_pad[i] + (kernel[i] - 1) * dilations[i] + 1 - total_pad;
+    const int64_t v = strides[i] * in.value() + rest;
     if (v < 0) ctx.fail("output size on spatial axis " + std::to_string(i) + " would be negative");
     out.push_back(Dim(v));
   }
@@ -196,6 +206,33 @@ void layer_norm(InferContext& ctx) {
   ctx.set_output(2, stash, Shape(reduced));
 }
 
+// Resize: X, roi, scales, sizes (opset 11+); X, scales (opset 10). Upsample: X, scales
+// (opset 9+) or a `scales` attribute (opset 7).
+std::optional<std::vector<float>> resize_scales(const InferContext& ctx, bool is_upsample) {
+  if (const ir::Attribute* a = ctx.node().attr("scales")) return a->as_floats();
+  const size_t at = is_upsample || ctx.opset() < 11 ? 1 : 2;
+  if (!ctx.has_input(at)) return std::vector<float>{};
+  const ir::Tensor* t = ctx.input_constant(at);
+  if (t == nullptr || t->dtype() != DType::kFloat32) return std::nullopt;
+  return std::vector<float>(t->data<float>(), t->data<float>() + t->num_elements());
+}
+
+// Output sizes from `sizes` under keep_aspect_ratio_policy (opset 18): one scale for every
+// resized axis, the smallest (not_larger) or largest (not_smaller) of sizes / input, then
+// each axis is round_half_up(scale * input).
+bool keep_aspect_ratio(const std::vector<size_t>& axes, const std::vector<SymInt>& sizes, bool not_larger,
+                       std::vector<Dim>& out) {
+  double scale = 0;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const Dim& in = out[axes[i]];
+    if (!in.is_known() || in.value() == 0 || !sizes[i].known() || *sizes[i].known() < 0) return false;
+    const double s = static_cast<double>(*sizes[i].known()) / static_cast<double>(in.value());
+    scale = i == 0 ? s : not_larger ? std::min(scale, s) : std::max(scale, s);
+  }
+  for (size_t a : axes) out[a] = Dim(static_cast<int64_t>(std::floor(scale * static_cast<double>(out[a].value()) + 0.5)));
+  return true;
+}
+
 void resize(InferContext& ctx) {
   const Shape& x = ctx.input_shape(0);
   const DType dt = ctx.input_dtype(0);
@@ -204,36 +241,46 @@ void resize(InferContext& ctx) {
     return;
   }
   const size_t rank = x.rank();
-  std::vector<int64_t> axes = ctx.attr_ints("axes");
+  std::vector<size_t> axes;
+  for (int64_t a : ctx.attr_ints("axes")) axes.push_back(ctx.axis(a, rank));
   if (axes.empty())
-    for (size_t i = 0; i < rank; ++i) axes.push_back(static_cast<int64_t>(i));
+    for (size_t i = 0; i < rank; ++i) axes.push_back(i);
   std::vector<Dim> out = x.dims();
+  const Shape rank_only{std::vector<Dim>(rank)};
   const bool is_upsample = ctx.node().op_type() == "Upsample";
-  const size_t scales_at = is_upsample ? 1 : 2;
-  const std::string policy = ctx.attr_string("keep_aspect_ratio_policy", "stretch");
-  if (!is_upsample && ctx.has_input(3)) {
-    auto sizes = ctx.input_values(3);
-    if (!sizes || sizes->size() != axes.size() || policy != "stretch") {
-      ctx.set_output(0, dt, Shape(std::vector<Dim>(rank)));
+  const auto scales = resize_scales(ctx, is_upsample);
+  if (!scales) {  // computed at run time: only the rank is certain
+    ctx.set_output(0, dt, rank_only);
+    return;
+  }
+  if (scales->empty()) {
+    auto sizes = !is_upsample && ctx.opset() >= 11 && ctx.has_input(3) ? ctx.input_values(3) : std::nullopt;
+    if (!sizes || sizes->size() != axes.size()) {
+      ctx.set_output(0, dt, rank_only);
       return;
     }
-    for (size_t i = 0; i < axes.size(); ++i) out[ctx.axis(axes[i], rank)] = (*sizes)[i].dim;
+    const std::string policy = ctx.attr_string("keep_aspect_ratio_policy", "stretch");
+    if (policy == "stretch") {
+      for (size_t i = 0; i < axes.size(); ++i) out[axes[i]] = (*sizes)[i].negative < 0 ? Dim() : (*sizes)[i].dim;
+    } else if (policy != "not_larger" && policy != "not_smaller") {
+      ctx.fail("keep_aspect_ratio_policy is '" + policy + "', expected stretch, not_larger or not_smaller");
+    } else if (!keep_aspect_ratio(axes, *sizes, policy == "not_larger", out)) {
+      for (size_t a : axes) out[a] = Dim();
+    }
     ctx.set_output(0, dt, Shape(std::move(out)));
     return;
   }
-  const ir::Tensor* scales = ctx.input_constant(scales_at);
-  if (scales == nullptr || scales->dtype() != DType::kFloat32) {
-    // Without constant scales only the rank is certain.
-    ctx.set_output(0, dt, Shape(std::vector<Dim>(rank)));
-    return;
-  }
-  if (static_cast<size_t>(scales->num_elements()) != axes.size())
-    ctx.fail("scales has " + std::to_string(scales->num_elements()) + " entries for " + std::to_string(axes.size()) + " axes");
+  if (scales->size() != axes.size())
+    ctx.fail("scales has " + std::to_string(scales->size()) + " entries for " + std::to_string(axes.size()) + " axes");
   for (size_t i = 0; i < axes.size(); ++i) {
-    const size_t a = ctx.axis(axes[i], rank);
-    const float s = scales->data<float>()[i];
+    const size_t a = axes[i];
+    const float s = (*scales)[i];
+    if (!(s > 0)) ctx.fail("scale " + std::to_string(s) + " on axis " + std::to_string(a) + " is not positive");
     if (s == 1.0f) continue;
-    out[a] = x[a].is_known() ? Dim(static_cast<int64_t>(std::floor(static_cast<double>(x[a].value()) * s))) : Dim();
+    // The spec's output size is floor(input * scale); an integer scale keeps a symbolic dim.
+    if (x[a].is_known()) out[a] = Dim(static_cast<int64_t>(std::floor(static_cast<double>(x[a].value()) * s)));
+    else if (s == std::floor(s)) out[a] = x[a] * Dim(static_cast<int64_t>(s));
+    else out[a] = Dim();
   }
   ctx.set_output(0, dt, Shape(std::move(out)));
 }
@@ -287,6 +334,53 @@ void recurrent(InferContext& ctx) {
   ctx.set_output(2, dt, state);  // LSTM's Y_c
 }
 
+// Attention (opset 23). Q, K, V are 4-D (batch, heads, seq, head_size) or 3-D (batch, seq,
+// heads * head_size) with q_num_heads / kv_num_heads. Outputs: Y, present_key,
+// present_value (past_seq + kv_seq on the sequence axis), qk_matmul_output.
+void attention(InferContext& ctx) {
+  const Shape& q = ctx.input_shape(0);
+  const Shape& k = ctx.input_shape(1);
+  const Shape& v = ctx.input_shape(2);
+  const DType dt = ctx.input_dtype(0);
+  if (!q.has_rank() || !k.has_rank() || !v.has_rank()) {
+    ctx.set_output(0, dt, q.has_rank() ? Shape(std::vector<Dim>(q.rank())) : Shape());
+    return;
+  }
+  for (const Shape* s : {&q, &k, &v})
+    if (s->rank() != 3 && s->rank() != 4) ctx.fail("Q, K and V must be 3-D or 4-D, got " + s->to_string());
+  const int64_t q_heads = ctx.attr_int("q_num_heads", 0), kv_heads = ctx.attr_int("kv_num_heads", 0);
+  if ((q.rank() == 3 && q_heads <= 0) || (k.rank() == 3 && kv_heads <= 0))
+    ctx.fail("3-D inputs need positive q_num_heads and kv_num_heads attributes, got " + std::to_string(q_heads) +
+             " and " + std::to_string(kv_heads));
+  const Dim qh = q.rank() == 4 ? q[1] : Dim(q_heads);
+  const Dim kvh = k.rank() == 4 ? k[1] : Dim(kv_heads);
+  auto per_head = [&](const Shape& s, const Dim& heads, const char* what) -> Dim {
+    if (s.rank() == 4) return s[3];
+    auto d = s[2].divide(heads);
+    if (s[2].is_known() && heads.is_known() && !d)
+      ctx.fail(std::string(what) + " hidden size " + s[2].to_string() + " is not a multiple of " + heads.to_string() +
+               " heads");
+    return d ? *d : Dim();
+  };
+  const Dim batch = q[0];
+  const Dim q_seq = q.rank() == 4 ? q[2] : q[1];
+  const Dim kv_seq = k.rank() == 4 ? k[2] : k[1];
+  const Dim q_head = per_head(q, qh, "Q");
+  const Dim head = per_head(k, kvh, "K");
+  const Dim v_head = per_head(v, kvh, "V");
+  if (q_head.is_known() && head.is_known() && q_head.value() != head.value())
+    ctx.fail("Q and K head sizes differ: " + q_head.to_string() + " vs " + head.to_string());
+  ctx.set_output(0, dt, q.rank() == 4 ? Shape({batch, qh, q_seq, v_head}) : Shape({batch, q_seq, qh * v_head}));
+  Dim total = kv_seq;
+  if (ctx.has_input(4)) {
+    const Dim past = dim_at(ctx.input_shape(4), 2);
+    total = past.is_known() && kv_seq.is_known() ? Dim(past.value() + kv_seq.value()) : Dim();
+  }
+  ctx.set_output(1, dt, Shape({batch, kvh, total, head}));
+  ctx.set_output(2, dt, Shape({batch, kvh, total, v_head}));
+  ctx.set_output(3, dt, Shape({batch, qh, q_seq, total}));
+}
+
 void quantize(InferContext& ctx) {
   DType dt = DType::kUInt8;
   const int64_t out_dtype = ctx.attr_int("output_dtype", 0);
@@ -314,12 +408,15 @@ void register_nn(Registry& r) {
   r.add("Conv", conv);
   r.add("ConvInteger", conv);
   r.add("QLinearConv", conv);
+  r.add("DeformConv", conv);  // (X, W, offset, B, mask): sized like Conv from X and W
   r.add("ConvTranspose", conv_transpose);
   for (const char* op : {"MaxPool", "AveragePool", "LpPool"}) r.add(op, pool);
   for (const char* op : {"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"}) r.add(op, global_pool);
   r.add("BatchNormalization", batch_norm);
   r.add("LayerNormalization", layer_norm);
-  for (const char* op : {"InstanceNormalization", "GroupNormalization", "LRN", "RMSNormalization"}) r.add(op, same_as_input);
+  for (const char* op : {"InstanceNormalization", "GroupNormalization", "LRN", "RMSNormalization", "RotaryEmbedding"})
+    r.add(op, same_as_input);
+  r.add("Attention", attention);
   r.add("Resize", resize);
   r.add("Upsample", resize);
   r.add("DepthToSpace", depth_to_space);

@@ -1,4 +1,5 @@
-// Shape inference for reductions: Reduce* and ArgMax / ArgMin.
+// Shape inference for reductions: Reduce*, ArgMax / ArgMin, and the losses that reduce
+// (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss).
 #include "ops/infer_context.h"
 
 namespace tether::ops {
@@ -48,6 +49,16 @@ void arg_reduce(InferContext& ctx) {
   ctx.set_output(0, DType::kInt64, Shape(std::move(out)));
 }
 
+// Loss per element (the target's shape) with reduction "none", else a scalar.
+void loss(InferContext& ctx) {
+  const std::string reduction = ctx.attr_string("reduction", "mean");
+  if (reduction != "none" && reduction != "mean" && reduction != "sum")
+    ctx.fail("reduction is '" + reduction + "', expected none, mean or sum");
+  const DType dt = ctx.input_dtype(0);
+  ctx.set_output(0, dt, reduction == "none" ? ctx.input_shape(1) : Shape(std::vector<Dim>{}));
+  if (ctx.node().op_type() == "SoftmaxCrossEntropyLoss") ctx.set_output(1, dt, ctx.input_shape(0));  // log_prob
+}
+
 }  // namespace
 
 void register_reduce(Registry& r) {
@@ -56,6 +67,8 @@ void register_reduce(Registry& r) {
     r.add(op, reduce);
   r.add("ArgMax", arg_reduce);
   r.add("ArgMin", arg_reduce);
+  r.add("NegativeLogLikelihoodLoss", loss);
+  r.add("SoftmaxCrossEntropyLoss", loss);
 }
 
 }  // namespace tether::ops

@@ -175,8 +175,9 @@ void squeeze(InferContext& ctx) {
   std::vector<Dim> out;
   for (size_t i = 0; i < x.rank(); ++i)
     if (!drop[i]) out.push_back(x[i]);
+  const bool tracked_rank = out.size() <= 1;
   ctx.set_output(0, dt, Shape(std::move(out)));
-  if (out.size() <= 1)
+  if (tracked_rank)
     if (auto v = ctx.input_values(0)) ctx.set_output_values(0, *v);
 }
 
@@ -220,11 +221,16 @@ void concat(InferContext& ctx) {
   std::vector<Dim> along;
   for (size_t k = 0; k < *rank; ++k) {
     if (k == a) continue;
-    std::vector<Shape> parts;
-    for (size_t i = 0; i < ctx.num_inputs(); ++i)
-      if (ctx.input_rank(i)) parts.push_back(Shape({ctx.input_shape(i)[k]}));
-    // Dims off the concat axis must agree: broadcast checks known ones and keeps what is certain.
-    out[k] = broadcast_shapes(ctx, parts)[0];
+    // Dims off the concat axis must be equal (Concat does not broadcast a 1), so any known
+    // one, or else any symbolic one, names them all.
+    for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+      if (!ctx.input_rank(i)) continue;
+      const Dim& d = ctx.input_shape(i)[k];
+      if (d.is_known() && out[k].is_known() && d.value() != out[k].value())
+        ctx.fail("inputs differ on axis " + std::to_string(k) + ", off the concat axis " + std::to_string(a) + ": " +
+                 out[k].to_string() + " vs " + d.to_string() + " (input " + std::to_string(i) + ")");
+      if (d.is_known() ? !out[k].is_known() : d.is_symbolic() && out[k].is_unknown()) out[k] = d;
+    }
   }
   bool all_ranked = true;
   for (size_t i = 0; i < ctx.num_inputs(); ++i) {
@@ -261,6 +267,7 @@ void split(InferContext& ctx) {
     if (sizes->size() != n) ctx.fail("split has " + std::to_string(sizes->size()) + " sizes for " + std::to_string(n) + " outputs");
     int64_t total = 0;
     for (size_t i = 0; i < n; ++i) {
+      if ((*sizes)[i] < 0) ctx.fail("split size " + std::to_string((*sizes)[i]) + " is negative");
       parts[i] = Dim((*sizes)[i]);
       total += (*sizes)[i];
     }
@@ -296,6 +303,15 @@ int64_t slice_length(int64_t len, int64_t start, int64_t end, int64_t step) {
   start = std::clamp<int64_t>(start, 0, len - 1);
   end = std::clamp<int64_t>(end, -1, len - 1);
   return start > end ? (start - end + (-step) - 1) / (-step) : 0;
+}
+
+// True when Slice takes every entry of a dim whatever its size (below 2^31): x[:] forward,
+// or x[::-1] (torch.flip exports starts = -1, ends = -INT_MAX, steps = -1).
+bool covers_whole_dim(int64_t start, int64_t end, int64_t step) {
+  constexpr int64_t kBig = std::numeric_limits<int32_t>::max();
+  if (step == 1) return (start == 0 || start <= -kBig) && end >= kBig;
+  if (step == -1) return (start == -1 || start >= kBig) && end <= -kBig;
+  return false;
 }
 
 void slice(InferContext& ctx) {
@@ -336,13 +352,12 @@ void slice(InferContext& ctx) {
   if (ends->size() != starts->size() || axes->size() != starts->size() || steps->size() != starts->size())
     ctx.fail("starts, ends, axes and steps have different lengths");
   std::vector<Dim> out = x.dims();
-  constexpr int64_t kBig = std::numeric_limits<int32_t>::max();
   for (size_t i = 0; i < starts->size(); ++i) {
     const size_t a = ctx.axis((*axes)[i], x.rank());
     const int64_t s = (*starts)[i], e = (*ends)[i], st = (*steps)[i];
     if (st == 0) ctx.fail("a step is 0");
     if (x[a].is_known()) out[a] = Dim(slice_length(x[a].value(), s, e, st));
-    else if (!(s == 0 && e >= kBig && st == 1)) out[a] = Dim();  // a whole symbolic dim stays itself
+    else if (!covers_whole_dim(s, e, st)) out[a] = Dim();  // a whole symbolic dim stays itself
   }
   ctx.set_output(0, dt, Shape(out));
   // Slicing a tracked 1-D value.
@@ -484,8 +499,17 @@ void topk(InferContext& ctx) {
   }
   const size_t a = ctx.axis(ctx.attr_int("axis", -1), x.rank());
   Dim k;
-  if (ctx.has_attr("k")) k = Dim(ctx.attr_int("k", 0));
-  else if (auto v = ctx.input_values(1); v && v->size() == 1 && v->front().negative == 0) k = v->front().dim;
+  if (ctx.has_attr("k")) {
+    const int64_t kv = ctx.attr_int("k", 0);
+    if (kv < 0) ctx.fail("k is " + std::to_string(kv) + ", expected >= 0");
+    k = Dim(kv);
+  }
+  else if (auto v = ctx.input_values(1); v && v->size() == 1) {
+    if (v->front().negative < 0) ctx.fail("k is " + std::to_string(v->front().negative) + ", expected >= 0");
+    k = v->front().dim;
+  }
+  if (k.is_known() && x[a].is_known() && k.value() > x[a].value())
+    ctx.fail("k is " + k.to_string() + ", larger than axis " + std::to_string(a) + " of size " + x[a].to_string());
   std::vector<Dim> out = x.dims();
   out[a] = k;
   ctx.set_output(0, ctx.input_dtype(0), Shape(out));
@@ -522,6 +546,60 @@ void one_hot(InferContext& ctx) {
   ctx.set_output(0, dt, Shape(std::move(out)));
 }
 
+// Unique's counts depend on the data: only ranks, and the inverse indices' length, are known.
+void unique(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  const DType dt = ctx.input_dtype(0);
+  if (!ctx.has_attr("axis")) {
+    ctx.set_output(0, dt, Shape({Dim()}));
+    ctx.set_output(1, DType::kInt64, Shape({Dim()}));
+    ctx.set_output(2, DType::kInt64, Shape({x.has_rank() ? product(x.dims()) : Dim()}));
+    ctx.set_output(3, DType::kInt64, Shape({Dim()}));
+    return;
+  }
+  if (!x.has_rank()) {
+    ctx.set_output(0, dt, Shape());
+  } else {
+    const size_t a = ctx.axis(ctx.attr_int("axis", 0), x.rank());
+    std::vector<Dim> out = x.dims();
+    out[a] = Dim();
+    ctx.set_output(0, dt, Shape(std::move(out)));
+    ctx.set_output(2, DType::kInt64, Shape({x[a]}));
+  }
+  ctx.set_output(1, DType::kInt64, Shape({Dim()}));
+  if (!x.has_rank()) ctx.set_output(2, DType::kInt64, Shape({Dim()}));
+  ctx.set_output(3, DType::kInt64, Shape({Dim()}));
+}
+
+// Compress keeps the slices whose condition entry is true; a constant condition says how many.
+void compress(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  const DType dt = ctx.input_dtype(0);
+  const bool has_axis = ctx.has_attr("axis");
+  Dim len = !x.has_rank() ? Dim() : has_axis ? Dim() : product(x.dims());
+  if (has_axis && x.has_rank()) len = x[ctx.axis(ctx.attr_int("axis", 0), x.rank())];
+  Dim kept;
+  const ir::Tensor* c = ctx.input_constant(1);
+  if (c != nullptr && c->dtype() == DType::kBool && len.is_known()) {
+    // Entries past the selected axis are ignored; a shorter condition selects a prefix.
+    const int64_t n = std::min(len.value(), c->num_elements());
+    int64_t count = 0;
+    for (int64_t k = 0; k < n; ++k) count += c->data<bool>()[k] ? 1 : 0;
+    kept = Dim(count);
+  }
+  if (!has_axis) {
+    ctx.set_output(0, dt, Shape({kept}));
+    return;
+  }
+  if (!x.has_rank()) {
+    ctx.set_output(0, dt, Shape());
+    return;
+  }
+  std::vector<Dim> out = x.dims();
+  out[ctx.axis(ctx.attr_int("axis", 0), x.rank())] = kept;
+  ctx.set_output(0, dt, Shape(std::move(out)));
+}
+
 }  // namespace
 
 void register_shape_ops(Registry& r) {
@@ -538,13 +616,16 @@ void register_shape_ops(Registry& r) {
   r.add("Gather", gather);
   r.add("GatherElements", gather_elements);
   r.add("GatherND", gather_nd);
-  for (const char* op : {"ScatterND", "ScatterElements", "Scatter"}) r.add(op, same_as_input);
+  // TensorScatter writes updates into a KV cache in place: the cache keeps its shape.
+  for (const char* op : {"ScatterND", "ScatterElements", "Scatter", "TensorScatter"}) r.add(op, same_as_input);
   r.add("Expand", expand);
   r.add("Tile", tile);
   r.add("Pad", pad);
   r.add("TopK", topk);
   r.add("NonZero", nonzero);
   r.add("OneHot", one_hot);
+  r.add("Unique", unique);
+  r.add("Compress", compress);
 }
 
 }  // namespace tether::ops
