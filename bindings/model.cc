@@ -57,6 +57,7 @@ void register_model(pyb::module_& m) {
           },
           pyb::arg("path"), pyb::arg("external_data") = "auto", pyb::arg("location") = "",
           pyb::arg("size_threshold") = 1024, pyb::arg("alignment") = 4096)
+      .def("clone", &Model::clone)
       .def("to_bytes",
            [](const Model& self) {
              std::string s;

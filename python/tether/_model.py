@@ -299,6 +299,16 @@ class Model:
         files, _ = self._core.save(os.fspath(path), mode, location or "", size_threshold, alignment)
         return [Path(f) for f in files]
 
+    def copy(self) -> Model:
+        """A deep copy of the model; weights are shared until either side changes them.
+
+        Example:
+            >>> twin = model.copy()                          # doctest: +SKIP
+            >>> twin.to_bytes() == model.to_bytes()          # doctest: +SKIP
+            True
+        """
+        return Model(self._core.clone())
+
     def to_bytes(self) -> bytes:
         """The model as ONNX bytes, every weight inside (at most 2 GiB).
 

@@ -765,4 +765,41 @@ TEST(OnnxIo, SparseInitializerWithoutANameTakesTheValuesName) {
   EXPECT_EQ(v->name(), "from_values");
 }
 
+// ---- clone ---------------------------------------------------------------------------------
+
+TEST(Clone, CloneIsStructurallyEqualAndSerializesToTheSameBytes) {
+  const Model built = build_model();
+  const Model copy = built.clone();
+  expect_same_model(built, copy);
+  EXPECT_EQ(serialize_model(copy), serialize_model(built));
+}
+
+TEST(Clone, CloneSharesWeightBuffersButNotStructure) {
+  Model built = build_model();
+  Model copy = built.clone();
+  const Value* w = built.graph().initializers().front();
+  const Value* wc = copy.graph().find(w->name());
+  ASSERT_NE(wc, nullptr);
+  EXPECT_NE(w, wc);
+  EXPECT_EQ(w->initializer().buffer(), wc->initializer().buffer());
+  // Changing the copy leaves the original as it was.
+  const std::string before = serialize_model(built);
+  copy.graph().set_name("changed");
+  copy.graph().set_outputs({});
+  EXPECT_EQ(serialize_model(built), before);
+}
+
+TEST(Clone, SubgraphsOfTheCloneReadTheClonesOuterValues) {
+  const Model built = build_model();
+  const Model copy = built.clone();
+  for (const Node* n : copy.graph().nodes())
+    for (const Attribute& a : n->attributes())
+      if (a.kind() == AttrKind::kGraph) {
+        EXPECT_EQ(a.as_graph()->parent(), &copy.graph());
+        for (const Node* inner : a.as_graph()->nodes())
+          for (const Value* v : inner->inputs())
+            if (v != nullptr && v->graph() != a.as_graph().get()) EXPECT_EQ(v->graph(), &copy.graph());
+      }
+}
+
 }  // namespace

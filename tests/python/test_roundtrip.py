@@ -44,6 +44,12 @@ def test_to_bytes_and_load_bytes_roundtrip(exported):
     assert again.to_bytes() == data  # the writer is deterministic
 
 
+def test_copy_serializes_to_the_same_bytes(exported):
+    model = tt.load(exported.external_path)
+    model.infer_shapes()
+    assert model.copy().to_bytes() == model.to_bytes()
+
+
 def structure_from_bytes(data: bytes):
     import tempfile
 

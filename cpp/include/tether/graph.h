@@ -289,4 +289,8 @@ class Graph {
   std::vector<Value*> sparse_initializers_;
 };
 
+/// A deep copy of `graph` (a top-level graph: nothing in it may read enclosing graphs).
+/// Tensors share their buffers.
+std::unique_ptr<Graph> clone_graph(const Graph& graph);
+
 }  // namespace tether::ir

@@ -71,6 +71,10 @@ class Model {
   /// Sets (adds or replaces) the imported version of `domain`.
   void set_opset(std::string_view domain, int64_t version);
 
+  /// A deep copy: new graphs, nodes and values; tensors share their (copy-on-write) buffers,
+  /// so cloning a large model copies no weights.
+  Model clone() const;
+
  private:
   std::unique_ptr<Graph> graph_;
 };
