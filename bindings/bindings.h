@@ -13,10 +13,12 @@ namespace pyb = pybind11;
 
 void register_errors(pyb::module_& m);
 void register_model(pyb::module_& m);
+void register_session(pyb::module_& m);
 
-/// A numpy array over the tensor's buffer (no copy, read-only), kept alive by the buffer.
-/// String tensors become object arrays. Throws ArgumentError for types numpy lacks.
-pyb::object tensor_to_numpy(const ir::Tensor& t);
+/// A numpy array over the tensor's buffer (no copy), kept alive by the buffer; read-only
+/// unless `writeable` (for buffers the caller now owns alone). String tensors become object
+/// arrays. Throws ArgumentError for types numpy lacks.
+pyb::object tensor_to_numpy(const ir::Tensor& t, bool writeable = false);
 /// A Python value for an attribute: numbers, str (bytes when not UTF-8), lists, numpy arrays
 /// for tensors, and dicts for graphs.
 pyb::object attribute_to_python(const ir::Attribute& a);

@@ -69,7 +69,7 @@ pyb::dict sparse_to_python(const ir::SparseTensor& s) {
 
 }  // namespace
 
-pyb::object tensor_to_numpy(const ir::Tensor& t) {
+pyb::object tensor_to_numpy(const ir::Tensor& t, bool writeable) {
   std::vector<pyb::ssize_t> shape(t.dims().begin(), t.dims().end());
   if (t.dtype() == ir::DType::kString) {
     pyb::array out(pyb::dtype("O"), shape);
@@ -84,7 +84,7 @@ pyb::object tensor_to_numpy(const ir::Tensor& t) {
   auto* keep = new std::shared_ptr<ir::Buffer>(t.buffer());
   pyb::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<ir::Buffer>*>(p); });
   pyb::array out(pyb::dtype(fmt), shape, t.raw_data(), owner);
-  out.attr("flags").attr("writeable") = false;
+  if (!writeable) out.attr("flags").attr("writeable") = false;
   return std::move(out);
 }
 

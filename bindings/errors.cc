@@ -15,6 +15,7 @@ struct Classes {
   PyObject* external;
   PyObject* shape;
   PyObject* write;
+  PyObject* unsupported;
   PyObject* internal;
 };
 Classes classes{};
@@ -60,6 +61,8 @@ void register_errors(pyb::module_& m) {
                           "External tensor data is missing, outside the model's folder, or out of bounds.");
   c.shape = make_class(m, "ShapeError", base(c.model), "Shapes or types contradict each other.");
   c.write = make_class(m, "WriteError", bases({c.error, PyExc_OSError}), "A file could not be written.");
+  c.unsupported = make_class(m, "UnsupportedError", base(c.error),
+                             "The model uses ops, dtypes or attributes the engine cannot run; every such node is listed.");
   c.internal = make_class(m, "InternalError", base(c.error), "A bug in tether: an internal invariant failed.");
 
   pyb::register_exception_translator([](std::exception_ptr p) {
@@ -81,6 +84,8 @@ void register_errors(pyb::module_& m) {
       raise(classes.argument, e);
     } catch (const WriteError& e) {
       raise(classes.write, e);
+    } catch (const UnsupportedError& e) {
+      raise(classes.unsupported, e);
     } catch (const InternalError& e) {
       raise(classes.internal, e);
     } catch (const Error& e) {

@@ -4,4 +4,5 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "tether's compiled core. Use the `tether` package, which wraps it.";
   tether::py::register_errors(m);
   tether::py::register_model(m);
+  tether::py::register_session(m);
 }

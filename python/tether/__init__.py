@@ -18,9 +18,11 @@ from tether._core import (
     ModelNotFoundError,
     ParseError,
     ShapeError,
+    UnsupportedError,
     WriteError,
 )
 from tether._model import Model, Node, Summary, ValueInfo, load
+from tether._session import Session, compile
 
 __version__ = "0.1.0"
 
@@ -34,10 +36,13 @@ __all__ = [
     "ModelError",
     "ModelNotFoundError",
     "Node",
+    "Session",
     "ParseError",
     "ShapeError",
     "Summary",
+    "UnsupportedError",
     "ValueInfo",
     "WriteError",
+    "compile",
     "load",
 ]

@@ -62,6 +62,13 @@ class ShapeError : public ModelError {
   using ModelError::ModelError;
 };
 
+/// The model uses ops, dtypes or attributes an engine cannot run. The message lists every
+/// node concerned, found at compile time, never at run time.
+class UnsupportedError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// Writing a file failed (disk full, permission denied, a folder that does not exist).
 class WriteError : public Error {
  public:

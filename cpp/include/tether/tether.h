@@ -3,6 +3,7 @@
 
 #include "tether/attribute.h"
 #include "tether/dtype.h"
+#include "tether/engine.h"
 #include "tether/error.h"
 #include "tether/graph.h"
 #include "tether/model.h"

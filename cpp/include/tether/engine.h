@@ -1,0 +1,73 @@
+// tether/engine.h: compile a model for a backend and run it.
+//
+// compile() validates the model, infers shapes, rewrites the graph (when optimising), lets the
+// backend prepare every node (weights packed once) and lists every node it cannot run.
+// run() is safe from several threads at once; for each new set of input shapes it plans once
+// where every intermediate lives in one arena, and reuses that plan and arena afterwards.
+//
+//   using namespace tether;
+//   ir::Model model = ir::load_model("resnet.onnx");
+//   auto session = engine::compile(model, {.threads = 2});
+//   ir::Tensor x = ir::Tensor::zeros(ir::DType::kFloat32, {1, 3, 224, 224});
+//   std::vector<ir::Tensor> out = session->run({{"x", x}});
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tether/model.h"
+
+namespace tether::engine {
+
+struct CompileOptions {
+  std::string device = "cpu";
+  /// Threads for one run: 0 means the number of physical cores.
+  int threads = 0;
+  /// Graph rewrites before compiling (constant folding, fusion, ...).
+  bool optimize = true;
+};
+
+/// Name, element type and (possibly symbolic) shape of a session input or output.
+struct TensorInfo {
+  std::string name;
+  ir::DType dtype = ir::DType::kUndefined;
+  ir::Shape shape;
+};
+
+/// Memory used by the plan for one set of input shapes.
+struct MemoryStats {
+  int64_t arena_bytes = 0;         ///< the arena every intermediate shares
+  int64_t intermediate_bytes = 0;  ///< what the intermediates would take side by side
+  int64_t scratch_bytes = 0;       ///< kernel scratch, after the arena
+  int64_t plans = 0;               ///< input shape sets planned so far
+  int64_t arenas = 0;              ///< arenas allocated so far (one per concurrent run and plan)
+};
+
+/// A compiled model.
+class Session {
+ public:
+  virtual ~Session() = default;
+  virtual const std::vector<TensorInfo>& inputs() const = 0;
+  virtual const std::vector<TensorInfo>& outputs() const = 0;
+
+  /// Runs the model on named inputs (borrowed for the call, any order) and returns the
+  /// outputs in order. Throws ArgumentError naming the input for an unknown or missing
+  /// name, a wrong dtype or rank, or a dim that contradicts the model.
+  virtual std::vector<ir::Tensor> run(const std::vector<std::pair<std::string, ir::Tensor>>& inputs) const = 0;
+
+  /// Memory of the most recent plan (the last new set of input shapes).
+  virtual MemoryStats memory() const = 0;
+  /// The compile report: passes applied, nodes per op, notes.
+  virtual std::string report() const = 0;
+  virtual int threads() const = 0;
+};
+
+/// Compiles `model` (which is not changed). Throws UnsupportedError listing every node the
+/// device cannot run, ArgumentError for an unknown device, and ModelError / ShapeError for a
+/// model that is wrong.
+std::unique_ptr<Session> compile(const ir::Model& model, const CompileOptions& options = {});
+
+}  // namespace tether::engine

@@ -1,0 +1,114 @@
+// Shared pieces of the CPU backend: family registration, type dispatch, broadcasting.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/kernel.h"
+#include "util/thread_pool.h"
+
+namespace tether::engine::cpu {
+
+using ir::DType;
+
+// Families (one file each under cpp/src/engine/cpu/).
+void register_elementwise(KernelRegistry& r);
+void register_matmul(KernelRegistry& r);
+void register_conv(KernelRegistry& r);
+void register_pool(KernelRegistry& r);
+void register_norm(KernelRegistry& r);
+void register_reduce(KernelRegistry& r);
+void register_shape(KernelRegistry& r);
+
+/// Support check for ops whose every present input is float32.
+std::string float_only(const KernelInit& init);
+
+/// Calls f(T{}) with the C++ type of `t`, for the numeric types kernels compute in
+/// (float32/64, int8..int64, uint8..uint64, bool as uint8). Returns false for others.
+template <typename F>
+bool dispatch_numeric(DType t, F&& f) {
+  switch (t) {
+    case DType::kFloat32: f(float{}); return true;
+    case DType::kFloat64: f(double{}); return true;
+    case DType::kInt8: f(int8_t{}); return true;
+    case DType::kInt16: f(int16_t{}); return true;
+    case DType::kInt32: f(int32_t{}); return true;
+    case DType::kInt64: f(int64_t{}); return true;
+    case DType::kUInt8: f(uint8_t{}); return true;
+    case DType::kUInt16: f(uint16_t{}); return true;
+    case DType::kUInt32: f(uint32_t{}); return true;
+    case DType::kUInt64: f(uint64_t{}); return true;
+    case DType::kBool: f(uint8_t{}); return true;
+    default: return false;
+  }
+}
+
+/// True for the dtypes dispatch_numeric handles.
+bool is_numeric(DType t);
+
+/// Row-major strides of `dims` in elements.
+std::vector<int64_t> strides_of(const std::vector<int64_t>& dims);
+
+/// Numpy broadcast of several shapes (already validated by shape inference; a mismatch here
+/// is an internal error).
+std::vector<int64_t> broadcast_dims(const std::vector<const std::vector<int64_t>*>& shapes);
+
+/// Strides of `dims` seen from an output of rank `rank`: 0 where the input broadcasts.
+std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& dims, const std::vector<int64_t>& out_dims);
+
+/// Walks an output of `out_dims` in rows of its last dim. For row r, offsets[k] is where that
+/// row starts in input k (in elements), with `inner_strides[k]` the step along the row.
+class BroadcastRows {
+ public:
+  BroadcastRows(const std::vector<int64_t>& out_dims, const std::vector<const std::vector<int64_t>*>& inputs);
+  int64_t rows() const { return rows_; }
+  int64_t row_length() const { return row_; }
+  int64_t inner_stride(size_t k) const { return inner_[k]; }
+  /// Start offset of row r in input k.
+  int64_t offset(size_t k, int64_t r) const;
+
+ private:
+  int64_t rows_ = 1;
+  int64_t row_ = 1;
+  std::vector<int64_t> outer_dims_;                 // output dims but the last
+  std::vector<std::vector<int64_t>> outer_strides_; // per input
+  std::vector<int64_t> inner_;
+};
+
+/// True when `v` is a present input (not omitted).
+inline bool present(const std::vector<View>& v, size_t i) { return i < v.size() && v[i].data != nullptr; }
+
+/// Reads a scalar-or-1-element integer view as int64.
+int64_t scalar_int(const View& v);
+/// The elements of an integer view (int32 or int64) as int64.
+std::vector<int64_t> int_values(const View& v);
+
+/// Parallel loop over [0, n) on the context's pool; `grain` is the smallest useful chunk.
+template <typename F>
+void parallel(const RunContext& ctx, int64_t n, int64_t grain, F&& f) {
+  if (ctx.pool == nullptr || n <= grain) {
+    f(int64_t{0}, n);
+    return;
+  }
+  ctx.pool->parallel_for(n, grain, f);
+}
+
+/// A kernel made from a function of (context, inputs, outputs), for stateless ops.
+template <typename Fn>
+class FnKernel final : public Kernel {
+ public:
+  explicit FnKernel(Fn fn) : fn_(std::move(fn)) {}
+  void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override { fn_(ctx, in, out); }
+
+ private:
+  Fn fn_;
+};
+
+template <typename Fn>
+std::unique_ptr<Kernel> make_kernel(Fn fn) {
+  return std::make_unique<FnKernel<Fn>>(std::move(fn));
+}
+
+}  // namespace tether::engine::cpu

@@ -1,0 +1,526 @@
+// Elementwise kernels: unary math and activations, binary and variadic ops with numpy
+// broadcasting, comparisons, logic, Where, Clip, Cast.
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "engine/cpu/cpu.h"
+#include "util/float16.h"
+
+namespace tether::engine::cpu {
+
+namespace {
+
+constexpr int64_t kGrain = 1 << 14;
+
+// ---- unary float ops -------------------------------------------------------------------------
+
+struct UnaryParams {
+  float alpha = 0, beta = 0, gamma = 0;
+  bool flag = false;
+};
+
+using UnaryFn = float (*)(float, const UnaryParams&);
+
+template <UnaryFn F>
+std::unique_ptr<Kernel> unary_kernel(UnaryParams p) {
+  return make_kernel([p](const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) {
+    const float* x = in[0].as<float>();
+    float* y = out[0].as<float>();
+    TETHER_CHECK(in[0].numel() == out[0].numel(), "unary op: input and output sizes differ");
+    parallel(ctx, in[0].numel(), kGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) y[i] = F(x[i], p);
+    });
+  });
+}
+
+float relu(float x, const UnaryParams&) { return x > 0 ? x : 0.0f; }
+float leaky_relu(float x, const UnaryParams& p) { return x >= 0 ? x : p.alpha * x; }
+float sigmoid(float x, const UnaryParams&) { return 1.0f / (1.0f + std::exp(-x)); }
+float tanh_(float x, const UnaryParams&) { return std::tanh(x); }
+float hard_sigmoid(float x, const UnaryParams& p) { return std::fmax(0.0f, std::fmin(1.0f, p.alpha * x + p.beta)); }
+float hard_swish(float x, const UnaryParams&) { return x * std::fmax(0.0f, std::fmin(1.0f, x / 6.0f + 0.5f)); }
+float gelu(float x, const UnaryParams& p) {
+  if (p.flag) {  // approximate = "tanh"
+    const double xd = x;
+    return static_cast<float>(0.5 * xd * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (xd + 0.044715 * xd * xd * xd))));
+  }
+  return static_cast<float>(0.5 * x * (1.0 + std::erf(static_cast<double>(x) * M_SQRT1_2)));
+}
+float softplus(float x, const UnaryParams&) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+float softsign(float x, const UnaryParams&) { return x / (1.0f + std::fabs(x)); }
+float elu(float x, const UnaryParams& p) { return x >= 0 ? x : p.alpha * std::expm1(x); }
+float selu(float x, const UnaryParams& p) { return p.gamma * (x > 0 ? x : p.alpha * std::expm1(x)); }
+float celu(float x, const UnaryParams& p) { return std::fmax(0.0f, x) + std::fmin(0.0f, p.alpha * std::expm1(x / p.alpha)); }
+float mish(float x, const UnaryParams& p) { return x * std::tanh(softplus(x, p)); }
+float thresholded_relu(float x, const UnaryParams& p) { return x > p.alpha ? x : 0.0f; }
+float sqrt_(float x, const UnaryParams&) { return std::sqrt(x); }
+float exp_(float x, const UnaryParams&) { return std::exp(x); }
+float log_(float x, const UnaryParams&) { return std::log(x); }
+float reciprocal(float x, const UnaryParams&) { return 1.0f / x; }
+float erf_(float x, const UnaryParams&) { return std::erf(x); }
+float floor_(float x, const UnaryParams&) { return std::floor(x); }
+float ceil_(float x, const UnaryParams&) { return std::ceil(x); }
+float round_(float x, const UnaryParams&) { return std::nearbyint(x); }  // half to even
+float sin_(float x, const UnaryParams&) { return std::sin(x); }
+float cos_(float x, const UnaryParams&) { return std::cos(x); }
+float tan_(float x, const UnaryParams&) { return std::tan(x); }
+float asin_(float x, const UnaryParams&) { return std::asin(x); }
+float acos_(float x, const UnaryParams&) { return std::acos(x); }
+float atan_(float x, const UnaryParams&) { return std::atan(x); }
+float sinh_(float x, const UnaryParams&) { return std::sinh(x); }
+float cosh_(float x, const UnaryParams&) { return std::cosh(x); }
+float asinh_(float x, const UnaryParams&) { return std::asinh(x); }
+float acosh_(float x, const UnaryParams&) { return std::acosh(x); }
+float atanh_(float x, const UnaryParams&) { return std::atanh(x); }
+float shrink(float x, const UnaryParams& p) { return x < -p.alpha ? x + p.beta : x > p.alpha ? x - p.beta : 0.0f; }
+
+// ---- ops over any numeric type ---------------------------------------------------------------
+
+template <typename T>
+T sign_of(T x) {
+  if constexpr (std::is_unsigned_v<T>) return x > 0 ? T(1) : T(0);
+  else return x > 0 ? T(1) : x < 0 ? T(-1) : T(0);
+}
+
+enum class NumUnary { kNeg, kAbs, kSign };
+
+std::unique_ptr<Kernel> numeric_unary(NumUnary op) {
+  return make_kernel([op](const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) {
+    dispatch_numeric(in[0].dtype, [&](auto zero) {
+      using T = decltype(zero);
+      const T* x = in[0].as<T>();
+      T* y = out[0].as<T>();
+      parallel(ctx, in[0].numel(), kGrain, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          switch (op) {
+            case NumUnary::kNeg: y[i] = static_cast<T>(-x[i]); break;
+            case NumUnary::kAbs:
+              if constexpr (std::is_unsigned_v<T>) y[i] = x[i];
+              else y[i] = x[i] < 0 ? static_cast<T>(-x[i]) : x[i];
+              break;
+            case NumUnary::kSign: y[i] = sign_of(x[i]); break;
+          }
+        }
+      });
+    });
+  });
+}
+
+std::string numeric_only(const KernelInit& init) {
+  for (size_t i = 0; i < init.input_types.size(); ++i)
+    if (init.node.input(i) != nullptr && !is_numeric(init.input_dtype(i)))
+      return "input " + std::to_string(i) + " is " + std::string(ir::dtype_name(init.input_dtype(i))) +
+             "; supported: numeric types and bool";
+  return "";
+}
+
+// ---- binary and variadic ops with broadcasting ------------------------------------------------
+
+enum class Binary { kAdd, kSub, kMul, kDiv, kPow, kMin, kMax, kMod, kFMod, kEqual, kLess, kGreater, kLessEq, kGreaterEq, kAnd, kOr, kXor, kPRelu };
+
+bool is_compare(Binary op) { return op >= Binary::kEqual && op <= Binary::kXor; }
+
+template <typename T>
+T binary_value(Binary op, T a, T b) {
+  switch (op) {
+    case Binary::kAdd: return static_cast<T>(a + b);
+    case Binary::kSub: return static_cast<T>(a - b);
+    case Binary::kMul: return static_cast<T>(a * b);
+    case Binary::kDiv:
+      if constexpr (std::is_integral_v<T>) return b == 0 ? T(0) : static_cast<T>(a / b);
+      else return a / b;
+    case Binary::kPow: return static_cast<T>(std::pow(static_cast<double>(a), static_cast<double>(b)));
+    case Binary::kMin:
+      if constexpr (std::is_floating_point_v<T>) {
+        if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
+      }
+      return a < b ? a : b;
+    case Binary::kMax:
+      if constexpr (std::is_floating_point_v<T>) {
+        if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
+      }
+      return a > b ? a : b;
+    case Binary::kMod:  // integer Mod takes the divisor's sign, like Python
+      if constexpr (std::is_integral_v<T>) {
+        if (b == 0) return T(0);
+        T m = static_cast<T>(a % b);
+        if constexpr (std::is_signed_v<T>) {
+          if (m != 0 && ((m < 0) != (b < 0))) m = static_cast<T>(m + b);
+        }
+        return m;
+      } else {
+        T m = std::fmod(a, b);
+        if (m != 0 && ((m < 0) != (b < 0))) m += b;
+        return m;
+      }
+    case Binary::kFMod:
+      if constexpr (std::is_integral_v<T>) return b == 0 ? T(0) : static_cast<T>(a % b);
+      else return std::fmod(a, b);
+    case Binary::kPRelu: return a < 0 ? static_cast<T>(a * b) : a;
+    default: return T(0);
+  }
+}
+
+template <typename T>
+uint8_t compare_value(Binary op, T a, T b) {
+  switch (op) {
+    case Binary::kEqual: return a == b;
+    case Binary::kLess: return a < b;
+    case Binary::kGreater: return a > b;
+    case Binary::kLessEq: return a <= b;
+    case Binary::kGreaterEq: return a >= b;
+    case Binary::kAnd: return (a != 0) && (b != 0);
+    case Binary::kOr: return (a != 0) || (b != 0);
+    case Binary::kXor: return (a != 0) != (b != 0);
+    default: return 0;
+  }
+}
+
+// out = a op b, broadcasting; T is the inputs' type, the output is T or bool.
+template <typename T>
+void binary_loop(const RunContext& ctx, Binary op, const View& a, const View& b, View& out) {
+  BroadcastRows rows(out.dims, {&a.dims, &b.dims});
+  const T* pa = a.as<T>();
+  const T* pb = b.as<T>();
+  const int64_t n = rows.row_length();
+  const int64_t sa = rows.inner_stride(0), sb = rows.inner_stride(1);
+  parallel(ctx, rows.rows(), std::max<int64_t>(1, kGrain / std::max<int64_t>(n, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* x = pa + rows.offset(0, r);
+      const T* y = pb + rows.offset(1, r);
+      if (is_compare(op)) {
+        uint8_t* o = out.as<uint8_t>() + r * n;
+        for (int64_t i = 0; i < n; ++i) o[i] = compare_value(op, x[i * sa], y[i * sb]);
+      } else {
+        T* o = out.as<T>() + r * n;
+        for (int64_t i = 0; i < n; ++i) o[i] = binary_value(op, x[i * sa], y[i * sb]);
+      }
+    }
+  });
+}
+
+std::unique_ptr<Kernel> binary_kernel(Binary op) {
+  return make_kernel([op](const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) {
+    TETHER_CHECK(broadcast_dims({&in[0].dims, &in[1].dims}) == out[0].dims, "binary op: planned output shape differs");
+    dispatch_numeric(in[0].dtype, [&](auto zero) { binary_loop<decltype(zero)>(ctx, op, in[0], in[1], out[0]); });
+  });
+}
+
+// Pow with an exponent of another type: the exponent is read as double.
+std::unique_ptr<Kernel> pow_kernel() {
+  return make_kernel([](const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) {
+    if (in[0].dtype == in[1].dtype) {
+      dispatch_numeric(in[0].dtype, [&](auto zero) { binary_loop<decltype(zero)>(ctx, Binary::kPow, in[0], in[1], out[0]); });
+      return;
+    }
+    BroadcastRows rows(out[0].dims, {&in[0].dims, &in[1].dims});
+    const int64_t n = rows.row_length();
+    dispatch_numeric(in[0].dtype, [&](auto zx) {
+      using TX = decltype(zx);
+      dispatch_numeric(in[1].dtype, [&](auto zy) {
+        using TY = decltype(zy);
+        for (int64_t r = 0; r < rows.rows(); ++r) {
+          const TX* x = in[0].as<TX>() + rows.offset(0, r);
+          const TY* y = in[1].as<TY>() + rows.offset(1, r);
+          TX* o = out[0].as<TX>() + r * n;
+          for (int64_t i = 0; i < n; ++i)
+            o[i] = static_cast<TX>(std::pow(static_cast<double>(x[i * rows.inner_stride(0)]),
+                                            static_cast<double>(y[i * rows.inner_stride(1)])));
+        }
+      });
+    });
+  });
+}
+
+// Min, Max, Sum, Mean over any number of inputs: folded pairwise into the output.
+std::unique_ptr<Kernel> variadic_kernel(Binary op, bool mean) {
+  return make_kernel([op, mean](const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) {
+    dispatch_numeric(in[0].dtype, [&](auto zero) {
+      using T = decltype(zero);
+      View acc = out[0];
+      // First input broadcast into the output, then each further input folded in.
+      BroadcastRows rows(acc.dims, {&in[0].dims});
+      const int64_t n = rows.row_length();
+      for (int64_t r = 0; r < rows.rows(); ++r) {
+        const T* x = in[0].as<T>() + rows.offset(0, r);
+        T* o = acc.as<T>() + r * n;
+        for (int64_t i = 0; i < n; ++i) o[i] = x[i * rows.inner_stride(0)];
+      }
+      for (size_t k = 1; k < in.size(); ++k) binary_loop<T>(ctx, op, acc, in[k], acc);
+      if (mean) {
+        T* o = acc.as<T>();
+        const auto count = static_cast<T>(in.size());
+        for (int64_t i = 0; i < acc.numel(); ++i) o[i] = static_cast<T>(o[i] / count);
+      }
+    });
+  });
+}
+
+std::string same_numeric_types(const KernelInit& init) {
+  if (std::string why = numeric_only(init); !why.empty()) return why;
+  for (size_t i = 1; i < init.input_types.size(); ++i)
+    if (init.input_dtype(i) != init.input_dtype(0))
+      return "inputs 0 and " + std::to_string(i) + " differ in type (" + std::string(ir::dtype_name(init.input_dtype(0))) +
+             " vs " + std::string(ir::dtype_name(init.input_dtype(i))) + ")";
+  return "";
+}
+
+std::string pow_types(const KernelInit& init) { return numeric_only(init); }
+
+// ---- Where, Clip, Not, IsNaN, IsInf -------------------------------------------------------
+
+std::unique_ptr<Kernel> where_kernel(const KernelInit&) {
+  return make_kernel([](const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) {
+    BroadcastRows rows(out[0].dims, {&in[0].dims, &in[1].dims, &in[2].dims});
+    const int64_t n = rows.row_length();
+    const size_t bytes = static_cast<size_t>(ir::dtype_bits(in[1].dtype) / 8);
+    TETHER_CHECK(bytes > 0, "Where on a packed or string type");
+    parallel(ctx, rows.rows(), 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* c = in[0].as<uint8_t>() + rows.offset(0, r);
+        const auto* x = in[1].as<std::byte>() + rows.offset(1, r) * static_cast<int64_t>(bytes);
+        const auto* y = in[2].as<std::byte>() + rows.offset(2, r) * static_cast<int64_t>(bytes);
+        auto* o = out[0].as<std::byte>() + r * n * static_cast<int64_t>(bytes);
+        for (int64_t i = 0; i < n; ++i) {
+          const std::byte* src = c[i * rows.inner_stride(0)] ? x + i * rows.inner_stride(1) * static_cast<int64_t>(bytes)
+                                                             : y + i * rows.inner_stride(2) * static_cast<int64_t>(bytes);
+          std::memcpy(o + i * static_cast<int64_t>(bytes), src, bytes);
+        }
+      }
+    });
+  });
+}
+
+std::string where_types(const KernelInit& init) {
+  if (init.input_dtype(0) != DType::kBool) return "condition is " + std::string(ir::dtype_name(init.input_dtype(0))) + ", not bool";
+  if (init.input_dtype(1) != init.input_dtype(2)) return "the two branches differ in type";
+  if (ir::dtype_bits(init.input_dtype(1)) % 8 != 0 || init.input_dtype(1) == DType::kString)
+    return "branches of type " + std::string(ir::dtype_name(init.input_dtype(1))) + " are not supported";
+  return "";
+}
+
+std::unique_ptr<Kernel> clip_kernel(const KernelInit& init) {
+  // Opset < 11 keeps the bounds in attributes; later opsets take optional inputs.
+  const bool attrs = init.node.attr("min") != nullptr || init.node.attr("max") != nullptr || init.opset < 11;
+  const float amin = init.node.attr_float("min", -std::numeric_limits<float>::infinity());
+  const float amax = init.node.attr_float("max", std::numeric_limits<float>::infinity());
+  return make_kernel([attrs, amin, amax](const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) {
+    dispatch_numeric(in[0].dtype, [&](auto zero) {
+      using T = decltype(zero);
+      T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
+      if (attrs) {
+        lo = static_cast<T>(amin);
+        hi = static_cast<T>(amax);
+      } else {
+        if (present(in, 1)) lo = in[1].as<T>()[0];
+        if (present(in, 2)) hi = in[2].as<T>()[0];
+      }
+      const T* x = in[0].as<T>();
+      T* y = out[0].as<T>();
+      parallel(ctx, in[0].numel(), kGrain, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          T v = x[i];
+          if constexpr (std::is_floating_point_v<T>) {
+            if (std::isnan(v)) {
+              y[i] = v;
+              continue;
+            }
+          }
+          y[i] = v < lo ? lo : (v > hi ? hi : v);
+        }
+      });
+    });
+  });
+}
+
+std::unique_ptr<Kernel> not_kernel(const KernelInit&) {
+  return make_kernel([](const RunContext&, const std::vector<View>& in, std::vector<View>& out) {
+    const uint8_t* x = in[0].as<uint8_t>();
+    uint8_t* y = out[0].as<uint8_t>();
+    for (int64_t i = 0; i < in[0].numel(); ++i) y[i] = !x[i];
+  });
+}
+
+std::unique_ptr<Kernel> isnan_kernel(const KernelInit&) {
+  return make_kernel([](const RunContext&, const std::vector<View>& in, std::vector<View>& out) {
+    for (int64_t i = 0; i < in[0].numel(); ++i) out[0].as<uint8_t>()[i] = std::isnan(in[0].as<float>()[i]);
+  });
+}
+
+std::unique_ptr<Kernel> isinf_kernel(const KernelInit& init) {
+  const bool neg = init.node.attr_int("detect_negative", 1) != 0;
+  const bool pos = init.node.attr_int("detect_positive", 1) != 0;
+  return make_kernel([neg, pos](const RunContext&, const std::vector<View>& in, std::vector<View>& out) {
+    for (int64_t i = 0; i < in[0].numel(); ++i) {
+      const float v = in[0].as<float>()[i];
+      out[0].as<uint8_t>()[i] = std::isinf(v) && ((v > 0 && pos) || (v < 0 && neg));
+    }
+  });
+}
+
+// ---- Cast -----------------------------------------------------------------------------------
+
+// Reads element i of `v` as double (the common path of every cast between number types).
+double read_as_double(const View& v, int64_t i) {
+  switch (v.dtype) {
+    case DType::kFloat16: return util::half_to_float(v.as<uint16_t>()[i]);
+    case DType::kBFloat16: return util::bfloat16_to_float(v.as<uint16_t>()[i]);
+    default: {
+      double d = 0;
+      dispatch_numeric(v.dtype, [&](auto zero) { d = static_cast<double>(v.as<decltype(zero)>()[i]); });
+      return d;
+    }
+  }
+}
+
+template <typename T>
+T convert(double d) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return static_cast<T>(d);
+  } else {
+    // Out-of-range floats have no defined integer value; saturate rather than invoke UB.
+    if (std::isnan(d)) return T(0);
+    if (d <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+    if (d >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+    return static_cast<T>(d);
+  }
+}
+
+void write_from_double(View& v, int64_t i, double d) {
+  switch (v.dtype) {
+    case DType::kFloat16: v.as<uint16_t>()[i] = util::float_to_half(static_cast<float>(d)); return;
+    case DType::kBFloat16: v.as<uint16_t>()[i] = util::float_to_bfloat16(static_cast<float>(d)); return;
+    case DType::kBool: v.as<uint8_t>()[i] = d != 0.0; return;
+    default: dispatch_numeric(v.dtype, [&](auto zero) { v.as<decltype(zero)>()[i] = convert<decltype(zero)>(d); });
+  }
+}
+
+bool int64_like(DType t) { return t == DType::kInt64 || t == DType::kUInt64; }
+
+std::unique_ptr<Kernel> cast_kernel(const KernelInit&) {
+  return make_kernel([](const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) {
+    const View& x = in[0];
+    View& y = out[0];
+    if (x.dtype == y.dtype) {
+      std::memcpy(y.data, x.data, static_cast<size_t>(*ir::storage_bytes(x.dtype, x.numel())));
+      return;
+    }
+    // 64-bit integers do not all fit a double: copy them between integer types directly.
+    if (int64_like(x.dtype) && ir::dtype_is_integer(y.dtype)) {
+      dispatch_numeric(x.dtype, [&](auto zx) {
+        dispatch_numeric(y.dtype, [&](auto zy) {
+          for (int64_t i = 0; i < x.numel(); ++i) y.as<decltype(zy)>()[i] = static_cast<decltype(zy)>(x.as<decltype(zx)>()[i]);
+        });
+      });
+      return;
+    }
+    parallel(ctx, x.numel(), kGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) write_from_double(y, i, read_as_double(x, i));
+    });
+  });
+}
+
+bool castable(DType t) { return is_numeric(t) || t == DType::kFloat16 || t == DType::kBFloat16; }
+
+std::string cast_types(const KernelInit& init) {
+  if (!castable(init.input_dtype(0))) return "casting from " + std::string(ir::dtype_name(init.input_dtype(0))) + " is not supported";
+  if (!castable(init.output_dtype(0))) return "casting to " + std::string(ir::dtype_name(init.output_dtype(0))) + " is not supported";
+  return "";
+}
+
+std::unique_ptr<Kernel> dropout_kernel(const KernelInit&) {
+  return make_kernel([](const RunContext&, const std::vector<View>& in, std::vector<View>& out) {
+    std::memcpy(out[0].data, in[0].data, static_cast<size_t>(*ir::storage_bytes(in[0].dtype, in[0].numel())));
+    if (out.size() > 1 && out[1].data != nullptr) std::memset(out[1].data, 1, static_cast<size_t>(out[1].numel()));
+  });
+}
+
+std::string dropout_types(const KernelInit& init) {
+  if (const ir::Tensor* t = init.constant(2); init.node.input(2) != nullptr && (t == nullptr || t->data<uint8_t>()[0] != 0))
+    return "training_mode must be a constant false";
+  return castable(init.input_dtype(0)) ? "" : "input 0 is " + std::string(ir::dtype_name(init.input_dtype(0)));
+}
+
+}  // namespace
+
+void register_elementwise(KernelRegistry& r) {
+#define TETHER_UNARY(op, fn) \
+  r.add(op, [](const KernelInit&) { return unary_kernel<fn>({}); }, float_only)
+#define TETHER_UNARY_P(op, fn, ...)                                                      \
+  r.add(op, [](const KernelInit& init) { return unary_kernel<fn>(__VA_ARGS__); }, float_only)
+  TETHER_UNARY("Relu", relu);
+  TETHER_UNARY("Sigmoid", sigmoid);
+  TETHER_UNARY("Tanh", tanh_);
+  TETHER_UNARY("HardSwish", hard_swish);
+  TETHER_UNARY("Softplus", softplus);
+  TETHER_UNARY("Softsign", softsign);
+  TETHER_UNARY("Mish", mish);
+  TETHER_UNARY("Sqrt", sqrt_);
+  TETHER_UNARY("Exp", exp_);
+  TETHER_UNARY("Log", log_);
+  TETHER_UNARY("Reciprocal", reciprocal);
+  TETHER_UNARY("Erf", erf_);
+  TETHER_UNARY("Floor", floor_);
+  TETHER_UNARY("Ceil", ceil_);
+  TETHER_UNARY("Round", round_);
+  TETHER_UNARY("Sin", sin_);
+  TETHER_UNARY("Cos", cos_);
+  TETHER_UNARY("Tan", tan_);
+  TETHER_UNARY("Asin", asin_);
+  TETHER_UNARY("Acos", acos_);
+  TETHER_UNARY("Atan", atan_);
+  TETHER_UNARY("Sinh", sinh_);
+  TETHER_UNARY("Cosh", cosh_);
+  TETHER_UNARY("Asinh", asinh_);
+  TETHER_UNARY("Acosh", acosh_);
+  TETHER_UNARY("Atanh", atanh_);
+  TETHER_UNARY_P("LeakyRelu", leaky_relu, UnaryParams{init.node.attr_float("alpha", 0.01f)});
+  TETHER_UNARY_P("HardSigmoid", hard_sigmoid,
+                 UnaryParams{init.node.attr_float("alpha", 0.2f), init.node.attr_float("beta", 0.5f)});
+  TETHER_UNARY_P("Gelu", gelu, UnaryParams{0, 0, 0, init.node.attr_string("approximate", "none") == "tanh"});
+  TETHER_UNARY_P("Elu", elu, UnaryParams{init.node.attr_float("alpha", 1.0f)});
+  TETHER_UNARY_P("Selu", selu,
+                 UnaryParams{init.node.attr_float("alpha", 1.67326319217681884765625f), 0,
+                             init.node.attr_float("gamma", 1.05070102214813232421875f)});
+  TETHER_UNARY_P("Celu", celu, UnaryParams{init.node.attr_float("alpha", 1.0f)});
+  TETHER_UNARY_P("ThresholdedRelu", thresholded_relu, UnaryParams{init.node.attr_float("alpha", 1.0f)});
+  TETHER_UNARY_P("Shrink", shrink, UnaryParams{init.node.attr_float("lambd", 0.5f), init.node.attr_float("bias", 0.0f)});
+#undef TETHER_UNARY
+#undef TETHER_UNARY_P
+
+  r.add("Neg", [](const KernelInit&) { return numeric_unary(NumUnary::kNeg); }, numeric_only);
+  r.add("Abs", [](const KernelInit&) { return numeric_unary(NumUnary::kAbs); }, numeric_only);
+  r.add("Sign", [](const KernelInit&) { return numeric_unary(NumUnary::kSign); }, numeric_only);
+
+  r.add("Add", [](const KernelInit&) { return binary_kernel(Binary::kAdd); }, same_numeric_types);
+  r.add("Sub", [](const KernelInit&) { return binary_kernel(Binary::kSub); }, same_numeric_types);
+  r.add("Mul", [](const KernelInit&) { return binary_kernel(Binary::kMul); }, same_numeric_types);
+  r.add("Div", [](const KernelInit&) { return binary_kernel(Binary::kDiv); }, same_numeric_types);
+  r.add("Pow", [](const KernelInit&) { return pow_kernel(); }, pow_types);
+  r.add("PRelu", [](const KernelInit&) { return binary_kernel(Binary::kPRelu); }, same_numeric_types);
+  r.add("Mod", [](const KernelInit& init) { return binary_kernel(init.node.attr_int("fmod", 0) ? Binary::kFMod : Binary::kMod); },
+        same_numeric_types);
+  r.add("Equal", [](const KernelInit&) { return binary_kernel(Binary::kEqual); }, same_numeric_types);
+  r.add("Less", [](const KernelInit&) { return binary_kernel(Binary::kLess); }, same_numeric_types);
+  r.add("Greater", [](const KernelInit&) { return binary_kernel(Binary::kGreater); }, same_numeric_types);
+  r.add("LessOrEqual", [](const KernelInit&) { return binary_kernel(Binary::kLessEq); }, same_numeric_types);
+  r.add("GreaterOrEqual", [](const KernelInit&) { return binary_kernel(Binary::kGreaterEq); }, same_numeric_types);
+  r.add("And", [](const KernelInit&) { return binary_kernel(Binary::kAnd); }, same_numeric_types);
+  r.add("Or", [](const KernelInit&) { return binary_kernel(Binary::kOr); }, same_numeric_types);
+  r.add("Xor", [](const KernelInit&) { return binary_kernel(Binary::kXor); }, same_numeric_types);
+  r.add("Min", [](const KernelInit&) { return variadic_kernel(Binary::kMin, false); }, same_numeric_types);
+  r.add("Max", [](const KernelInit&) { return variadic_kernel(Binary::kMax, false); }, same_numeric_types);
+  r.add("Sum", [](const KernelInit&) { return variadic_kernel(Binary::kAdd, false); }, same_numeric_types);
+  r.add("Mean", [](const KernelInit&) { return variadic_kernel(Binary::kAdd, true); }, same_numeric_types);
+
+  r.add("Where", where_kernel, where_types);
+  r.add("Clip", clip_kernel, numeric_only);
+  r.add("Not", not_kernel, [](const KernelInit& init) { return require_dtype(init, 0, {DType::kBool}); });
+  r.add("IsNaN", isnan_kernel, float_only);
+  r.add("IsInf", isinf_kernel, float_only);
+  r.add("Cast", cast_kernel, cast_types);
+  r.add("Dropout", dropout_kernel, dropout_types);
+}
+
+}  // namespace tether::engine::cpu

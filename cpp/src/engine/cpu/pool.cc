@@ -1,0 +1,156 @@
+// Pooling: MaxPool (with indices), AveragePool, LpPool, GlobalAveragePool, GlobalMaxPool.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "engine/cpu/cpu.h"
+
+namespace tether::engine::cpu {
+
+namespace {
+
+enum class PoolKind { kMax, kAverage, kLp };
+
+class PoolKernel final : public Kernel {
+ public:
+  PoolKernel(const KernelInit& init, PoolKind kind) : kind_(kind), node_(init.node) {}
+
+  void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
+    const View& x = in[0];
+    View& y = out[0];
+    const size_t k = x.rank() - 2;
+    const std::vector<int64_t> kernel = node_.attr_ints("kernel_shape");
+    auto ints_or = [&](const char* name, size_t n, int64_t fill) {
+      std::vector<int64_t> v = node_.attr_ints(name);
+      if (v.empty()) v.assign(n, fill);
+      return v;
+    };
+    const std::vector<int64_t> strides = ints_or("strides", k, 1), dil = ints_or("dilations", k, 1);
+    const std::vector<int64_t> pads = ints_or("pads", 2 * k, 0);
+    const std::string auto_pad = node_.attr_string("auto_pad", "NOTSET");
+    const bool include_pad = node_.attr_int("count_include_pad", 0) != 0;
+    const double p_norm = static_cast<double>(node_.attr_int("p", 2));
+    std::vector<int64_t> pb(k, 0), pe(k, 0);
+    for (size_t d = 0; d < k; ++d) {
+      const int64_t ek = (kernel[d] - 1) * dil[d] + 1;
+      if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+        const int64_t total = std::max<int64_t>(0, (y.dims[d + 2] - 1) * strides[d] + ek - x.dims[d + 2]);
+        pb[d] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+        pe[d] = total - pb[d];
+      } else if (auto_pad != "VALID") {
+        pb[d] = pads[d];
+        pe[d] = pads[d + k];
+      }
+    }
+    int64_t in_size = 1, out_size = 1, ksize = 1;
+    for (size_t d = 0; d < k; ++d) {
+      in_size *= x.dims[d + 2];
+      out_size *= y.dims[d + 2];
+      ksize *= kernel[d];
+    }
+    const int64_t planes = x.dims[0] * x.dims[1];
+    int64_t* indices = out.size() > 1 && out[1].data != nullptr ? out[1].as<int64_t>() : nullptr;
+    parallel(ctx, planes, 1, [&](int64_t p0, int64_t p1) {
+      std::vector<int64_t> opos(k), kpos(k);
+      for (int64_t plane = p0; plane < p1; ++plane) {
+        const float* xp = x.as<float>() + plane * in_size;
+        float* yp = y.as<float>() + plane * out_size;
+        for (int64_t o = 0; o < out_size; ++o) {
+          int64_t rem = o;
+          for (size_t d = k; d-- > 0;) {
+            opos[d] = rem % y.dims[d + 2];
+            rem /= y.dims[d + 2];
+          }
+          double acc = kind_ == PoolKind::kMax ? -std::numeric_limits<double>::infinity() : 0.0;
+          int64_t best = -1, valid = 0, padded = 0;
+          for (int64_t kk = 0; kk < ksize; ++kk) {
+            int64_t kr = kk;
+            for (size_t d = k; d-- > 0;) {
+              kpos[d] = kr % kernel[d];
+              kr /= kernel[d];
+            }
+            int64_t idx = 0;
+            bool inside = true, in_padded = true;
+            for (size_t d = 0; d < k; ++d) {
+              const int64_t p = opos[d] * strides[d] - pb[d] + kpos[d] * dil[d];
+              inside = inside && p >= 0 && p < x.dims[d + 2];
+              in_padded = in_padded && p >= -pb[d] && p < x.dims[d + 2] + pe[d];
+              idx = idx * x.dims[d + 2] + p;
+            }
+            if (in_padded) ++padded;
+            if (!inside) continue;
+            ++valid;
+            const float v = xp[idx];
+            if (kind_ == PoolKind::kMax) {
+              if (best < 0 || v > acc) {  // like onnxruntime: a NaN wins only as the first element
+                acc = v;
+                best = idx;
+              }
+            } else if (kind_ == PoolKind::kAverage) {
+              acc += v;
+            } else {
+              acc += std::pow(std::fabs(static_cast<double>(v)), p_norm);
+            }
+          }
+          if (kind_ == PoolKind::kMax) {
+            yp[o] = static_cast<float>(acc);
+            if (indices != nullptr) indices[plane * out_size + o] = plane * in_size + best;
+          } else if (kind_ == PoolKind::kAverage) {
+            const int64_t count = include_pad ? padded : valid;
+            yp[o] = count > 0 ? static_cast<float>(acc / static_cast<double>(count)) : 0.0f;
+          } else {
+            yp[o] = static_cast<float>(std::pow(acc, 1.0 / p_norm));
+          }
+        }
+      }
+    });
+  }
+
+ private:
+  PoolKind kind_;
+  const ir::Node& node_;
+};
+
+std::unique_ptr<Kernel> global_kernel(bool is_max) {
+  return make_kernel([is_max](const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) {
+    const View& x = in[0];
+    int64_t size = 1;
+    for (size_t d = 2; d < x.rank(); ++d) size *= x.dims[d];
+    const int64_t planes = x.dims[0] * x.dims[1];
+    parallel(ctx, planes, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const float* xp = x.as<float>() + p * size;
+        if (is_max) {
+          float m = -std::numeric_limits<float>::infinity();
+          for (int64_t i = 0; i < size; ++i) m = std::isnan(xp[i]) || xp[i] > m ? xp[i] : m;
+          out[0].as<float>()[p] = m;
+        } else {
+          double s = 0;
+          for (int64_t i = 0; i < size; ++i) s += xp[i];
+          out[0].as<float>()[p] = static_cast<float>(s / static_cast<double>(size));
+        }
+      }
+    });
+  });
+}
+
+std::string maxpool_check(const KernelInit& init) {
+  if (init.node.attr_int("storage_order", 0) != 0) return "storage_order 1 (column-major indices) is not supported";
+  return float_only(init);
+}
+
+}  // namespace
+
+void register_pool(KernelRegistry& r) {
+  r.add("MaxPool", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<PoolKernel>(i, PoolKind::kMax); },
+        maxpool_check);
+  r.add("AveragePool",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<PoolKernel>(i, PoolKind::kAverage); },
+        float_only);
+  r.add("LpPool", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<PoolKernel>(i, PoolKind::kLp); },
+        float_only);
+  r.add("GlobalAveragePool", [](const KernelInit&) { return global_kernel(false); }, float_only);
+  r.add("GlobalMaxPool", [](const KernelInit&) { return global_kernel(true); }, float_only);
+}
+
+}  // namespace tether::engine::cpu

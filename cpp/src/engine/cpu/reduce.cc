@@ -1,0 +1,186 @@
+// Reductions: ReduceSum/Mean/Max/Min/Prod/L1/L2/LogSum/LogSumExp/SumSquare, ArgMax, ArgMin.
+// Sums accumulate in double.
+#include <cmath>
+#include <limits>
+
+#include "engine/cpu/cpu.h"
+
+namespace tether::engine::cpu {
+
+namespace {
+
+enum class Reduce { kSum, kMean, kMax, kMin, kProd, kL1, kL2, kLogSum, kLogSumExp, kSumSquare };
+
+// Which dims a reduction reduces, given its axes (attribute or input) for this input rank.
+std::vector<bool> reduced_dims(const std::vector<int64_t>& axes, size_t rank, bool noop_empty, bool* noop) {
+  std::vector<bool> red(rank, axes.empty() && !noop_empty);
+  *noop = axes.empty() && noop_empty;
+  for (int64_t a : axes) red[static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(rank) : a)] = true;
+  return red;
+}
+
+// Calls body(out_index, offsets of the reduced elements as a visitor) for every output element.
+struct ReduceLayout {
+  std::vector<int64_t> kept_dims, kept_strides, red_dims, red_strides;
+  int64_t outputs = 1, per_output = 1;
+
+  ReduceLayout(const std::vector<int64_t>& dims, const std::vector<bool>& red) {
+    const std::vector<int64_t> st = strides_of(dims);
+    for (size_t d = 0; d < dims.size(); ++d) {
+      if (red[d]) {
+        red_dims.push_back(dims[d]);
+        red_strides.push_back(st[d]);
+        per_output *= dims[d];
+      } else {
+        kept_dims.push_back(dims[d]);
+        kept_strides.push_back(st[d]);
+        outputs *= dims[d];
+      }
+    }
+  }
+  int64_t base(int64_t o) const {
+    int64_t off = 0;
+    for (size_t d = kept_dims.size(); d-- > 0;) {
+      off += (o % kept_dims[d]) * kept_strides[d];
+      o /= kept_dims[d];
+    }
+    return off;
+  }
+  int64_t inner(int64_t r) const {
+    int64_t off = 0;
+    for (size_t d = red_dims.size(); d-- > 0;) {
+      off += (r % red_dims[d]) * red_strides[d];
+      r /= red_dims[d];
+    }
+    return off;
+  }
+};
+
+template <typename T>
+double reduce_one(Reduce op, const T* x, const ReduceLayout& l, int64_t base) {
+  double acc = op == Reduce::kProd ? 1.0 : op == Reduce::kMax ? -std::numeric_limits<double>::infinity()
+                                         : op == Reduce::kMin ? std::numeric_limits<double>::infinity() : 0.0;
+  double m = -std::numeric_limits<double>::infinity();
+  if (op == Reduce::kLogSumExp)
+    for (int64_t r = 0; r < l.per_output; ++r) m = std::fmax(m, static_cast<double>(x[base + l.inner(r)]));
+  for (int64_t r = 0; r < l.per_output; ++r) {
+    const double v = static_cast<double>(x[base + l.inner(r)]);
+    switch (op) {
+      case Reduce::kSum: case Reduce::kMean: case Reduce::kLogSum: acc += v; break;
+      case Reduce::kMax: acc = std::isnan(v) || v > acc ? v : acc; break;
+      case Reduce::kMin: acc = std::isnan(v) || v < acc ? v : acc; break;
+      case Reduce::kProd: acc *= v; break;
+      case Reduce::kL1: acc += std::fabs(v); break;
+      case Reduce::kL2: case Reduce::kSumSquare: acc += v * v; break;
+      case Reduce::kLogSumExp: acc += std::exp(v - m); break;
+    }
+  }
+  switch (op) {
+    case Reduce::kMean: return l.per_output ? acc / static_cast<double>(l.per_output) : std::nan("");
+    case Reduce::kL2: return std::sqrt(acc);
+    case Reduce::kLogSum: return std::log(acc);
+    case Reduce::kLogSumExp: return l.per_output ? m + std::log(acc) : -std::numeric_limits<double>::infinity();
+    default: return acc;
+  }
+}
+
+class ReduceKernel final : public Kernel {
+ public:
+  ReduceKernel(const KernelInit& init, Reduce op)
+      : op_(op),
+        attr_axes_(init.node.attr_ints("axes")),
+        has_attr_axes_(init.node.attr("axes") != nullptr),
+        noop_empty_(init.node.attr_int("noop_with_empty_axes", 0) != 0) {}
+
+  void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
+    const View& x = in[0];
+    std::vector<int64_t> axes = has_attr_axes_ ? attr_axes_ : (present(in, 1) ? int_values(in[1]) : std::vector<int64_t>{});
+    bool noop = false;
+    const std::vector<bool> red = reduced_dims(axes, x.rank(), noop_empty_, &noop);
+    if (noop) {
+      std::memcpy(out[0].data, x.data, static_cast<size_t>(*ir::storage_bytes(x.dtype, x.numel())));
+      return;
+    }
+    const ReduceLayout l(x.dims, red);
+    TETHER_CHECK(out[0].numel() == l.outputs, "Reduce: planned output size differs");
+    dispatch_numeric(x.dtype, [&](auto zero) {
+      using T = decltype(zero);
+      const T* xp = x.as<T>();
+      T* yp = out[0].as<T>();
+      parallel(ctx, l.outputs, 1, [&](int64_t o0, int64_t o1) {
+        for (int64_t o = o0; o < o1; ++o) yp[o] = static_cast<T>(reduce_one(op_, xp, l, l.base(o)));
+      });
+    });
+  }
+
+ private:
+  Reduce op_;
+  std::vector<int64_t> attr_axes_;
+  bool has_attr_axes_, noop_empty_;
+};
+
+class ArgKernel final : public Kernel {
+ public:
+  ArgKernel(const KernelInit& init, bool is_max)
+      : is_max_(is_max), axis_(init.node.attr_int("axis", 0)), last_(init.node.attr_int("select_last_index", 0) != 0) {}
+
+  void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
+    const View& x = in[0];
+    std::vector<bool> red(x.rank(), false);
+    red[static_cast<size_t>(axis_ < 0 ? axis_ + static_cast<int64_t>(x.rank()) : axis_)] = true;
+    const ReduceLayout l(x.dims, red);
+    dispatch_numeric(x.dtype, [&](auto zero) {
+      using T = decltype(zero);
+      const T* xp = x.as<T>();
+      parallel(ctx, l.outputs, 1, [&](int64_t o0, int64_t o1) {
+        for (int64_t o = o0; o < o1; ++o) {
+          const int64_t base = l.base(o);
+          int64_t best = 0;
+          T bv = xp[base];
+          for (int64_t r = 1; r < l.per_output; ++r) {
+            const T v = xp[base + l.inner(r)];
+            const bool better = is_max_ ? (last_ ? v >= bv : v > bv) : (last_ ? v <= bv : v < bv);
+            if (better) {
+              bv = v;
+              best = r;
+            }
+          }
+          out[0].as<int64_t>()[o] = best;
+        }
+      });
+    });
+  }
+
+ private:
+  bool is_max_;
+  int64_t axis_;
+  bool last_;
+};
+
+std::string reduce_check(const KernelInit& init) {
+  if (!is_numeric(init.input_dtype(0))) return "input 0 is " + std::string(ir::dtype_name(init.input_dtype(0)));
+  return "";
+}
+
+}  // namespace
+
+void register_reduce(KernelRegistry& r) {
+#define TETHER_REDUCE(op, kind)                                                                         \
+  r.add(op, [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<ReduceKernel>(i, kind); }, \
+        reduce_check)
+  TETHER_REDUCE("ReduceSum", Reduce::kSum);
+  TETHER_REDUCE("ReduceMean", Reduce::kMean);
+  TETHER_REDUCE("ReduceMax", Reduce::kMax);
+  TETHER_REDUCE("ReduceMin", Reduce::kMin);
+  TETHER_REDUCE("ReduceProd", Reduce::kProd);
+  TETHER_REDUCE("ReduceL1", Reduce::kL1);
+  TETHER_REDUCE("ReduceL2", Reduce::kL2);
+  TETHER_REDUCE("ReduceLogSum", Reduce::kLogSum);
+  TETHER_REDUCE("ReduceLogSumExp", Reduce::kLogSumExp);
+  TETHER_REDUCE("ReduceSumSquare", Reduce::kSumSquare);
+#undef TETHER_REDUCE
+  r.add("ArgMax", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<ArgKernel>(i, true); }, reduce_check);
+  r.add("ArgMin", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<ArgKernel>(i, false); }, reduce_check);
+}
+
+}  // namespace tether::engine::cpu

@@ -1,0 +1,399 @@
+// Shape and data movement: Shape, Size, Reshape, Flatten, Squeeze, Unsqueeze, Identity,
+// Transpose, Concat, Split, Slice, Gather, GatherElements, Expand, Tile, Pad,
+// ConstantOfShape, Range. Kernels work on any fixed-size element type.
+#include <algorithm>
+#include <cmath>
+
+#include "engine/cpu/cpu.h"
+
+namespace tether::engine::cpu {
+
+namespace {
+
+size_t elem_bytes(DType t) { return static_cast<size_t>(ir::dtype_bits(t) / 8); }
+
+std::string fixed_size(const KernelInit& init) {
+  const DType t = init.input_dtype(0);
+  if (t == DType::kString || ir::dtype_bits(t) % 8 != 0 || t == DType::kUndefined)
+    return "input 0 is " + std::string(ir::dtype_name(t)) + "; supported: types of whole bytes";
+  return "";
+}
+
+// Copies element `from` of src to element `to` of dst, for any element size.
+inline void copy_elem(std::byte* dst, int64_t to, const std::byte* src, int64_t from, size_t size) {
+  switch (size) {
+    case 1: dst[to] = src[from]; break;
+    case 2: reinterpret_cast<uint16_t*>(dst)[to] = reinterpret_cast<const uint16_t*>(src)[from]; break;
+    case 4: reinterpret_cast<uint32_t*>(dst)[to] = reinterpret_cast<const uint32_t*>(src)[from]; break;
+    case 8: reinterpret_cast<uint64_t*>(dst)[to] = reinterpret_cast<const uint64_t*>(src)[from]; break;
+    default: std::memcpy(dst + to * static_cast<int64_t>(size), src + from * static_cast<int64_t>(size), size);
+  }
+}
+
+// Reshape, Flatten, Squeeze, Unsqueeze, Identity: the bytes do not change.
+std::unique_ptr<Kernel> copy_kernel(const KernelInit&) {
+  return make_kernel([](const RunContext&, const std::vector<View>& in, std::vector<View>& out) {
+    TETHER_CHECK(in[0].numel() == out[0].numel(), "reshape: element counts differ");
+    if (in[0].data != out[0].data)
+      std::memcpy(out[0].data, in[0].data, static_cast<size_t>(in[0].numel()) * elem_bytes(in[0].dtype));
+  });
+}
+
+std::unique_ptr<Kernel> shape_kernel(const KernelInit& init) {
+  const int64_t start = init.node.attr_int("start", 0);
+  const bool has_end = init.node.attr("end") != nullptr;
+  const int64_t end = init.node.attr_int("end", 0);
+  return make_kernel([=](const RunContext&, const std::vector<View>& in, std::vector<View>& out) {
+    const auto r = static_cast<int64_t>(in[0].rank());
+    auto clamp = [&](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + r : v, 0, r); };
+    const int64_t b = clamp(start), e = has_end ? clamp(end) : r;
+    for (int64_t i = b; i < e; ++i) out[0].as<int64_t>()[i - b] = in[0].dims[static_cast<size_t>(i)];
+  });
+}
+
+std::unique_ptr<Kernel> size_kernel(const KernelInit&) {
+  return make_kernel([](const RunContext&, const std::vector<View>& in, std::vector<View>& out) {
+    out[0].as<int64_t>()[0] = in[0].numel();
+  });
+}
+
+std::unique_ptr<Kernel> transpose_kernel(const KernelInit& init) {
+  std::vector<int64_t> perm = init.node.attr_ints("perm");
+  return make_kernel([perm](const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) {
+    const View& x = in[0];
+    std::vector<int64_t> p = perm;
+    if (p.empty())
+      for (size_t i = x.rank(); i-- > 0;) p.push_back(static_cast<int64_t>(i));
+    const std::vector<int64_t> xs = strides_of(x.dims);
+    std::vector<int64_t> src_strides(p.size());  // stride in x of each output dim
+    for (size_t d = 0; d < p.size(); ++d) src_strides[d] = xs[static_cast<size_t>(p[d])];
+    const size_t size = elem_bytes(x.dtype);
+    const auto& od = out[0].dims;
+    const int64_t inner = od.empty() ? 1 : od.back();
+    const int64_t inner_stride = src_strides.empty() ? 1 : src_strides.back();
+    const int64_t rows = inner == 0 ? 0 : out[0].numel() / inner;
+    parallel(ctx, rows, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        int64_t rem = r, src = 0;
+        for (size_t d = od.empty() ? 0 : od.size() - 1; d-- > 0;) {
+          src += (rem % od[d]) * src_strides[d];
+          rem /= od[d];
+        }
+        for (int64_t i = 0; i < inner; ++i)
+          copy_elem(out[0].as<std::byte>(), r * inner + i, x.as<std::byte>(), src + i * inner_stride, size);
+      }
+    });
+  });
+}
+
+std::unique_ptr<Kernel> concat_kernel(const KernelInit& init) {
+  const int64_t axis = init.node.attr_int("axis", 0);
+  return make_kernel([axis](const RunContext&, const std::vector<View>& in, std::vector<View>& out) {
+    const View& y = out[0];
+    const size_t a = static_cast<size_t>(axis < 0 ? axis + static_cast<int64_t>(y.rank()) : axis);
+    int64_t outer = 1, inner = 1;
+    for (size_t d = 0; d < y.rank(); ++d) {
+      if (d < a) outer *= y.dims[d];
+      if (d > a) inner *= y.dims[d];
+    }
+    const int64_t size = static_cast<int64_t>(elem_bytes(y.dtype));
+    const int64_t out_row = y.dims[a] * inner * size;
+    int64_t at = 0;
+    for (const View& x : in) {
+      const int64_t row = x.dims[a] * inner * size;
+      for (int64_t o = 0; o < outer; ++o)
+        std::memcpy(y.as<std::byte>() + o * out_row + at, x.as<std::byte>() + o * row, static_cast<size_t>(row));
+      at += row;
+    }
+  });
+}
+
+std::unique_ptr<Kernel> split_kernel(const KernelInit& init) {
+  const int64_t axis = init.node.attr_int("axis", 0);
+  return make_kernel([axis](const RunContext&, const std::vector<View>& in, std::vector<View>& out) {
+    const View& x = in[0];
+    const size_t a = static_cast<size_t>(axis < 0 ? axis + static_cast<int64_t>(x.rank()) : axis);
+    int64_t outer = 1, inner = 1;
+    for (size_t d = 0; d < x.rank(); ++d) {
+      if (d < a) outer *= x.dims[d];
+      if (d > a) inner *= x.dims[d];
+    }
+    const int64_t size = static_cast<int64_t>(elem_bytes(x.dtype));
+    const int64_t in_row = x.dims[a] * inner * size;
+    int64_t at = 0;
+    for (View& y : out) {
+      if (y.data == nullptr) continue;
+      const int64_t row = y.dims[a] * inner * size;
+      for (int64_t o = 0; o < outer; ++o)
+        std::memcpy(y.as<std::byte>() + o * row, x.as<std::byte>() + o * in_row + at, static_cast<size_t>(row));
+      at += row;
+    }
+  });
+}
+
+// Slice: starts/ends/axes/steps from inputs (opset >= 10) or attributes (older).
+class SliceKernel final : public Kernel {
+ public:
+  explicit SliceKernel(const KernelInit& init)
+      : from_attrs_(init.node.attr("starts") != nullptr),
+        starts_(init.node.attr_ints("starts")),
+        ends_(init.node.attr_ints("ends")),
+        axes_(init.node.attr_ints("axes")) {}
+
+  void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
+    const View& x = in[0];
+    std::vector<int64_t> starts = starts_, ends = ends_, axes = axes_, steps;
+    if (!from_attrs_) {
+      starts = int_values(in[1]);
+      ends = int_values(in[2]);
+      axes = present(in, 3) ? int_values(in[3]) : std::vector<int64_t>{};
+      if (present(in, 4)) steps = int_values(in[4]);
+    }
+    if (axes.empty())
+      for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+    if (steps.empty()) steps.assign(starts.size(), 1);
+    std::vector<int64_t> start(x.rank(), 0), step(x.rank(), 1);
+    for (size_t i = 0; i < starts.size(); ++i) {
+      const auto a = static_cast<size_t>(axes[i] < 0 ? axes[i] + static_cast<int64_t>(x.rank()) : axes[i]);
+      const int64_t len = x.dims[a];
+      int64_t s = starts[i] < 0 ? starts[i] + len : starts[i];
+      s = steps[i] > 0 ? std::clamp<int64_t>(s, 0, len) : std::clamp<int64_t>(s, 0, len - 1);
+      start[a] = s;
+      step[a] = steps[i];
+    }
+    const std::vector<int64_t> xs = strides_of(x.dims);
+    const auto& od = out[0].dims;
+    const size_t size = elem_bytes(x.dtype);
+    parallel(ctx, out[0].numel(), 1 << 12, [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o) {
+        int64_t rem = o, src = 0;
+        for (size_t d = od.size(); d-- > 0;) {
+          src += (start[d] + (rem % od[d]) * step[d]) * xs[d];
+          rem /= od[d];
+        }
+        copy_elem(out[0].as<std::byte>(), o, x.as<std::byte>(), src, size);
+      }
+    });
+  }
+
+ private:
+  bool from_attrs_;
+  std::vector<int64_t> starts_, ends_, axes_;
+};
+
+std::unique_ptr<Kernel> gather_kernel(const KernelInit& init) {
+  const int64_t axis = init.node.attr_int("axis", 0);
+  const std::string name = init.node.describe();
+  return make_kernel([axis, name](const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) {
+    const View& x = in[0];
+    const size_t a = static_cast<size_t>(axis < 0 ? axis + static_cast<int64_t>(x.rank()) : axis);
+    const std::vector<int64_t> idx = int_values(in[1]);
+    int64_t outer = 1, inner = 1;
+    for (size_t d = 0; d < x.rank(); ++d) {
+      if (d < a) outer *= x.dims[d];
+      if (d > a) inner *= x.dims[d];
+    }
+    const int64_t len = x.dims[a];
+    for (int64_t v : idx)
+      if (v < -len || v >= len)
+        throw ArgumentError(name + ": index " + std::to_string(v) + " is out of range for axis " + std::to_string(a) +
+                            " of size " + std::to_string(len));
+    const int64_t size = static_cast<int64_t>(elem_bytes(x.dtype)) * inner;
+    const auto n = static_cast<int64_t>(idx.size());
+    parallel(ctx, outer * n, 64, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t o = t / n, k = t % n;
+        const int64_t i = idx[static_cast<size_t>(k)] < 0 ? idx[static_cast<size_t>(k)] + len : idx[static_cast<size_t>(k)];
+        std::memcpy(out[0].as<std::byte>() + t * size, x.as<std::byte>() + (o * len + i) * size, static_cast<size_t>(size));
+      }
+    });
+  });
+}
+
+std::unique_ptr<Kernel> gather_elements_kernel(const KernelInit& init) {
+  const int64_t axis = init.node.attr_int("axis", 0);
+  const std::string name = init.node.describe();
+  return make_kernel([axis, name](const RunContext&, const std::vector<View>& in, std::vector<View>& out) {
+    const View& x = in[0];
+    const size_t a = static_cast<size_t>(axis < 0 ? axis + static_cast<int64_t>(x.rank()) : axis);
+    const std::vector<int64_t> idx = int_values(in[1]);
+    const std::vector<int64_t> xs = strides_of(x.dims);
+    const auto& id = in[1].dims;
+    const size_t size = elem_bytes(x.dtype);
+    for (int64_t o = 0; o < static_cast<int64_t>(idx.size()); ++o) {
+      int64_t rem = o, src = 0;
+      for (size_t d = id.size(); d-- > 0;) {
+        int64_t c = rem % id[d];
+        rem /= id[d];
+        if (d == a) {
+          c = idx[static_cast<size_t>(o)];
+          if (c < -x.dims[a] || c >= x.dims[a])
+            throw ArgumentError(name + ": index " + std::to_string(c) + " is out of range for axis of size " +
+                                std::to_string(x.dims[a]));
+          if (c < 0) c += x.dims[a];
+        }
+        src += c * xs[d];
+      }
+      copy_elem(out[0].as<std::byte>(), o, x.as<std::byte>(), src, size);
+    }
+  });
+}
+
+// Expand and Tile: each output element reads one input element.
+std::unique_ptr<Kernel> expand_kernel(const KernelInit&) {
+  return make_kernel([](const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) {
+    BroadcastRows rows(out[0].dims, {&in[0].dims});
+    const size_t size = elem_bytes(in[0].dtype);
+    const int64_t n = rows.row_length();
+    parallel(ctx, rows.rows(), 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t base = rows.offset(0, r);
+        for (int64_t i = 0; i < n; ++i)
+          copy_elem(out[0].as<std::byte>(), r * n + i, in[0].as<std::byte>(), base + i * rows.inner_stride(0), size);
+      }
+    });
+  });
+}
+
+std::unique_ptr<Kernel> tile_kernel(const KernelInit&) {
+  return make_kernel([](const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) {
+    const View& x = in[0];
+    const std::vector<int64_t> xs = strides_of(x.dims);
+    const auto& od = out[0].dims;
+    const size_t size = elem_bytes(x.dtype);
+    parallel(ctx, out[0].numel(), 1 << 12, [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o) {
+        int64_t rem = o, src = 0;
+        for (size_t d = od.size(); d-- > 0;) {
+          src += ((rem % od[d]) % x.dims[d]) * xs[d];
+          rem /= od[d];
+        }
+        copy_elem(out[0].as<std::byte>(), o, x.as<std::byte>(), src, size);
+      }
+    });
+  });
+}
+
+class PadKernel final : public Kernel {
+ public:
+  explicit PadKernel(const KernelInit& init)
+      : mode_(init.node.attr_string("mode", "constant")),
+        attr_pads_(init.node.attr_ints("pads")),
+        from_attrs_(init.node.attr("pads") != nullptr),
+        attr_value_(init.node.attr_float("value", 0.0f)) {}
+
+  void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
+    const View& x = in[0];
+    const size_t rank = x.rank();
+    std::vector<int64_t> pads = from_attrs_ ? attr_pads_ : int_values(in[1]);
+    std::vector<int64_t> axes;
+    if (!from_attrs_ && present(in, 3)) axes = int_values(in[3]);
+    std::vector<int64_t> begin(rank, 0);
+    if (axes.empty()) {
+      for (size_t d = 0; d < rank; ++d) begin[d] = pads[d];
+    } else {
+      for (size_t i = 0; i < axes.size(); ++i) begin[static_cast<size_t>(axes[i] < 0 ? axes[i] + static_cast<int64_t>(rank) : axes[i])] = pads[i];
+    }
+    const std::vector<int64_t> xs = strides_of(x.dims);
+    const auto& od = out[0].dims;
+    const size_t size = elem_bytes(x.dtype);
+    // The fill value, as raw bytes of the element type.
+    std::vector<std::byte> fill(size, std::byte{0});
+    if (mode_ == "constant") {
+      if (!from_attrs_ && present(in, 2)) std::memcpy(fill.data(), in[2].data, size);
+      else if (x.dtype == DType::kFloat32) std::memcpy(fill.data(), &attr_value_, size);
+    }
+    parallel(ctx, out[0].numel(), 1 << 12, [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o) {
+        int64_t rem = o, src = 0;
+        bool outside = false;
+        for (size_t d = rank; d-- > 0;) {
+          int64_t c = rem % od[d] - begin[d];
+          rem /= od[d];
+          const int64_t len = x.dims[d];
+          if (c < 0 || c >= len) {
+            if (mode_ == "constant" || len == 0) {
+              outside = true;
+            } else if (mode_ == "edge") {
+              c = std::clamp<int64_t>(c, 0, len - 1);
+            } else if (mode_ == "wrap") {
+              c = ((c % len) + len) % len;
+            } else {  // reflect: mirror without repeating the edge
+              const int64_t period = 2 * (len - 1);
+              if (period == 0) c = 0;
+              else {
+                c = ((c % period) + period) % period;
+                if (c >= len) c = period - c;
+              }
+            }
+          }
+          src += c * xs[d];
+        }
+        if (outside) std::memcpy(out[0].as<std::byte>() + o * static_cast<int64_t>(size), fill.data(), size);
+        else copy_elem(out[0].as<std::byte>(), o, x.as<std::byte>(), src, size);
+      }
+    });
+  }
+
+ private:
+  std::string mode_;
+  std::vector<int64_t> attr_pads_;
+  bool from_attrs_;
+  float attr_value_;
+};
+
+std::unique_ptr<Kernel> constant_of_shape_kernel(const KernelInit& init) {
+  ir::Tensor value = ir::Tensor::zeros(DType::kFloat32, {1});
+  if (const ir::Attribute* a = init.node.attr("value")) value = a->as_tensor();
+  return make_kernel([value](const RunContext&, const std::vector<View>&, std::vector<View>& out) {
+    const size_t size = elem_bytes(value.dtype());
+    for (int64_t i = 0; i < out[0].numel(); ++i)
+      std::memcpy(out[0].as<std::byte>() + i * static_cast<int64_t>(size), value.raw_data(), size);
+  });
+}
+
+std::unique_ptr<Kernel> range_kernel(const KernelInit&) {
+  return make_kernel([](const RunContext&, const std::vector<View>& in, std::vector<View>& out) {
+    dispatch_numeric(in[0].dtype, [&](auto zero) {
+      using T = decltype(zero);
+      const T start = in[0].as<T>()[0], delta = in[2].as<T>()[0];
+      for (int64_t i = 0; i < out[0].numel(); ++i) out[0].as<T>()[i] = static_cast<T>(start + static_cast<T>(i) * delta);
+    });
+  });
+}
+
+std::string range_check(const KernelInit& init) {
+  return is_numeric(init.input_dtype(0)) ? "" : "input 0 is " + std::string(ir::dtype_name(init.input_dtype(0)));
+}
+
+std::string gather_check(const KernelInit& init) {
+  if (std::string why = fixed_size(init); !why.empty()) return why;
+  return require_dtype(init, 1, {DType::kInt32, DType::kInt64});
+}
+
+std::string pad_check(const KernelInit& init) {
+  const std::string mode = init.node.attr_string("mode", "constant");
+  if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap") return "unknown mode '" + mode + "'";
+  return fixed_size(init);
+}
+
+}  // namespace
+
+void register_shape(KernelRegistry& r) {
+  for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}) r.add(op, copy_kernel, fixed_size);
+  r.add("Shape", shape_kernel, nullptr);
+  r.add("Size", size_kernel, nullptr);
+  r.add("Transpose", transpose_kernel, fixed_size);
+  r.add("Concat", concat_kernel, fixed_size);
+  r.add("Split", split_kernel, fixed_size);
+  r.add("Slice", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<SliceKernel>(i); }, fixed_size);
+  r.add("Gather", gather_kernel, gather_check);
+  r.add("GatherElements", gather_elements_kernel, gather_check);
+  r.add("Expand", expand_kernel, fixed_size);
+  r.add("Tile", tile_kernel, fixed_size);
+  r.add("Pad", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<PadKernel>(i); }, pad_check);
+  r.add("ConstantOfShape", constant_of_shape_kernel, nullptr);
+  r.add("Range", range_kernel, range_check);
+}
+
+}  // namespace tether::engine::cpu

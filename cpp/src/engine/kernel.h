@@ -1,0 +1,110 @@
+// What a kernel is and what it sees: the interface every backend's kernels implement.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "tether/error.h"
+#include "tether/graph.h"
+
+namespace tether::util {
+class ThreadPool;
+}
+
+namespace tether::engine {
+
+/// A tensor as a kernel sees it: element type, sizes, and contiguous row-major data.
+struct View {
+  ir::DType dtype = ir::DType::kFloat32;
+  std::vector<int64_t> dims;
+  void* data = nullptr;
+
+  size_t rank() const { return dims.size(); }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    return n;
+  }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data); }
+};
+
+/// What a kernel gets for one run besides its tensors.
+struct RunContext {
+  util::ThreadPool* pool = nullptr;
+  std::byte* scratch = nullptr;  ///< scratch_bytes() bytes, 64-byte aligned, not zeroed
+};
+
+/// One node, ready to run: attributes read and constant inputs (weights) prepared once.
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  /// Scratch memory one run needs with these shapes (views carry dims only).
+  virtual int64_t scratch_bytes(const std::vector<View>& inputs, const std::vector<View>& outputs) const {
+    return 0;
+  }
+  /// Computes outputs from inputs. Output views are allocated with the planned dims.
+  virtual void run(const RunContext& ctx, const std::vector<View>& inputs, std::vector<View>& outputs) const = 0;
+};
+
+/// What a kernel factory sees of its node.
+struct KernelInit {
+  const ir::Node& node;
+  std::vector<ir::ValueType> input_types;   ///< as inference gives them (dims may be symbolic)
+  std::vector<ir::ValueType> output_types;
+  std::vector<const ir::Tensor*> constants;  ///< per input: its value when constant, else nullptr
+  int64_t opset = 0;
+
+  ir::DType input_dtype(size_t i) const {
+    return i < input_types.size() ? input_types[i].dtype() : ir::DType::kUndefined;
+  }
+  ir::DType output_dtype(size_t i) const {
+    return i < output_types.size() ? output_types[i].dtype() : ir::DType::kUndefined;
+  }
+  const ir::Tensor* constant(size_t i) const { return i < constants.size() ? constants[i] : nullptr; }
+};
+
+/// Creates a kernel; throws ModelError naming the node for attributes it cannot accept.
+using KernelFactory = std::unique_ptr<Kernel> (*)(const KernelInit&);
+/// "" when the kernel can run this node (dtypes, attributes), else the reason it cannot.
+using SupportCheck = std::string (*)(const KernelInit&);
+
+/// Kernels by (domain, op type), as one backend registers them.
+class KernelRegistry {
+ public:
+  struct Entry {
+    KernelFactory create;
+    SupportCheck check;
+  };
+  void add(std::string_view op_type, KernelFactory create, SupportCheck check, std::string_view domain = "");
+  const Entry* find(std::string_view domain, std::string_view op_type) const;
+
+ private:
+  std::unordered_map<std::string, Entry> entries_;
+};
+
+/// A backend: the ops it can run and how to make their kernels.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  /// "" when this backend can run the node, else why not (op unknown, dtype, attribute).
+  virtual std::string supports(const KernelInit& init) const = 0;
+  /// Precondition: supports(init) is "".
+  virtual std::unique_ptr<Kernel> create(const KernelInit& init) const = 0;
+};
+
+/// The CPU backend.
+const Backend& cpu_backend();
+
+// ---- helpers for support checks ---------------------------------------------------------------
+
+/// "" when input `i` (present) has one of `allowed` dtypes, else a reason naming it.
+std::string require_dtype(const KernelInit& init, size_t i, std::initializer_list<ir::DType> allowed);
+
+}  // namespace tether::engine

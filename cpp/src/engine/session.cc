@@ -1,0 +1,422 @@
+// compile() and the Session that runs a compiled model.
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "engine/kernel.h"
+#include "engine/planner.h"
+#include "passes/passes.h"
+#include "tether/engine.h"
+#include "tether/shape_inference.h"
+#include "util/thread_pool.h"
+
+namespace tether::engine {
+
+namespace {
+
+using Dims = std::vector<int64_t>;
+
+enum class Slot { kInput, kConstant, kArena, kOutput };
+
+struct ValueEntry {
+  const ir::Value* value = nullptr;
+  Slot slot = Slot::kArena;
+  const ir::Tensor* constant = nullptr;  // kConstant, or a kInput's default
+  int input = -1;                        // session input index
+  int output = -1;                       // session output index (its first occurrence)
+};
+
+struct Step {
+  const ir::Node* node = nullptr;
+  std::unique_ptr<Kernel> kernel;
+  std::vector<int> inputs;   // value index, -1 when omitted
+  std::vector<int> outputs;  // value index, -1 when omitted
+};
+
+// Everything fixed for one set of input shapes.
+struct Plan {
+  std::vector<Dims> dims;         // per value
+  std::vector<int64_t> offsets;   // per value; arena values only
+  int64_t arena_bytes = 0;
+  int64_t scratch_bytes = 0;
+  int64_t intermediate_bytes = 0;
+  std::mutex mutex;
+  std::vector<std::shared_ptr<ir::Buffer>> free_arenas;  // arenas not in use by a run
+};
+
+std::string dims_text(const Dims& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+// The tensor a Constant node holds.
+ir::Tensor constant_value(const ir::Node& n) {
+  using ir::DType;
+  if (const ir::Attribute* a = n.attr("value")) return a->as_tensor();
+  if (const ir::Attribute* a = n.attr("value_float")) {
+    float v = a->as_float();
+    return ir::Tensor::copy_of(DType::kFloat32, {}, &v, sizeof v);
+  }
+  if (const ir::Attribute* a = n.attr("value_int")) {
+    int64_t v = a->as_int();
+    return ir::Tensor::copy_of(DType::kInt64, {}, &v, sizeof v);
+  }
+  if (const ir::Attribute* a = n.attr("value_floats")) {
+    const auto& v = a->as_floats();
+    return ir::Tensor::copy_of(DType::kFloat32, {static_cast<int64_t>(v.size())}, v.data(),
+                               static_cast<int64_t>(v.size() * sizeof(float)));
+  }
+  if (const ir::Attribute* a = n.attr("value_ints")) {
+    const auto& v = a->as_ints();
+    return ir::Tensor::copy_of(DType::kInt64, {static_cast<int64_t>(v.size())}, v.data(),
+                               static_cast<int64_t>(v.size() * sizeof(int64_t)));
+  }
+  if (const ir::Attribute* a = n.attr("value_string")) return ir::Tensor::strings({}, {a->as_string()});
+  if (const ir::Attribute* a = n.attr("value_strings"))
+    return ir::Tensor::strings({static_cast<int64_t>(a->as_strings().size())}, a->as_strings());
+  throw UnsupportedError(n.describe() + ": Constant with a sparse value is not supported");
+}
+
+class CpuSession final : public Session {
+ public:
+  CpuSession(const ir::Model& model, const CompileOptions& options);
+
+  const std::vector<TensorInfo>& inputs() const override { return inputs_; }
+  const std::vector<TensorInfo>& outputs() const override { return outputs_; }
+  std::vector<ir::Tensor> run(const std::vector<std::pair<std::string, ir::Tensor>>& inputs) const override;
+  MemoryStats memory() const override {
+    std::lock_guard<std::mutex> lock(plans_mutex_);
+    return last_;
+  }
+  std::string report() const override { return report_; }
+  int threads() const override { return pool_->threads(); }
+
+ private:
+  void index_values();
+  void create_steps(const Backend& backend);
+  std::vector<const ir::Tensor*> bind_inputs(const std::vector<std::pair<std::string, ir::Tensor>>& named) const;
+  std::shared_ptr<Plan> plan_for(const std::vector<Dims>& input_dims) const;
+  std::shared_ptr<Plan> make_plan(const std::vector<Dims>& input_dims) const;
+
+  ir::Model model_;  // the compiled copy: owns the constants kernels read
+  std::vector<ValueEntry> values_;
+  std::unordered_map<const ir::Value*, int> index_;
+  std::vector<Step> steps_;
+  std::vector<TensorInfo> inputs_, outputs_;
+  std::vector<int> input_values_, output_values_;
+  std::vector<ir::Tensor> constants_;  // Constant-node values
+  std::unique_ptr<util::ThreadPool> pool_;
+  std::string report_;
+
+  mutable std::mutex plans_mutex_;
+  mutable std::map<std::vector<Dims>, std::shared_ptr<Plan>> plans_;
+  mutable MemoryStats last_;
+};
+
+CpuSession::CpuSession(const ir::Model& model, const CompileOptions& options) : model_(model.clone()) {
+  model_.graph().validate();
+  std::ostringstream report;
+  if (options.optimize) report << passes::optimize(model_);
+  ops::infer_shapes(model_);
+  index_values();
+  create_steps(cpu_backend());
+  pool_ = std::make_unique<util::ThreadPool>(options.threads);
+  report << "cpu: " << steps_.size() << " kernels, " << pool_->threads() << " threads\n";
+  report_ = report.str();
+}
+
+void CpuSession::index_values() {
+  ir::Graph& g = model_.graph();
+  for (ir::Value* v : g.values()) {
+    index_[v] = static_cast<int>(values_.size());
+    ValueEntry e;
+    e.value = v;
+    if (v->has_initializer()) {
+      e.slot = Slot::kConstant;
+      e.constant = &v->initializer();
+    }
+    values_.push_back(e);
+  }
+  for (ir::Value* v : g.inputs()) {
+    ValueEntry& e = values_[static_cast<size_t>(index_.at(v))];
+    e.slot = Slot::kInput;  // an initializer here is the input's default
+    e.input = static_cast<int>(inputs_.size());
+    input_values_.push_back(index_.at(v));
+    inputs_.push_back({v->name(), v->type().dtype(), v->type().shape()});
+  }
+  for (ir::Value* v : g.outputs()) {
+    ValueEntry& e = values_[static_cast<size_t>(index_.at(v))];
+    if (e.output < 0) e.output = static_cast<int>(outputs_.size());
+    if (e.slot == Slot::kArena) e.slot = Slot::kOutput;
+    output_values_.push_back(index_.at(v));
+    outputs_.push_back({v->name(), v->type().dtype(), v->type().shape()});
+  }
+}
+
+void CpuSession::create_steps(const Backend& backend) {
+  const std::vector<ir::Node*> order = model_.graph().topological_order();
+  constants_.reserve(order.size());  // stable addresses for the pointers taken below
+  std::vector<std::string> unsupported;
+  for (const ir::Node* n : order) {
+    if (n->op_type() == "Constant" && (n->domain().empty() || n->domain() == "ai.onnx")) {
+      constants_.push_back(constant_value(*n));
+      ValueEntry& e = values_[static_cast<size_t>(index_.at(n->output(0)))];
+      if (e.slot == Slot::kOutput) {
+        e.constant = &constants_.back();  // copied into the output at run time
+      } else {
+        e.slot = Slot::kConstant;
+        e.constant = &constants_.back();
+      }
+      continue;
+    }
+    KernelInit init{*n, {}, {}, {}, model_.opset("")};
+    for (const ir::Value* in : n->inputs()) {
+      init.input_types.push_back(in ? in->type() : ir::ValueType());
+      const ValueEntry* e = in ? &values_[static_cast<size_t>(index_.at(in))] : nullptr;
+      init.constants.push_back(e != nullptr && e->slot == Slot::kConstant ? e->constant : nullptr);
+    }
+    for (const ir::Value* out : n->outputs()) init.output_types.push_back(out ? out->type() : ir::ValueType());
+    const std::string why = backend.supports(init);
+    if (!why.empty()) {
+      unsupported.push_back(n->describe() + ": " + why);
+      continue;
+    }
+    Step step;
+    step.node = n;
+    step.kernel = backend.create(init);
+    for (const ir::Value* in : n->inputs()) step.inputs.push_back(in ? index_.at(in) : -1);
+    for (const ir::Value* out : n->outputs()) step.outputs.push_back(out ? index_.at(out) : -1);
+    steps_.push_back(std::move(step));
+  }
+  if (!unsupported.empty()) {
+    std::string msg = std::string(backend.name()) + " cannot run " + std::to_string(unsupported.size()) +
+                      " node" + (unsupported.size() > 1 ? "s" : "") + " of this model:";
+    for (const auto& u : unsupported) msg += "\n  " + u;
+    throw UnsupportedError(msg);
+  }
+}
+
+// Checks the named inputs against the model and returns, per session input, its tensor.
+std::vector<const ir::Tensor*> CpuSession::bind_inputs(
+    const std::vector<std::pair<std::string, ir::Tensor>>& named) const {
+  std::vector<const ir::Tensor*> bound(inputs_.size(), nullptr);
+  auto names = [&] {
+    std::string s;
+    for (const auto& i : inputs_) s += (s.empty() ? "" : ", ") + i.name;
+    return s;
+  };
+  for (const auto& [name, tensor] : named) {
+    auto it = std::find_if(inputs_.begin(), inputs_.end(), [&](const TensorInfo& i) { return i.name == name; });
+    if (it == inputs_.end()) throw ArgumentError("unknown input '" + name + "'; the model's inputs are: " + names());
+    const auto k = static_cast<size_t>(it - inputs_.begin());
+    if (bound[k] != nullptr) throw ArgumentError("input '" + name + "' is given twice");
+    bound[k] = &tensor;
+  }
+  std::map<std::string, std::pair<int64_t, std::string>> symbols;  // symbol -> (size, input that set it)
+  for (size_t k = 0; k < inputs_.size(); ++k) {
+    const TensorInfo& info = inputs_[k];
+    if (bound[k] == nullptr) {
+      bound[k] = values_[static_cast<size_t>(input_values_[k])].value->has_initializer()
+                     ? &values_[static_cast<size_t>(input_values_[k])].value->initializer()
+                     : nullptr;
+      if (bound[k] == nullptr) throw ArgumentError("input '" + info.name + "' is missing; the model's inputs are: " + names());
+      continue;
+    }
+    const ir::Tensor& t = *bound[k];
+    if (info.dtype != ir::DType::kUndefined && t.dtype() != info.dtype)
+      throw ArgumentError("input '" + info.name + "' is " + std::string(ir::dtype_name(t.dtype())) + ", the model expects " +
+                          std::string(ir::dtype_name(info.dtype)));
+    if (!info.shape.has_rank()) continue;
+    if (t.rank() != info.shape.rank())
+      throw ArgumentError("input '" + info.name + "' has rank " + std::to_string(t.rank()) + " (shape " +
+                          dims_text(t.dims()) + "), the model expects rank " + std::to_string(info.shape.rank()) + " " +
+                          info.shape.to_string());
+    for (size_t d = 0; d < t.rank(); ++d) {
+      const ir::Dim& want = info.shape[d];
+      const int64_t got = t.dims()[d];
+      if (want.is_known() && want.value() != got)
+        throw ArgumentError("input '" + info.name + "' has shape " + dims_text(t.dims()) + ", but dim " + std::to_string(d) +
+                            " must be " + std::to_string(want.value()) + " (the model expects " + info.shape.to_string() + ")");
+      if (want.is_symbolic() && want.factors().size() == 1 && want.coefficient() == 1 && want.factors()[0].second == 1) {
+        auto [it, fresh] = symbols.emplace(want.param(), std::make_pair(got, info.name));
+        if (!fresh && it->second.first != got)
+          throw ArgumentError("dim '" + want.param() + "' is " + std::to_string(it->second.first) + " in input '" +
+                              it->second.second + "' but " + std::to_string(got) + " in input '" + info.name + "'");
+      }
+    }
+  }
+  return bound;
+}
+
+std::shared_ptr<Plan> CpuSession::plan_for(const std::vector<Dims>& input_dims) const {
+  std::lock_guard<std::mutex> lock(plans_mutex_);
+  auto it = plans_.find(input_dims);
+  if (it != plans_.end()) return it->second;
+  std::shared_ptr<Plan> plan = make_plan(input_dims);
+  plans_.emplace(input_dims, plan);
+  last_.arena_bytes = plan->arena_bytes;
+  last_.intermediate_bytes = plan->intermediate_bytes;
+  last_.scratch_bytes = plan->scratch_bytes;
+  last_.plans = static_cast<int64_t>(plans_.size());
+  return plan;
+}
+
+// Concrete shapes come from shape inference on a copy whose inputs have the given sizes.
+std::shared_ptr<Plan> CpuSession::make_plan(const std::vector<Dims>& input_dims) const {
+  ir::Model work = model_.clone();
+  for (size_t k = 0; k < inputs_.size(); ++k) {
+    ir::Value* v = work.graph().find(inputs_[k].name);
+    v->set_type(ir::ValueType::tensor(v->type().dtype() == ir::DType::kUndefined
+                                          ? values_[static_cast<size_t>(input_values_[k])].value->type().dtype()
+                                          : v->type().dtype(),
+                                      ir::Shape::of(input_dims[k])));
+  }
+  ops::InferenceOptions opts;
+  opts.overwrite = true;
+  ops::infer_shapes(work, opts);
+
+  auto plan = std::make_shared<Plan>();
+  plan->dims.resize(values_.size());
+  plan->offsets.assign(values_.size(), 0);
+  for (size_t i = 0; i < values_.size(); ++i) {
+    const ValueEntry& e = values_[i];
+    if (e.slot == Slot::kConstant) {
+      plan->dims[i] = e.constant->dims();
+      continue;
+    }
+    if (e.slot == Slot::kInput) continue;  // set per run from the bound tensor
+    const ir::Value* w = work.graph().find(e.value->name());
+    auto sizes = w ? w->type().shape().static_sizes() : std::nullopt;
+    if (!sizes) {
+      if (e.value->uses().empty() && e.slot == Slot::kArena && e.value->producer() == nullptr) continue;
+      throw UnsupportedError("value '" + e.value->name() + "'" +
+                             (e.value->producer() ? " (output of " + e.value->producer()->describe() + ")" : "") +
+                             " has a shape that depends on data (" + (w ? w->type().to_string() : "?") +
+                             "); the cpu engine needs every shape to follow from the input shapes");
+    }
+    plan->dims[i] = *sizes;
+  }
+  for (size_t k = 0; k < inputs_.size(); ++k) plan->dims[static_cast<size_t>(input_values_[k])] = input_dims[k];
+
+  // Lifetimes of arena values over the steps.
+  std::vector<int> first(values_.size(), -1), last(values_.size(), -1);
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    for (int o : steps_[s].outputs)
+      if (o >= 0) first[static_cast<size_t>(o)] = last[static_cast<size_t>(o)] = static_cast<int>(s);
+    for (int in : steps_[s].inputs)
+      if (in >= 0) last[static_cast<size_t>(in)] = std::max(last[static_cast<size_t>(in)], static_cast<int>(s));
+  }
+  std::vector<Lifetime> lifetimes;
+  std::vector<size_t> placed;
+  for (size_t i = 0; i < values_.size(); ++i) {
+    if (values_[i].slot != Slot::kArena || first[i] < 0) continue;
+    const auto bytes = ir::storage_bytes(values_[i].value->type().dtype(), ir::checked_num_elements(plan->dims[i]).value_or(0));
+    lifetimes.push_back({bytes.value_or(0), first[i], last[i]});
+    placed.push_back(i);
+  }
+  ArenaPlan arena = plan_arena(lifetimes);
+  for (size_t k = 0; k < placed.size(); ++k) plan->offsets[placed[k]] = arena.offsets[k];
+  plan->arena_bytes = arena.arena_bytes;
+  plan->intermediate_bytes = arena.sum_bytes;
+
+  for (const Step& step : steps_) {
+    std::vector<View> ins, outs;
+    for (int in : step.inputs)
+      ins.push_back(in >= 0 ? View{values_[static_cast<size_t>(in)].value->type().dtype(), plan->dims[static_cast<size_t>(in)], nullptr} : View{});
+    for (int o : step.outputs)
+      outs.push_back(o >= 0 ? View{values_[static_cast<size_t>(o)].value->type().dtype(), plan->dims[static_cast<size_t>(o)], nullptr} : View{});
+    plan->scratch_bytes = std::max(plan->scratch_bytes, step.kernel->scratch_bytes(ins, outs));
+  }
+  return plan;
+}
+
+std::vector<ir::Tensor> CpuSession::run(const std::vector<std::pair<std::string, ir::Tensor>>& named) const {
+  const std::vector<const ir::Tensor*> bound = bind_inputs(named);
+  std::vector<Dims> input_dims;
+  for (const ir::Tensor* t : bound) input_dims.push_back(t->dims());
+  std::shared_ptr<Plan> plan = plan_for(input_dims);
+
+  // An arena for this run: a free one of this plan, or a new one.
+  std::shared_ptr<ir::Buffer> arena;
+  {
+    std::lock_guard<std::mutex> lock(plan->mutex);
+    if (!plan->free_arenas.empty()) {
+      arena = plan->free_arenas.back();
+      plan->free_arenas.pop_back();
+    }
+  }
+  if (arena == nullptr) {
+    arena = ir::Buffer::allocate(plan->arena_bytes + plan->scratch_bytes);
+    std::lock_guard<std::mutex> lock(plans_mutex_);
+    ++last_.arenas;
+  }
+  struct Release {
+    Plan& plan;
+    std::shared_ptr<ir::Buffer>& arena;
+    ~Release() {
+      std::lock_guard<std::mutex> lock(plan.mutex);
+      plan.free_arenas.push_back(arena);
+    }
+  } release{*plan, arena};
+
+  std::vector<ir::Tensor> outputs(outputs_.size());
+  std::vector<void*> data(values_.size(), nullptr);
+  std::byte* base = arena->mutable_data();
+  for (size_t i = 0; i < values_.size(); ++i) {
+    const ValueEntry& e = values_[i];
+    switch (e.slot) {
+      case Slot::kInput: data[i] = const_cast<void*>(bound[static_cast<size_t>(e.input)]->raw_data()); break;
+      case Slot::kConstant: data[i] = const_cast<void*>(e.constant->raw_data()); break;
+      case Slot::kArena: data[i] = base + plan->offsets[i]; break;
+      case Slot::kOutput:
+        if (e.constant == nullptr) {
+          outputs[static_cast<size_t>(e.output)] = ir::Tensor::zeros(e.value->type().dtype(), plan->dims[i]);
+          data[i] = outputs[static_cast<size_t>(e.output)].mutable_raw_data();
+        }
+        break;
+    }
+  }
+  RunContext ctx{pool_.get(), base + plan->arena_bytes};
+  for (const Step& step : steps_) {
+    std::vector<View> ins, outs;
+    ins.reserve(step.inputs.size());
+    for (int in : step.inputs) {
+      const auto i = static_cast<size_t>(in);
+      ins.push_back(in >= 0 ? View{values_[i].value->type().dtype(), plan->dims[i], data[i]} : View{});
+    }
+    for (int o : step.outputs) {
+      const auto i = static_cast<size_t>(o);
+      outs.push_back(o >= 0 ? View{values_[i].value->type().dtype(), plan->dims[i], data[i]} : View{});
+    }
+    step.kernel->run(ctx, ins, outs);
+  }
+  // Outputs that no step writes (a graph input or a constant passed straight through) are copies.
+  for (size_t k = 0; k < outputs_.size(); ++k) {
+    const auto i = static_cast<size_t>(output_values_[k]);
+    const ValueEntry& e = values_[i];
+    if (outputs[k].is_valid() && e.output == static_cast<int>(k) && e.slot == Slot::kOutput && e.constant == nullptr) continue;
+    const ir::Tensor* src = e.slot == Slot::kInput ? bound[static_cast<size_t>(e.input)] : e.constant;
+    if (src != nullptr) {
+      outputs[k] = src->dtype() == ir::DType::kString ? *src : ir::Tensor::copy_of(src->dtype(), src->dims(), src->raw_data(), src->nbytes());
+    } else {  // the same value listed twice as an output
+      const ir::Tensor& first = outputs[static_cast<size_t>(e.output)];
+      outputs[k] = ir::Tensor::copy_of(first.dtype(), first.dims(), first.raw_data(), first.nbytes());
+    }
+  }
+  return outputs;
+}
+
+}  // namespace
+
+std::unique_ptr<Session> compile(const ir::Model& model, const CompileOptions& options) {
+  if (options.device != "cpu")
+    throw ArgumentError("unknown device '" + options.device + "'; available: cpu");
+  if (options.threads < 0) throw ArgumentError("threads must be >= 0 (0: one per physical core)");
+  return std::make_unique<CpuSession>(model, options);
+}
+
+}  // namespace tether::engine

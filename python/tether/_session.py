@@ -1,0 +1,112 @@
+"""tether.compile and tether.Session: run a model with tether's own engine."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from tether import _core
+from tether._model import Model, ValueInfo, load
+
+
+class Session:
+    """A model compiled for one device. Get one with :func:`tether.compile`.
+
+    ``run`` may be called from several threads at once; the GIL is released while it runs.
+    Inputs that are C-contiguous numpy arrays are read in place, without a copy.
+
+    Example:
+        >>> sess = tt.compile(tt.load("resnet.onnx"), threads=2)     # doctest: +SKIP
+        >>> out = sess.run({"x": np.zeros((1, 3, 32, 32), np.float32)})  # doctest: +SKIP
+        >>> logits = sess(np.zeros((1, 3, 32, 32), np.float32))     # doctest: +SKIP
+    """
+
+    def __init__(self, core: _core.Session, device: str) -> None:
+        self._core = core
+        self.device = device
+
+    @property
+    def inputs(self) -> list[ValueInfo]:
+        """The model's inputs, with symbolic dims where the model has them."""
+        return [ValueInfo._from_core(n, t) for n, t in self._core.inputs()]
+
+    @property
+    def outputs(self) -> list[ValueInfo]:
+        """The model's outputs."""
+        return [ValueInfo._from_core(n, t) for n, t in self._core.outputs()]
+
+    @property
+    def threads(self) -> int:
+        """Threads one run uses."""
+        return int(self._core.threads)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Runs the model and returns its outputs by name, in the model's order.
+
+        Raises ArgumentError naming the input for an unknown or missing name, a wrong dtype
+        or rank, or a dim that contradicts the model.
+
+        Example:
+            >>> sess.run({"x": x})["logits"].shape       # doctest: +SKIP
+            (1, 10)
+        """
+        arrays = self._core.run(dict(feeds))
+        return {info.name: a for info, a in zip(self.outputs, arrays, strict=True)}
+
+    def __call__(self, *args: np.ndarray, **kwargs: np.ndarray) -> Any:
+        """Runs on positional inputs (in the model's order) or keyword inputs; returns the
+        only output as an array, or a tuple of outputs.
+
+        Example:
+            >>> logits = sess(x)                           # doctest: +SKIP
+        """
+        feeds = dict(kwargs)
+        names = [i.name for i in self.inputs]
+        if len(args) > len(names):
+            raise _core.ArgumentError(f"{len(args)} inputs given, the model takes {len(names)}: {', '.join(names)}")
+        feeds.update(zip(names, args, strict=False))
+        outs = list(self.run(feeds).values())
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def memory(self) -> dict[str, int]:
+        """Memory of the latest plan: ``arena_bytes`` (one arena shared by every
+        intermediate), ``intermediate_bytes`` (what they would take side by side),
+        ``scratch_bytes``, and the counts ``plans`` and ``arenas`` made so far.
+
+        Example:
+            >>> m = sess.memory()                         # doctest: +SKIP
+            >>> m["arena_bytes"] < m["intermediate_bytes"]   # doctest: +SKIP
+            True
+        """
+        return dict(self._core.memory())
+
+    @property
+    def report(self) -> str:
+        """What compile did: passes applied, kernels, threads."""
+        return str(self._core.report())
+
+    def __repr__(self) -> str:
+        return f"<tether.Session on {self.device}: {len(self.inputs)} inputs, {len(self.outputs)} outputs>"
+
+
+def compile(  # noqa: A001 - the public name mirrors the lifecycle: load, compile, run
+    model: Model | str | os.PathLike[str] | bytes,
+    device: str = "cpu",
+    *,
+    threads: int | None = None,
+    optimize: bool = True,
+) -> Session:
+    """Compiles a model for ``device`` (``"cpu"``) and returns a :class:`Session`.
+
+    ``threads``: threads per run (default: one per physical core). ``optimize``: apply the
+    graph passes first. Raises UnsupportedError listing every node the device cannot run.
+
+    Example:
+        >>> sess = tt.compile("model.onnx", threads=1)    # doctest: +SKIP
+    """
+    if not isinstance(model, Model):
+        model = load(model)
+    core = _core.compile(model._core, device, 0 if threads is None else int(threads), optimize)
+    return Session(core, device)
