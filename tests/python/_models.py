@@ -91,12 +91,33 @@ class TransformerEncoderNet(nn.Module):
         return self.head(self.encoder(x).mean(dim=1))
 
 
+class ViTStyle(nn.Module):
+    """Patch embedding, class token, learned positions, pre-norm encoder blocks with GELU."""
+
+    def __init__(self, dim: int = 32, heads: int = 4, depth: int = 2) -> None:
+        super().__init__()
+        self.patch = nn.Conv2d(3, dim, kernel_size=4, stride=4)
+        self.cls = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+        self.pos = nn.Parameter(torch.randn(1, 1 + 16, dim) * 0.02)
+        layer = nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=0.0, activation="gelu", batch_first=True,
+                                           norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        p = self.patch(x).flatten(2).transpose(1, 2)
+        p = torch.cat([self.cls.expand(x.shape[0], -1, -1), p], dim=1) + self.pos
+        return self.head(self.norm(self.encoder(p))[:, 0])
+
+
 # name -> (factory, example input shape with the batch first)
 MODELS: dict[str, tuple[type[nn.Module], tuple[int, ...]]] = {
     "resnet": (ResNetStyle, (2, 3, 32, 32)),
     "mobilenetv2": (MobileNetV2Style, (2, 3, 32, 32)),
     "mlp": (MLP, (2, 64)),
     "transformer": (TransformerEncoderNet, (2, 7, 32)),
+    "vit": (ViTStyle, (2, 3, 16, 16)),
 }
 
 

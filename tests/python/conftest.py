@@ -19,6 +19,7 @@ class Exported:
     external_path: Path  # the same model with every tensor in external data
     input_name: str
     input_shape: tuple[int, ...]  # example shape, batch first
+    module: object = None  # the torch module that was exported, in eval mode
 
     def inputs(self, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
         rng = np.random.default_rng(seed)
@@ -43,7 +44,7 @@ def _export(name: str, folder: Path) -> Exported:
     ext_path = ext_dir / f"{name}.onnx"
     onnx.save(onnx.load(str(path)), str(ext_path), save_as_external_data=True, all_tensors_to_one_file=True,
               location=f"{name}.weights")
-    return Exported(name, path, ext_path, "x", shape)
+    return Exported(name, path, ext_path, "x", shape, module)
 
 
 @pytest.fixture(scope="session")

@@ -34,12 +34,16 @@ std::unique_ptr<Kernel> unary_kernel(UnaryParams p) {
   });
 }
 
-float relu(float x, const UnaryParams&) { return x > 0 ? x : 0.0f; }
+// NaN propagates through every activation, as in onnxruntime and torch: comparisons are
+// written so that a NaN input takes the branch that returns it, and fmin/fmax (which drop
+// NaN) are avoided.
+float clamp01(float v) { return v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v); }
+float relu(float x, const UnaryParams&) { return x < 0 ? 0.0f : x; }
 float leaky_relu(float x, const UnaryParams& p) { return x >= 0 ? x : p.alpha * x; }
 float sigmoid(float x, const UnaryParams&) { return 1.0f / (1.0f + std::exp(-x)); }
 float tanh_(float x, const UnaryParams&) { return std::tanh(x); }
-float hard_sigmoid(float x, const UnaryParams& p) { return std::fmax(0.0f, std::fmin(1.0f, p.alpha * x + p.beta)); }
-float hard_swish(float x, const UnaryParams&) { return x * std::fmax(0.0f, std::fmin(1.0f, x / 6.0f + 0.5f)); }
+float hard_sigmoid(float x, const UnaryParams& p) { return clamp01(p.alpha * x + p.beta); }
+float hard_swish(float x, const UnaryParams&) { return x * clamp01(x / 6.0f + 0.5f); }
 float gelu(float x, const UnaryParams& p) {
   if (p.flag) {  // approximate = "tanh"
     const double xd = x;
@@ -51,7 +55,7 @@ float softplus(float x, const UnaryParams&) { return x > 20.0f ? x : std::log1p(
 float softsign(float x, const UnaryParams&) { return x / (1.0f + std::fabs(x)); }
 float elu(float x, const UnaryParams& p) { return x >= 0 ? x : p.alpha * std::expm1(x); }
 float selu(float x, const UnaryParams& p) { return p.gamma * (x > 0 ? x : p.alpha * std::expm1(x)); }
-float celu(float x, const UnaryParams& p) { return std::fmax(0.0f, x) + std::fmin(0.0f, p.alpha * std::expm1(x / p.alpha)); }
+float celu(float x, const UnaryParams& p) { return x >= 0 ? x : p.alpha * std::expm1(x / p.alpha); }
 float mish(float x, const UnaryParams& p) { return x * std::tanh(softplus(x, p)); }
 float thresholded_relu(float x, const UnaryParams& p) { return x > p.alpha ? x : 0.0f; }
 float sqrt_(float x, const UnaryParams&) { return std::sqrt(x); }

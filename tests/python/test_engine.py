@@ -1,0 +1,171 @@
+"""tether's CPU engine on the real-model set, against onnxruntime and torch."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+import tether as tt
+from _onnx_oracle import run_ort
+
+
+def close_to(got: np.ndarray, ref: np.ndarray) -> float:
+    """The error relative to the reference's largest magnitude (the issue's criterion)."""
+    assert got.shape == ref.shape and got.dtype == ref.dtype
+    return float(np.abs(got.astype(np.float64) - ref).max() / max(np.abs(ref).max(), 1e-30))
+
+
+def test_engine_matches_onnxruntime_and_torch_at_batch_1_and_8(exported):
+    sess = tt.compile(tt.load(exported.path), threads=2)
+    for batch in (1, 8):
+        feeds = exported.inputs(batch, seed=batch)
+        ours = sess(feeds["x"])
+        ort_out = run_ort(exported.path, feeds)[0]
+        with torch.no_grad():
+            torch_out = exported.module(torch.from_numpy(feeds["x"])).numpy()
+        assert close_to(ours, ort_out) <= 1e-4
+        assert close_to(ours, torch_out) <= 1e-4
+    assert sess.memory()["plans"] == 2
+
+
+def test_unoptimized_and_single_thread_sessions_agree(exported):
+    model = tt.load(exported.path)
+    x = exported.inputs(3)["x"]
+    a = tt.compile(model, threads=1, optimize=False)(x)
+    b = tt.compile(model, threads=2)(x)
+    assert close_to(a, b) <= 1e-6
+
+
+def test_arena_is_well_below_the_sum_of_intermediates_and_is_reused(exported_models):
+    resnet = exported_models["resnet"]
+    sess = tt.compile(tt.load(resnet.path), threads=1)
+    x = resnet.inputs(4)["x"]
+    first = sess(x)
+    m = sess.memory()
+    assert m["arena_bytes"] <= 0.5 * m["intermediate_bytes"], m
+    for _ in range(5):
+        assert np.array_equal(sess(x), first)
+    assert (sess.memory()["plans"], sess.memory()["arenas"]) == (1, 1)
+    sess(resnet.inputs(2)["x"])
+    assert sess.memory()["plans"] == 2
+
+
+def test_concurrent_runs_from_several_threads_give_each_its_own_result(exported_models):
+    model = exported_models["transformer"]
+    sess = tt.compile(tt.load(model.path), threads=2)
+    inputs = [model.inputs(1 + i % 3, seed=i)["x"] for i in range(8)]
+    expected = [sess(x) for x in inputs]
+    results: dict[int, np.ndarray] = {}
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            for _ in range(5):
+                results[i] = sess(inputs[i])
+                assert np.array_equal(results[i], expected[i])
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert all(np.array_equal(results[i], expected[i]) for i in range(8))
+
+
+def test_nan_and_inf_inputs_propagate_like_onnxruntime(exported_models):
+    mlp = exported_models["mlp"]
+    x = mlp.inputs(4)["x"]
+    x[0, 3] = np.nan
+    x[1, 5] = np.inf
+    x[2, 7] = -np.inf
+    ours = tt.compile(tt.load(mlp.path), threads=1)(x)
+    ref = run_ort(mlp.path, {"x": x})[0]
+    assert np.array_equal(np.isnan(ours), np.isnan(ref))
+    finite = np.isfinite(ref)
+    assert np.allclose(ours[finite], ref[finite], rtol=1e-4, atol=1e-4 * np.abs(ref[finite]).max())
+
+
+def test_inputs_are_read_in_place_and_outputs_are_writeable(exported_models):
+    mlp = exported_models["mlp"]
+    sess = tt.compile(tt.load(mlp.path), threads=1)
+    x = mlp.inputs(2)["x"]
+    out = sess.run({"x": x})
+    (name, y), = out.items()
+    assert name == sess.outputs[0].name and y.flags.writeable and y.flags.c_contiguous
+    # A non-contiguous view gives the same result as its contiguous copy.
+    wide = np.repeat(x, 2, axis=1)[:, ::2]
+    assert not wide.flags.c_contiguous
+    assert np.array_equal(sess(wide), sess(np.ascontiguousarray(wide)))
+
+
+# ---- bad input ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mlp_session(exported_models):
+    return tt.compile(tt.load(exported_models["mlp"].path), threads=1)
+
+
+def test_unknown_input_name_raises_argument_error(mlp_session):
+    with pytest.raises(tt.ArgumentError, match=r"unknown input 'y'; the model's inputs are: x"):
+        mlp_session.run({"y": np.zeros((1, 64), np.float32)})
+
+
+def test_missing_input_raises_argument_error(mlp_session):
+    with pytest.raises(tt.ArgumentError, match=r"input 'x' is missing"):
+        mlp_session.run({})
+
+
+def test_wrong_dtype_raises_argument_error(mlp_session):
+    with pytest.raises(tt.ArgumentError, match=r"input 'x' is float64, the model expects float32"):
+        mlp_session.run({"x": np.zeros((1, 64))})
+
+
+def test_wrong_rank_raises_argument_error(mlp_session):
+    with pytest.raises(tt.ArgumentError, match=r"input 'x' has rank 3 \(shape \[1, 1, 64\]\), the model expects rank 2 \[batch, 64\]"):
+        mlp_session.run({"x": np.zeros((1, 1, 64), np.float32)})
+
+
+def test_dim_contradicting_the_model_raises_argument_error(mlp_session):
+    with pytest.raises(tt.ArgumentError, match=r"input 'x' has shape \[2, 63\], but dim 1 must be 64"):
+        mlp_session.run({"x": np.zeros((2, 63), np.float32)})
+
+
+def test_symbol_bound_to_two_sizes_raises_argument_error():
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["c"])], "g",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n"]), helper.make_tensor_value_info("b", TensorProto.FLOAT, ["n"])],
+        [helper.make_tensor_value_info("c", TensorProto.FLOAT, ["n"])],
+    )
+    sess = tt.compile(tt.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]).SerializeToString()))
+    with pytest.raises(tt.ArgumentError, match=r"dim 'n' is 2 in input 'a' but 3 in input 'b'"):
+        sess.run({"a": np.zeros(2, np.float32), "b": np.zeros(3, np.float32)})
+
+
+def test_unsupported_ops_are_all_listed_at_compile_time():
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"], name="fine"),
+         helper.make_node("Frobnicate", ["r"], ["f"], name="first_bad", domain="com.example"),
+         helper.make_node("Zap", ["f"], ["y"], name="second_bad", domain="com.example")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid("com.example", 1)])
+    with pytest.raises(tt.UnsupportedError) as e:
+        tt.compile(tt.load(model.SerializeToString()))
+    msg = str(e.value)
+    assert "cpu cannot run 2 nodes of this model" in msg
+    assert "com.example:Frobnicate 'first_bad': no cpu kernel for this op" in msg
+    assert "com.example:Zap 'second_bad': no cpu kernel for this op" in msg
+
+
+def test_unknown_device_raises_argument_error(mlp_session, exported_models):
+    with pytest.raises(tt.ArgumentError, match="unknown device 'tpu'; available: cpu"):
+        tt.compile(tt.load(exported_models["mlp"].path), device="tpu")
