@@ -6,11 +6,10 @@ import threading
 
 import numpy as np
 import pytest
-import torch
-from onnx import TensorProto, helper
-
 import tether as tt
+import torch
 from _onnx_oracle import run_ort
+from onnx import TensorProto, helper
 
 
 def close_to(got: np.ndarray, ref: np.ndarray) -> float:
