@@ -57,9 +57,10 @@ def structure(path: Path | str) -> dict[str, Any]:
     }
 
 
-def run_ort(path: Path | str, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """Outputs of onnxruntime's CPU provider, one thread, no graph optimisation surprises."""
+def run_ort(model: Path | str | bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Outputs of onnxruntime's CPU provider on one thread, for a model file or model bytes."""
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
-    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    source = model if isinstance(model, bytes) else str(model)
+    sess = ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
     return sess.run(None, feeds)

@@ -142,6 +142,7 @@ const Registry& registry() {
     register_shape_ops(reg);
     register_reduce(reg);
     register_misc(reg);
+    register_fused(reg);
     register_vision(reg);
     register_signal(reg);
     return reg;

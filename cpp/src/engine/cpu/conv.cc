@@ -68,7 +68,7 @@ void gemm_rows(int64_t i0, int64_t i1, int64_t n, int64_t k, const float* a, con
 
 class ConvKernel final : public Kernel {
  public:
-  explicit ConvKernel(const KernelInit& init) : node_(init.node) {}
+  explicit ConvKernel(const KernelInit& init) : node_(init.node), epilogue_(Epilogue::from_node(init.node)) {}
 
   int64_t scratch_bytes(const std::vector<View>& in, const std::vector<View>& out) const override {
     const ConvGeometry g = geometry(node_, in[0].dims, in[1].dims, out[0].dims, false);
@@ -126,13 +126,16 @@ class ConvKernel final : public Kernel {
         parallel(ctx, cout_g, 1, [&](int64_t o0, int64_t o1) { gemm_rows(o0, o1, out_size, rows, wg, col, yg); });
       }
     }
-    if (present(in, 2)) {
-      const float* bias = in[2].as<float>();
+    const float* bias = present(in, 2) ? in[2].as<float>() : nullptr;
+    if (bias != nullptr || !epilogue_.empty()) {
       parallel(ctx, batch * cout, 1, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
           float* row = y.as<float>() + r * out_size;
-          const float bv = bias[r % cout];
-          for (int64_t o = 0; o < out_size; ++o) row[o] += bv;
+          if (bias != nullptr) {
+            const float bv = bias[r % cout];
+            for (int64_t o = 0; o < out_size; ++o) row[o] += bv;
+          }
+          epilogue_.apply(row, out_size);
         }
       });
     }
@@ -149,6 +152,7 @@ class ConvKernel final : public Kernel {
   }
 
   const ir::Node& node_;
+  Epilogue epilogue_;
 };
 
 class ConvTransposeKernel final : public Kernel {
@@ -217,6 +221,8 @@ class ConvTransposeKernel final : public Kernel {
 void register_conv(KernelRegistry& r) {
   r.add("Conv", [](const KernelInit& init) -> std::unique_ptr<Kernel> { return std::make_unique<ConvKernel>(init); },
         float_only);
+  r.add("FusedConv", [](const KernelInit& init) -> std::unique_ptr<Kernel> { return std::make_unique<ConvKernel>(init); },
+        float_only, "ai.tether");
   r.add("ConvTranspose",
         [](const KernelInit& init) -> std::unique_ptr<Kernel> { return std::make_unique<ConvTransposeKernel>(init); },
         float_only);

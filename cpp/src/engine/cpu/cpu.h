@@ -22,6 +22,24 @@ void register_norm(KernelRegistry& r);
 void register_reduce(KernelRegistry& r);
 void register_shape(KernelRegistry& r);
 
+/// The activation a fused kernel applies to its output in place (ai.tether fused ops carry it
+/// in the attributes `activation` and `activation_params`).
+struct Epilogue {
+  enum class Act { kNone, kRelu, kLeakyRelu, kClip, kSigmoid, kHardSigmoid, kHardSwish, kGelu, kGeluTanh, kSilu, kTanh };
+  Act act = Act::kNone;
+  float alpha = 0.0f, beta = 0.0f;  ///< LeakyRelu alpha; Clip min and max; HardSigmoid alpha and beta
+
+  /// The epilogue a node asks for; throws ModelError naming the node for an unknown activation.
+  static Epilogue from_node(const ir::Node& node);
+  /// Applies the activation to n floats in place.
+  void apply(float* data, int64_t n) const;
+  bool empty() const { return act == Act::kNone; }
+};
+
+/// The activations Epilogue knows, as ONNX op names ("Relu", "Clip", ..., "Gelu" with
+/// approximate=tanh written "GeluTanh", "SiLU" for x * sigmoid(x)).
+bool is_epilogue_activation(std::string_view name);
+
 /// Support check for ops whose every present input is float32.
 std::string float_only(const KernelInit& init);
 

@@ -21,8 +21,11 @@ void gemm_rows(int64_t m0, int64_t m1, int64_t n, int64_t k, const float* a, int
   }
 }
 
+// MatMul, and FusedMatMul: MatMul + optional bias over the last dim + activation.
 class MatMulKernel final : public Kernel {
  public:
+  explicit MatMulKernel(const KernelInit& init) : epilogue_(Epilogue::from_node(init.node)) {}
+
   void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
     std::vector<int64_t> ad = in[0].dims, bd = in[1].dims;
     const bool a_vec = ad.size() == 1, b_vec = bd.size() == 1;
@@ -54,10 +57,24 @@ class MatMulKernel final : public Kernel {
         const float* ab = a + batch_offset(bi, sa) * m * k;
         const float* bb = b + batch_offset(bi, sb) * k * n;
         gemm_rows(i0, i1, n, k, ab, k, 1, bb, 1.0f, c + bi * m * n, n);
+        finish_rows(c + bi * m * n, i0, i1, n, present(in, 2) ? in[2].as<float>() : nullptr);
         r += i1 - i0;
       }
     });
   }
+
+ private:
+  void finish_rows(float* c, int64_t i0, int64_t i1, int64_t n, const float* bias) const {
+    if (bias == nullptr && epilogue_.empty()) return;
+    for (int64_t i = i0; i < i1; ++i) {
+      float* row = c + i * n;
+      if (bias != nullptr)
+        for (int64_t j = 0; j < n; ++j) row[j] += bias[j];
+      epilogue_.apply(row, n);
+    }
+  }
+
+  Epilogue epilogue_;
 };
 
 // B of Gemm as row-major [K, N]: transposed once at compile time when it is a constant.
@@ -67,7 +84,8 @@ class GemmKernel final : public Kernel {
       : alpha_(init.node.attr_float("alpha", 1.0f)),
         beta_(init.node.attr_float("beta", 1.0f)),
         trans_a_(init.node.attr_int("transA", 0) != 0),
-        trans_b_(init.node.attr_int("transB", 0) != 0) {
+        trans_b_(init.node.attr_int("transB", 0) != 0),
+        epilogue_(Epilogue::from_node(init.node)) {
     if (const ir::Tensor* b = init.constant(1); b != nullptr && b->rank() == 2) {
       packed_b_ = pack_b(b->data<float>(), b->dims()[0], b->dims()[1]);
       has_packed_ = true;
@@ -103,6 +121,7 @@ class GemmKernel final : public Kernel {
           for (int64_t j = 0; j < n; ++j) c[i * n + j] += beta_ * crow[j * rows.inner_stride(0)];
         }
       }
+      for (int64_t i = i0; i < i1; ++i) epilogue_.apply(c + i * n, n);
     });
   }
 
@@ -119,14 +138,18 @@ class GemmKernel final : public Kernel {
   bool trans_a_, trans_b_;
   std::vector<float> packed_b_;
   bool has_packed_ = false;
+  Epilogue epilogue_;
 };
 
 }  // namespace
 
 void register_matmul(KernelRegistry& r) {
-  r.add("MatMul", [](const KernelInit&) -> std::unique_ptr<Kernel> { return std::make_unique<MatMulKernel>(); }, float_only);
-  r.add("Gemm", [](const KernelInit& init) -> std::unique_ptr<Kernel> { return std::make_unique<GemmKernel>(init); },
-        float_only);
+  auto matmul = [](const KernelInit& init) -> std::unique_ptr<Kernel> { return std::make_unique<MatMulKernel>(init); };
+  auto gemm = [](const KernelInit& init) -> std::unique_ptr<Kernel> { return std::make_unique<GemmKernel>(init); };
+  r.add("MatMul", matmul, float_only);
+  r.add("Gemm", gemm, float_only);
+  r.add("FusedMatMul", matmul, float_only, "ai.tether");
+  r.add("FusedGemm", gemm, float_only, "ai.tether");
 }
 
 }  // namespace tether::engine::cpu

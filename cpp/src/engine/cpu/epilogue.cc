@@ -1,0 +1,83 @@
+// Activations applied in place by fused kernels.
+#include <cmath>
+
+#include "engine/cpu/cpu.h"
+
+namespace tether::engine::cpu {
+
+namespace {
+
+struct Named {
+  std::string_view name;
+  Epilogue::Act act;
+};
+
+constexpr Named kActivations[] = {
+    {"Relu", Epilogue::Act::kRelu},       {"LeakyRelu", Epilogue::Act::kLeakyRelu}, {"Clip", Epilogue::Act::kClip},
+    {"Sigmoid", Epilogue::Act::kSigmoid}, {"HardSigmoid", Epilogue::Act::kHardSigmoid},
+    {"HardSwish", Epilogue::Act::kHardSwish}, {"Gelu", Epilogue::Act::kGelu},  {"GeluTanh", Epilogue::Act::kGeluTanh},
+    {"SiLU", Epilogue::Act::kSilu},       {"Tanh", Epilogue::Act::kTanh},
+};
+
+// NaN propagates: each branch that compares returns the input when it is NaN.
+inline float clamp(float v, float lo, float hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
+}  // namespace
+
+bool is_epilogue_activation(std::string_view name) {
+  for (const Named& n : kActivations)
+    if (n.name == name) return true;
+  return false;
+}
+
+Epilogue Epilogue::from_node(const ir::Node& node) {
+  Epilogue e;
+  const std::string name = node.attr_string("activation", "");
+  if (name.empty()) return e;
+  bool found = false;
+  for (const Named& n : kActivations)
+    if (n.name == name) {
+      e.act = n.act;
+      found = true;
+    }
+  if (!found) throw ModelError(node.describe() + ": unknown fused activation '" + name + "'");
+  const std::vector<float> p = node.attr("activation_params") ? node.attr("activation_params")->as_floats() : std::vector<float>{};
+  switch (e.act) {
+    case Act::kLeakyRelu: e.alpha = p.size() > 0 ? p[0] : 0.01f; break;
+    case Act::kClip:
+      e.alpha = p.size() > 0 ? p[0] : -INFINITY;
+      e.beta = p.size() > 1 ? p[1] : INFINITY;
+      break;
+    case Act::kHardSigmoid:
+      e.alpha = p.size() > 0 ? p[0] : 0.2f;
+      e.beta = p.size() > 1 ? p[1] : 0.5f;
+      break;
+    default: break;
+  }
+  return e;
+}
+
+void Epilogue::apply(float* y, int64_t n) const {
+  switch (act) {
+    case Act::kNone: return;
+    case Act::kRelu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] < 0 ? 0.0f : y[i]; return;
+    case Act::kLeakyRelu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] < 0 ? alpha * y[i] : y[i]; return;
+    case Act::kClip: for (int64_t i = 0; i < n; ++i) y[i] = clamp(y[i], alpha, beta); return;
+    case Act::kSigmoid: for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + std::exp(-y[i])); return;
+    case Act::kHardSigmoid: for (int64_t i = 0; i < n; ++i) y[i] = clamp(alpha * y[i] + beta, 0.0f, 1.0f); return;
+    case Act::kHardSwish: for (int64_t i = 0; i < n; ++i) y[i] *= clamp(y[i] / 6.0f + 0.5f, 0.0f, 1.0f); return;
+    case Act::kGelu:
+      for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(0.5 * y[i] * (1.0 + std::erf(static_cast<double>(y[i]) * M_SQRT1_2)));
+      return;
+    case Act::kGeluTanh:
+      for (int64_t i = 0; i < n; ++i) {
+        const double x = y[i];
+        y[i] = static_cast<float>(0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))));
+      }
+      return;
+    case Act::kSilu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] / (1.0f + std::exp(-y[i])); return;
+    case Act::kTanh: for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(y[i]); return;
+  }
+}
+
+}  // namespace tether::engine::cpu
