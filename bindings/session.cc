@@ -1,5 +1,8 @@
 // tether._core.Session: compile a model and run it on numpy arrays.
 #include "bindings.h"
+#include "engine/cpu/gemm.h"
+#include "util/cpu_features.h"
+#include "util/thread_pool.h"
 
 namespace tether::py {
 
@@ -82,6 +85,20 @@ void register_session(pyb::module_& m) {
             return out;
           },
           pyb::arg("feeds"));
+
+  m.def("cpu_info", [] {
+    const util::CpuFeatures& f = util::cpu_features();
+    pyb::dict d;
+    d["brand"] = f.brand;
+    d["isa"] = util::isa_name();
+    d["avx2"] = f.avx2;
+    d["avx512"] = f.avx512;
+    d["avx512_vnni"] = f.avx512_vnni;
+    d["avx_vnni"] = f.avx_vnni;
+    d["gemm_kernel"] = engine::cpu::gemm_isa().name;
+    d["physical_cores"] = util::ThreadPool::physical_cores();
+    return d;
+  });
 
   m.def(
       "compile",

@@ -22,7 +22,7 @@ from tether._core import (
     WriteError,
 )
 from tether._model import Model, Node, Summary, ValueInfo, load
-from tether._session import Session, compile
+from tether._session import Session, compile, cpu_info
 
 __version__ = "0.1.0"
 
@@ -44,5 +44,6 @@ __all__ = [
     "ValueInfo",
     "WriteError",
     "compile",
+    "cpu_info",
     "load",
 ]

@@ -110,3 +110,15 @@ def compile(  # noqa: A001 - the public name mirrors the lifecycle: load, compil
         model = load(model)
     core = _core.compile(model._core, device, 0 if threads is None else int(threads), optimize)
     return Session(core, device)
+
+
+def cpu_info() -> dict[str, Any]:
+    """What tether's CPU engine found on this machine: CPU model (``brand``), the widest
+    instruction set its kernels use (``isa``: avx512, avx2 or generic), feature flags, the
+    GEMM micro-kernel chosen and the number of physical cores.
+
+    Example:
+        >>> tt.cpu_info()["isa"]                      # doctest: +SKIP
+        'avx512'
+    """
+    return dict(_core.cpu_info())

@@ -48,7 +48,11 @@ class Kernel {
   virtual int64_t scratch_bytes(const std::vector<View>& inputs, const std::vector<View>& outputs) const {
     return 0;
   }
-  /// Computes outputs from inputs. Output views are allocated with the planned dims.
+  /// True when the kernel made its own copy of constant input i (packed weights) and never
+  /// reads the original: the session then frees the original if nothing else reads it.
+  virtual bool packs_input(size_t i) const { return false; }
+  /// Computes outputs from inputs. Output views are allocated with the planned dims; the view
+  /// of an input the kernel packed has no data.
   virtual void run(const RunContext& ctx, const std::vector<View>& inputs, std::vector<View>& outputs) const = 0;
 };
 
@@ -59,6 +63,7 @@ struct KernelInit {
   std::vector<ir::ValueType> output_types;
   std::vector<const ir::Tensor*> constants;  ///< per input: its value when constant, else nullptr
   int64_t opset = 0;
+  int threads = 1;  ///< threads a run uses (kernels with per-thread scratch size it by this)
 
   ir::DType input_dtype(size_t i) const {
     return i < input_types.size() ? input_types[i].dtype() : ir::DType::kUndefined;

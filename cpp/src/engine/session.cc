@@ -25,6 +25,8 @@ struct ValueEntry {
   const ir::Value* value = nullptr;
   Slot slot = Slot::kArena;
   const ir::Tensor* constant = nullptr;  // kConstant, or a kInput's default
+  Dims constant_dims;                    // kConstant: kept when the data is released
+  bool released = false;                 // kConstant whose every reader packed its own copy
   int input = -1;                        // session input index
   int output = -1;                       // session output index (its first occurrence)
 };
@@ -98,6 +100,7 @@ class CpuSession final : public Session {
  private:
   void index_values();
   void create_steps(const Backend& backend);
+  int64_t release_packed_constants();
   std::vector<const ir::Tensor*> bind_inputs(const std::vector<std::pair<std::string, ir::Tensor>>& named) const;
   std::shared_ptr<Plan> plan_for(const std::vector<Dims>& input_dims) const;
   std::shared_ptr<Plan> make_plan(const std::vector<Dims>& input_dims) const;
@@ -123,8 +126,10 @@ CpuSession::CpuSession(const ir::Model& model, const CompileOptions& options) : 
   if (options.optimize) report << passes::optimize(model_);
   ops::infer_shapes(model_);
   index_values();
-  create_steps(cpu_backend());
   pool_ = std::make_unique<util::ThreadPool>(options.threads);
+  create_steps(cpu_backend());
+  if (const int64_t freed = release_packed_constants(); freed > 0)
+    report << "cpu: " << freed << " bytes of weights kept only in packed form\n";
   report << "cpu: " << steps_.size() << " kernels, " << pool_->threads() << " threads\n";
   report_ = report.str();
 }
@@ -138,6 +143,7 @@ void CpuSession::index_values() {
     if (v->has_initializer()) {
       e.slot = Slot::kConstant;
       e.constant = &v->initializer();
+      e.constant_dims = v->initializer().dims();
     }
     values_.push_back(e);
   }
@@ -157,6 +163,30 @@ void CpuSession::index_values() {
   }
 }
 
+// Weights a kernel packed are kept only in packed form: the original buffer is dropped when
+// no other step reads it and it is not a graph input's default or output.
+int64_t CpuSession::release_packed_constants() {
+  std::vector<int> readers(values_.size(), 0), packers(values_.size(), 0);
+  for (const Step& s : steps_)
+    for (size_t i = 0; i < s.inputs.size(); ++i) {
+      if (s.inputs[i] < 0) continue;
+      ++readers[static_cast<size_t>(s.inputs[i])];
+      if (s.kernel->packs_input(i)) ++packers[static_cast<size_t>(s.inputs[i])];
+    }
+  int64_t freed = 0;
+  for (size_t v = 0; v < values_.size(); ++v) {
+    ValueEntry& e = values_[v];
+    if (e.slot != Slot::kConstant || readers[v] == 0 || packers[v] != readers[v] || e.output >= 0) continue;
+    ir::Value* value = model_.graph().find(e.value->name());
+    if (value == nullptr || !value->has_initializer() || e.constant != &value->initializer()) continue;
+    freed += value->initializer().nbytes();
+    value->mutable_initializer() = ir::Tensor::zeros(value->initializer().dtype(), {0});
+    e.constant = nullptr;
+    e.released = true;
+  }
+  return freed;
+}
+
 void CpuSession::create_steps(const Backend& backend) {
   const std::vector<ir::Node*> order = model_.graph().topological_order();
   constants_.reserve(order.size());  // stable addresses for the pointers taken below
@@ -165,15 +195,12 @@ void CpuSession::create_steps(const Backend& backend) {
     if (n->op_type() == "Constant" && (n->domain().empty() || n->domain() == "ai.onnx")) {
       constants_.push_back(constant_value(*n));
       ValueEntry& e = values_[static_cast<size_t>(index_.at(n->output(0)))];
-      if (e.slot == Slot::kOutput) {
-        e.constant = &constants_.back();  // copied into the output at run time
-      } else {
-        e.slot = Slot::kConstant;
-        e.constant = &constants_.back();
-      }
+      e.constant = &constants_.back();
+      e.constant_dims = e.constant->dims();
+      if (e.slot != Slot::kOutput) e.slot = Slot::kConstant;  // an output gets a copy at run time
       continue;
     }
-    KernelInit init{*n, {}, {}, {}, model_.opset("")};
+    KernelInit init{*n, {}, {}, {}, model_.opset(""), pool_->threads()};
     for (const ir::Value* in : n->inputs()) {
       init.input_types.push_back(in ? in->type() : ir::ValueType());
       const ValueEntry* e = in ? &values_[static_cast<size_t>(index_.at(in))] : nullptr;
@@ -275,6 +302,10 @@ std::shared_ptr<Plan> CpuSession::make_plan(const std::vector<Dims>& input_dims)
                                           : v->type().dtype(),
                                       ir::Shape::of(input_dims[k])));
   }
+  // Weights kept only in packed form have an empty tensor left in the graph; their shape stays.
+  for (const ValueEntry& e : values_)
+    if (e.released)
+      work.graph().find(e.value->name())->set_type(ir::ValueType::tensor(e.value->type().dtype(), ir::Shape::of(e.constant_dims)));
   ops::InferenceOptions opts;
   opts.overwrite = true;
   ops::infer_shapes(work, opts);
@@ -285,7 +316,7 @@ std::shared_ptr<Plan> CpuSession::make_plan(const std::vector<Dims>& input_dims)
   for (size_t i = 0; i < values_.size(); ++i) {
     const ValueEntry& e = values_[i];
     if (e.slot == Slot::kConstant) {
-      plan->dims[i] = e.constant->dims();
+      plan->dims[i] = e.constant_dims;
       continue;
     }
     if (e.slot == Slot::kInput) continue;  // set per run from the bound tensor
@@ -370,7 +401,9 @@ std::vector<ir::Tensor> CpuSession::run(const std::vector<std::pair<std::string,
     const ValueEntry& e = values_[i];
     switch (e.slot) {
       case Slot::kInput: data[i] = const_cast<void*>(bound[static_cast<size_t>(e.input)]->raw_data()); break;
-      case Slot::kConstant: data[i] = const_cast<void*>(e.constant->raw_data()); break;
+      case Slot::kConstant:
+        data[i] = e.released || e.constant->dtype() == ir::DType::kString ? nullptr : const_cast<void*>(e.constant->raw_data());
+        break;
       case Slot::kArena: data[i] = base + plan->offsets[i]; break;
       case Slot::kOutput:
         if (e.constant == nullptr) {

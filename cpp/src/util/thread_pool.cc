@@ -11,7 +11,7 @@
 namespace tether::util {
 
 struct ThreadPool::Job {
-  const std::function<void(int64_t, int64_t)>* fn;
+  const std::function<void(int, int64_t, int64_t)>* fn;
   int64_t n;
   int64_t chunk;
   int64_t chunks;
@@ -24,7 +24,7 @@ struct ThreadPool::Job {
 
 ThreadPool::ThreadPool(int threads) {
   if (threads <= 0) threads = physical_cores();
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker(); });
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker(i); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -53,14 +53,14 @@ int ThreadPool::physical_cores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-void ThreadPool::run_chunks(Job& job) {
+void ThreadPool::run_chunks(Job& job, int thread) {
   for (;;) {
     const int64_t c = job.next.fetch_add(1);
     if (c >= job.chunks) return;
     const int64_t begin = c * job.chunk;
     const int64_t end = std::min(job.n, begin + job.chunk);
     try {
-      (*job.fn)(begin, end);
+      (*job.fn)(thread, begin, end);
     } catch (...) {
       std::lock_guard<std::mutex> lock(job.mutex);
       if (!job.error) job.error = std::current_exception();
@@ -72,7 +72,7 @@ void ThreadPool::run_chunks(Job& job) {
   }
 }
 
-void ThreadPool::worker() {
+void ThreadPool::worker(int index) {
   for (;;) {
     std::shared_ptr<Job> job;
     {
@@ -86,18 +86,22 @@ void ThreadPool::worker() {
         continue;
       }
     }
-    run_chunks(*job);
+    run_chunks(*job, index);
   }
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  parallel_for_indexed(n, grain, [&fn](int, int64_t b, int64_t e) { fn(b, e); });
+}
+
+void ThreadPool::parallel_for_indexed(int64_t n, int64_t grain, const std::function<void(int, int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   const int64_t max_chunks = static_cast<int64_t>(threads()) * 4;
   const int64_t chunk = std::max(grain, (n + max_chunks - 1) / max_chunks);
   const int64_t chunks = (n + chunk - 1) / chunk;
   if (chunks == 1 || workers_.empty()) {
-    fn(0, n);
+    fn(0, 0, n);
     return;
   }
   auto job = std::make_shared<Job>();
@@ -110,7 +114,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     jobs_.push_back(job);
   }
   wake_.notify_all();
-  run_chunks(*job);
+  run_chunks(*job, 0);
   {
     std::unique_lock<std::mutex> lock(job->mutex);
     job->finished.wait(lock, [&] { return job->done.load() == job->chunks; });

@@ -30,13 +30,17 @@ class ThreadPool {
   /// rethrown here after the loop finishes.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
+  /// Like parallel_for, but fn also gets the index of the thread running the chunk, in
+  /// [0, threads()): work that needs a private buffer per thread indexes it with that.
+  void parallel_for_indexed(int64_t n, int64_t grain, const std::function<void(int, int64_t, int64_t)>& fn);
+
   /// Physical cores of this machine (logical CPUs when that cannot be told).
   static int physical_cores();
 
  private:
   struct Job;
-  void worker();
-  static void run_chunks(Job& job);
+  void worker(int index);
+  static void run_chunks(Job& job, int thread);
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;

@@ -1,11 +1,16 @@
 // Conv (any spatial rank, groups, dilations, pads, auto_pad) and ConvTranspose, float32.
 #include <algorithm>
+#include <cstring>
 
 #include "engine/cpu/cpu.h"
+#include "engine/cpu/gemm.h"
 
 namespace tether::engine::cpu {
 
 namespace {
+
+int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
 
 struct ConvGeometry {
   std::vector<int64_t> kernel, strides, dilations, pad_begin;
@@ -53,26 +58,173 @@ ConvGeometry geometry(const ir::Node& n, const std::vector<int64_t>& x, const st
   return g;
 }
 
-// Row-major GEMM rows: C[i, :] = A[i, :] @ B, A [M, K], B [K, N].
-void gemm_rows(int64_t i0, int64_t i1, int64_t n, int64_t k, const float* a, const float* b, float* c) {
-  for (int64_t i = i0; i < i1; ++i) {
-    float* crow = c + i * n;
-    std::fill(crow, crow + n, 0.0f);
-    for (int64_t p = 0; p < k; ++p) {
-      const float av = a[i * k + p];
-      const float* brow = b + p * n;
-      for (int64_t j = 0; j < n; ++j) crow[j] += av * brow[j];
+// Writes columns [o0, o0 + count) of one image-and-group's im2col matrix straight into packed
+// GEMM panels (panel 0 starts at column o0). Column o of the matrix is output position o;
+// row (c, kernel position) is the input element that position reads, or 0 in the padding.
+void im2col_block(const float* x, const std::vector<int64_t>& xd, const std::vector<int64_t>& yd, const ConvGeometry& g,
+                  int64_t channels, int64_t o0, int64_t count, float* panels, int64_t nr) {
+  const size_t k = xd.size() - 2;
+  int64_t in_size = 1, ksize = 1;
+  for (size_t d = 0; d < k; ++d) {
+    in_size *= xd[d + 2];
+    ksize *= g.kernel[d];
+  }
+  const int64_t rows = channels * ksize;
+  bool pointwise = true;  // 1x1, stride 1, no padding: the matrix is the input itself
+  for (size_t d = 0; d < k; ++d)
+    pointwise = pointwise && g.kernel[d] == 1 && g.strides[d] == 1 && g.pad_begin[d] == 0 && yd[d + 2] == xd[d + 2];
+  if (pointwise) {
+    PackedMatrix::pack_into(panels, x + o0, rows, count, in_size, 1, nr);
+    return;
+  }
+  const int64_t panel_stride = rows * nr;
+  std::vector<int64_t> kpos(k), opos(k);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t c = r / ksize;
+    int64_t kr = r % ksize;
+    for (size_t d = k; d-- > 0;) {
+      kpos[d] = kr % g.kernel[d];
+      kr /= g.kernel[d];
     }
+    const float* xc = x + c * in_size;
+    float* dp = panels + r * nr;
+    int64_t q = 0;
+    if (k == 2) {
+      // Output positions in order, one output row at a time: the inputs a row reads form one
+      // run (contiguous when the stride is 1) between zeros from the padding.
+      const int64_t ow_n = yd[3], ih_n = xd[2], iw_n = xd[3], sw = g.strides[1];
+      const int64_t kh_off = kpos[0] * g.dilations[0] - g.pad_begin[0];
+      const int64_t kw_off = kpos[1] * g.dilations[1] - g.pad_begin[1];
+      // Output columns whose input column lies inside the image: [ow_lo, ow_hi).
+      const int64_t ow_lo = std::clamp<int64_t>(ceil_div(-kw_off, sw), 0, ow_n);
+      const int64_t ow_hi = std::clamp<int64_t>(floor_div(iw_n - 1 - kw_off, sw) + 1, ow_lo, ow_n);
+      auto zeros = [&](int64_t n) {
+        while (n > 0) {
+          const int64_t take = std::min(n, nr - q);
+          std::fill(dp + q, dp + q + take, 0.0f);
+          n -= take;
+          if ((q += take) == nr) {
+            q = 0;
+            dp += panel_stride;
+          }
+        }
+      };
+      auto values = [&](const float* src, int64_t n) {
+        while (n > 0) {
+          const int64_t take = std::min(n, nr - q);
+          if (sw == 1) std::memcpy(dp + q, src, static_cast<size_t>(take) * sizeof(float));
+          else
+            for (int64_t i = 0; i < take; ++i) dp[q + i] = src[i * sw];
+          src += take * sw;
+          n -= take;
+          if ((q += take) == nr) {
+            q = 0;
+            dp += panel_stride;
+          }
+        }
+      };
+      int64_t remaining = count, oh = o0 / ow_n, ow = o0 % ow_n;
+      while (remaining > 0) {
+        const int64_t n = std::min(ow_n - ow, remaining);
+        const int64_t ih = oh * g.strides[0] + kh_off;
+        if (ih < 0 || ih >= ih_n) {
+          zeros(n);
+        } else {
+          const int64_t lo = std::clamp(ow_lo, ow, ow + n), hi = std::clamp(ow_hi, lo, ow + n);
+          zeros(lo - ow);
+          values(xc + ih * iw_n + lo * sw + kw_off, hi - lo);
+          zeros(ow + n - hi);
+        }
+        remaining -= n;
+        ow = 0;
+        ++oh;
+      }
+    } else {
+      for (int64_t o = o0; o < o0 + count; ++o) {
+        int64_t orem = o, idx = 0;
+        bool inside = true;
+        for (size_t d = k; d-- > 0;) {
+          opos[d] = orem % yd[d + 2];
+          orem /= yd[d + 2];
+        }
+        for (size_t d = 0; d < k && inside; ++d) {
+          const int64_t p = opos[d] * g.strides[d] - g.pad_begin[d] + kpos[d] * g.dilations[d];
+          inside = p >= 0 && p < xd[d + 2];
+          idx = idx * xd[d + 2] + p;
+        }
+        dp[q] = inside ? xc[idx] : 0.0f;
+        if (++q == nr) {
+          q = 0;
+          dp += panel_stride;
+        }
+      }
+    }
+    // The tail of the last panel is never stored by the GEMM; keep it finite.
+    if (q != 0) std::fill(dp + q, dp + nr, 0.0f);
   }
 }
 
+// Depthwise 2-D convolution (one input and one output channel per group): a direct stencil
+// over a zero-padded copy of each plane, vectorised along the output row.
+void depthwise_2d(const RunContext& ctx, const View& x, const View& w, const float* bias, View& y, const ConvGeometry& g,
+                  const Epilogue& ep, float* padded) {
+  const int64_t planes = x.dims[0] * x.dims[1], channels = x.dims[1];
+  const int64_t ih = x.dims[2], iw = x.dims[3], oh = y.dims[2], ow = y.dims[3];
+  const int64_t kh = g.kernel[0], kw = g.kernel[1];
+  const int64_t sh = g.strides[0], sw = g.strides[1], dh = g.dilations[0], dw = g.dilations[1];
+  const int64_t ph = g.pad_begin[0], pw = g.pad_begin[1];
+  // The padded plane covers every input position any window reads.
+  const int64_t ph_n = std::max(ih + ph, (oh - 1) * sh + (kh - 1) * dh + 1);
+  const int64_t pw_n = std::max(iw + pw, (ow - 1) * sw + (kw - 1) * dw + 1);
+  parallel(ctx, planes, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      float* pad = padded + p * ph_n * pw_n;
+      std::fill(pad, pad + ph_n * pw_n, 0.0f);
+      const float* xp = x.as<float>() + p * ih * iw;
+      for (int64_t r = 0; r < ih; ++r) std::copy(xp + r * iw, xp + r * iw + iw, pad + (r + ph) * pw_n + pw);
+      const float* wp = w.as<float>() + (p % channels) * kh * kw;
+      float* yp = y.as<float>() + p * oh * ow;
+      const float b = bias != nullptr ? bias[p % channels] : 0.0f;
+      for (int64_t r = 0; r < oh; ++r) {
+        float* yr = yp + r * ow;
+        std::fill(yr, yr + ow, b);
+        for (int64_t i = 0; i < kh; ++i) {
+          const float* src = pad + (r * sh + i * dh) * pw_n;
+          for (int64_t j = 0; j < kw; ++j) {
+            const float wv = wp[i * kw + j];
+            const float* s = src + j * dw;
+            if (sw == 1) {
+              for (int64_t c = 0; c < ow; ++c) yr[c] += wv * s[c];
+            } else {
+              for (int64_t c = 0; c < ow; ++c) yr[c] += wv * s[c * sw];
+            }
+          }
+        }
+        ep.apply(yr, ow);
+      }
+    }
+  });
+}
+
+int64_t padded_plane_floats(const View& x, const View& y, const ConvGeometry& g) {
+  const int64_t ph_n = std::max(x.dims[2] + g.pad_begin[0], (y.dims[2] - 1) * g.strides[0] + (g.kernel[0] - 1) * g.dilations[0] + 1);
+  const int64_t pw_n = std::max(x.dims[3] + g.pad_begin[1], (y.dims[3] - 1) * g.strides[1] + (g.kernel[1] - 1) * g.dilations[1] + 1);
+  return ph_n * pw_n;
+}
+
+// Conv (and FusedConv): "expand then GEMM" in blocks of output columns sized so that one
+// block's im2col panels stay in L2; each thread expands and multiplies its own blocks, with
+// the bias and activation fused into the GEMM tiles.
 class ConvKernel final : public Kernel {
  public:
-  explicit ConvKernel(const KernelInit& init) : node_(init.node), epilogue_(Epilogue::from_node(init.node)) {}
+  explicit ConvKernel(const KernelInit& init)
+      : node_(init.node), epilogue_(Epilogue::from_node(init.node)), threads_(std::max(1, init.threads)) {}
 
   int64_t scratch_bytes(const std::vector<View>& in, const std::vector<View>& out) const override {
     const ConvGeometry g = geometry(node_, in[0].dims, in[1].dims, out[0].dims, false);
-    return columns(in[0], g, out[0]) * static_cast<int64_t>(sizeof(float));
+    if (is_depthwise(in[0], out[0], g)) return in[0].dims[0] * in[0].dims[1] * padded_plane_floats(in[0], out[0], g) * 4;
+    const Shape s = shape_of(in[0], out[0], g);
+    return threads_ * PackedMatrix::floats_needed(s.rows, s.block, gemm_isa().nr) * 4;
   }
 
   void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
@@ -80,79 +232,71 @@ class ConvKernel final : public Kernel {
     const View& w = in[1];
     View& y = out[0];
     const ConvGeometry g = geometry(node_, x.dims, w.dims, y.dims, false);
-    const size_t k = x.rank() - 2;
+    const float* bias = present(in, 2) ? in[2].as<float>() : nullptr;
+    auto* scratch = reinterpret_cast<float*>(ctx.scratch);
+    if (is_depthwise(x, y, g)) {
+      depthwise_2d(ctx, x, w, bias, y, g, epilogue_, scratch);
+      return;
+    }
+    const Shape s = shape_of(x, y, g);
+    const int64_t nr = gemm_isa().nr;
     const int64_t batch = x.dims[0], cin = x.dims[1], cout = y.dims[1];
     const int64_t cin_g = cin / g.group, cout_g = cout / g.group;
-    int64_t in_size = 1, out_size = 1, ksize = 1;
-    for (size_t i = 0; i < k; ++i) {
-      in_size *= x.dims[i + 2];
-      out_size *= y.dims[i + 2];
-      ksize *= g.kernel[i];
-    }
-    auto* col = reinterpret_cast<float*>(ctx.scratch);
-    const int64_t rows = cin_g * ksize;  // rows of the column matrix
+    TETHER_CHECK(w.numel() == cout * s.rows, "Conv: weight size differs from the plan");
+    const int64_t blocks = (s.out_size + s.block - 1) / s.block;
+    const int64_t block_floats = PackedMatrix::floats_needed(s.rows, s.block, static_cast<int>(nr));
+    const RunContext serial{nullptr, nullptr};
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t gi = 0; gi < g.group; ++gi) {
-        const float* xg = x.as<float>() + (b * cin + gi * cin_g) * in_size;
-        // im2col: col[(c, kpos), opos] = x[c, opos * stride - pad + kpos * dilation] (0 outside).
-        parallel(ctx, rows, 1, [&](int64_t r0, int64_t r1) {
-          std::vector<int64_t> kpos(k), opos(k);
-          for (int64_t r = r0; r < r1; ++r) {
-            const int64_t c = r / ksize;
-            int64_t kr = r % ksize;
-            for (size_t d = k; d-- > 0;) {
-              kpos[d] = kr % g.kernel[d];
-              kr /= g.kernel[d];
-            }
-            float* crow = col + r * out_size;
-            for (int64_t o = 0; o < out_size; ++o) {
-              int64_t orem = o, idx = 0;
-              bool inside = true;
-              for (size_t d = k; d-- > 0;) {
-                opos[d] = orem % y.dims[d + 2];
-                orem /= y.dims[d + 2];
-              }
-              for (size_t d = 0; d < k && inside; ++d) {
-                const int64_t p = opos[d] * g.strides[d] - g.pad_begin[d] + kpos[d] * g.dilations[d];
-                inside = p >= 0 && p < x.dims[d + 2];
-                idx = idx * x.dims[d + 2] + p;
-              }
-              crow[o] = inside ? xg[c * in_size + idx] : 0.0f;
-            }
-          }
-        });
-        const float* wg = w.as<float>() + gi * cout_g * rows;
-        float* yg = y.as<float>() + (b * cout + gi * cout_g) * out_size;
-        parallel(ctx, cout_g, 1, [&](int64_t o0, int64_t o1) { gemm_rows(o0, o1, out_size, rows, wg, col, yg); });
-      }
-    }
-    const float* bias = present(in, 2) ? in[2].as<float>() : nullptr;
-    if (bias != nullptr || !epilogue_.empty()) {
-      parallel(ctx, batch * cout, 1, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-          float* row = y.as<float>() + r * out_size;
-          if (bias != nullptr) {
-            const float bv = bias[r % cout];
-            for (int64_t o = 0; o < out_size; ++o) row[o] += bv;
-          }
-          epilogue_.apply(row, out_size);
+        const float* xg = x.as<float>() + (b * cin + gi * cin_g) * s.in_size;
+        const float* wg = w.as<float>() + gi * cout_g * s.rows;
+        float* yg = y.as<float>() + (b * cout + gi * cout_g) * s.out_size;
+        GemmEpilogue ep;
+        ep.row_bias = bias != nullptr ? bias + gi * cout_g : nullptr;
+        ep.act = epilogue_;
+        auto block = [&](const RunContext& gemm_ctx, float* panels, int64_t bi) {
+          const int64_t o0 = bi * s.block, count = std::min(s.block, s.out_size - o0);
+          im2col_block(xg, x.dims, y.dims, g, cin_g, o0, count, panels, nr);
+          sgemm(gemm_ctx, cout_g, count, s.rows, wg, s.rows, panels, yg + o0, s.out_size, ep);
+        };
+        if (ctx.pool != nullptr && blocks >= threads_) {
+          ctx.pool->parallel_for_indexed(blocks, 1, [&](int t, int64_t b0, int64_t b1) {
+            for (int64_t bi = b0; bi < b1; ++bi) block(serial, scratch + t * block_floats, bi);
+          });
+        } else {
+          // Few blocks: one at a time, the GEMM itself in parallel.
+          for (int64_t bi = 0; bi < blocks; ++bi) block(ctx, scratch, bi);
         }
-      });
+      }
     }
   }
 
  private:
-  static int64_t columns(const View& x, const ConvGeometry& g, const View& y) {
-    int64_t ksize = 1, out_size = 1;
+  struct Shape {
+    int64_t rows, in_size, out_size, block;
+  };
+
+  static Shape shape_of(const View& x, const View& y, const ConvGeometry& g) {
+    Shape s{x.dims[1] / g.group, 1, 1, 0};
     for (size_t i = 0; i + 2 < x.rank(); ++i) {
-      ksize *= g.kernel[i];
-      out_size *= y.dims[i + 2];
+      s.rows *= g.kernel[i];
+      s.in_size *= x.dims[i + 2];
+      s.out_size *= y.dims[i + 2];
     }
-    return x.dims[1] / g.group * ksize * out_size;
+    // About 384 KiB of panels per block, in whole panels.
+    const int64_t nr = gemm_isa().nr;
+    const int64_t target = std::max<int64_t>(1, (96 * 1024) / std::max<int64_t>(s.rows, 1) / nr) * nr;
+    s.block = std::max<int64_t>(nr, std::min(target, (s.out_size + nr - 1) / nr * nr));
+    return s;
+  }
+
+  static bool is_depthwise(const View& x, const View& y, const ConvGeometry& g) {
+    return x.rank() == 4 && g.group > 1 && g.group == x.dims[1] && g.group == y.dims[1];
   }
 
   const ir::Node& node_;
   Epilogue epilogue_;
+  int threads_;
 };
 
 class ConvTransposeKernel final : public Kernel {

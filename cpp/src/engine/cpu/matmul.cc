@@ -1,36 +1,36 @@
-// MatMul (numpy semantics, batched, broadcasting) and Gemm, float32.
+// MatMul (numpy semantics, batched, broadcasting), Gemm, and the fused FusedMatMul and
+// FusedGemm, float32, on the packed GEMM. Constant right-hand sides are packed once when the
+// kernel is made; the packed copy is all the kernel keeps.
 #include "engine/cpu/cpu.h"
+#include "engine/cpu/gemm.h"
 
 namespace tether::engine::cpu {
 
 namespace {
 
-// C[m, :] = alpha * A[m, :] @ B (B row-major [K, N]) for m in [m0, m1); A element (m, k) is at
-// a[m * a_row + k * a_col]. Accumulates in float along k, row by row (the inner loop over n
-// vectorises).
-void gemm_rows(int64_t m0, int64_t m1, int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col,
-               const float* b, float alpha, float* c, int64_t ldc) {
-  for (int64_t i = m0; i < m1; ++i) {
-    float* crow = c + i * ldc;
-    for (int64_t j = 0; j < n; ++j) crow[j] = 0.0f;
-    for (int64_t p = 0; p < k; ++p) {
-      const float av = alpha * a[i * a_row + p * a_col];
-      const float* brow = b + p * n;
-      for (int64_t j = 0; j < n; ++j) crow[j] += av * brow[j];
-    }
-  }
-}
-
-// MatMul, and FusedMatMul: MatMul + optional bias over the last dim + activation.
+// MatMul and FusedMatMul (MatMul + optional bias over the last dim + activation).
 class MatMulKernel final : public Kernel {
  public:
-  explicit MatMulKernel(const KernelInit& init) : epilogue_(Epilogue::from_node(init.node)) {}
+  explicit MatMulKernel(const KernelInit& init) : epilogue_(Epilogue::from_node(init.node)) {
+    if (const ir::Tensor* b = init.constant(1); b != nullptr && b->rank() == 2) {
+      packed_ = PackedMatrix::pack(b->data<float>(), b->dims()[0], b->dims()[1], b->dims()[1], 1, gemm_isa().nr);
+      has_packed_ = true;
+    }
+  }
+
+  bool packs_input(size_t i) const override { return i == 1 && has_packed_; }
+
+  int64_t scratch_bytes(const std::vector<View>& in, const std::vector<View>&) const override {
+    if (has_packed_) return 0;
+    const View& b = in[1];
+    const int64_t k = b.rank() == 1 ? b.dims[0] : b.dims[b.rank() - 2], n = b.rank() == 1 ? 1 : b.dims.back();
+    return PackedMatrix::floats_needed(k, n, gemm_isa().nr) * static_cast<int64_t>(sizeof(float));
+  }
 
   void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
     std::vector<int64_t> ad = in[0].dims, bd = in[1].dims;
-    const bool a_vec = ad.size() == 1, b_vec = bd.size() == 1;
-    if (a_vec) ad.insert(ad.begin(), 1);
-    if (b_vec) bd.push_back(1);
+    if (ad.size() == 1) ad.insert(ad.begin(), 1);
+    if (bd.size() == 1) bd.push_back(1);
     const int64_t m = ad[ad.size() - 2], k = ad.back(), n = bd.back();
     TETHER_CHECK(bd[bd.size() - 2] == k, "MatMul inner dims differ");
     const std::vector<int64_t> a_batch(ad.begin(), ad.end() - 2), b_batch(bd.begin(), bd.end() - 2);
@@ -39,10 +39,7 @@ class MatMulKernel final : public Kernel {
     for (int64_t d : batch) batches *= d;
     TETHER_CHECK(out[0].numel() == batches * m * n, "MatMul: planned output size differs");
     const std::vector<int64_t> sa = broadcast_strides(a_batch, batch), sb = broadcast_strides(b_batch, batch);
-    const float* a = in[0].as<float>();
-    const float* b = in[1].as<float>();
-    float* c = out[0].as<float>();
-    auto batch_offset = [&](int64_t idx, const std::vector<int64_t>& st) {
+    auto offset = [&](int64_t idx, const std::vector<int64_t>& st) {
       int64_t off = 0;
       for (size_t d = batch.size(); d-- > 0;) {
         off += (idx % batch[d]) * st[d];
@@ -50,34 +47,32 @@ class MatMulKernel final : public Kernel {
       }
       return off;
     };
-    parallel(ctx, batches * m, std::max<int64_t>(1, 4096 / std::max<int64_t>(n * k, 1)), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1;) {
-        const int64_t bi = r / m, i0 = r % m;
-        const int64_t i1 = std::min(m, i0 + (r1 - r));
-        const float* ab = a + batch_offset(bi, sa) * m * k;
-        const float* bb = b + batch_offset(bi, sb) * k * n;
-        gemm_rows(i0, i1, n, k, ab, k, 1, bb, 1.0f, c + bi * m * n, n);
-        finish_rows(c + bi * m * n, i0, i1, n, present(in, 2) ? in[2].as<float>() : nullptr);
-        r += i1 - i0;
+    GemmEpilogue ep;
+    ep.col_bias = present(in, 2) ? in[2].as<float>() : nullptr;
+    ep.act = epilogue_;
+    auto* scratch = reinterpret_cast<float*>(ctx.scratch);
+    int64_t packed_for = -1;  // which B matrix the scratch holds
+    for (int64_t bi = 0; bi < batches; ++bi) {
+      const float* panels = packed_.data();
+      if (!has_packed_) {
+        const int64_t boff = offset(bi, sb);
+        if (boff != packed_for) {
+          PackedMatrix::pack_into(scratch, in[1].as<float>() + boff * k * n, k, n, n, 1, gemm_isa().nr);
+          packed_for = boff;
+        }
+        panels = scratch;
       }
-    });
-  }
-
- private:
-  void finish_rows(float* c, int64_t i0, int64_t i1, int64_t n, const float* bias) const {
-    if (bias == nullptr && epilogue_.empty()) return;
-    for (int64_t i = i0; i < i1; ++i) {
-      float* row = c + i * n;
-      if (bias != nullptr)
-        for (int64_t j = 0; j < n; ++j) row[j] += bias[j];
-      epilogue_.apply(row, n);
+      sgemm(ctx, m, n, k, in[0].as<float>() + offset(bi, sa) * m * k, k, panels, out[0].as<float>() + bi * m * n, n, ep);
     }
   }
 
+ private:
   Epilogue epilogue_;
+  PackedMatrix packed_;
+  bool has_packed_ = false;
 };
 
-// B of Gemm as row-major [K, N]: transposed once at compile time when it is a constant.
+// Gemm and FusedGemm: Y = alpha * op(A) @ op(B) + beta * C, then an activation.
 class GemmKernel final : public Kernel {
  public:
   explicit GemmKernel(const KernelInit& init)
@@ -87,13 +82,18 @@ class GemmKernel final : public Kernel {
         trans_b_(init.node.attr_int("transB", 0) != 0),
         epilogue_(Epilogue::from_node(init.node)) {
     if (const ir::Tensor* b = init.constant(1); b != nullptr && b->rank() == 2) {
-      packed_b_ = pack_b(b->data<float>(), b->dims()[0], b->dims()[1]);
+      packed_ = pack_b(b->data<float>(), b->dims()[0], b->dims()[1]);
       has_packed_ = true;
     }
   }
 
-  int64_t scratch_bytes(const std::vector<View>& in, const std::vector<View>&) const override {
-    return has_packed_ || !trans_b_ ? 0 : in[1].numel() * static_cast<int64_t>(sizeof(float));
+  bool packs_input(size_t i) const override { return i == 1 && has_packed_; }
+
+  int64_t scratch_bytes(const std::vector<View>& in, const std::vector<View>& out) const override {
+    if (out[0].dims[1] == 0) return 0;
+    int64_t floats = trans_a_ ? in[0].numel() : 0;
+    if (!has_packed_) floats += PackedMatrix::floats_needed(in[1].numel() / out[0].dims[1], out[0].dims[1], gemm_isa().nr);
+    return (floats + 16) * static_cast<int64_t>(sizeof(float));
   }
 
   void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
@@ -101,44 +101,61 @@ class GemmKernel final : public Kernel {
     const int64_t m = trans_a_ ? a.dims[1] : a.dims[0];
     const int64_t k = trans_a_ ? a.dims[0] : a.dims[1];
     const int64_t n = out[0].dims[1];
-    const float* b = in[1].as<float>();
-    if (has_packed_) {
-      b = packed_b_.data();
-    } else if (trans_b_) {
-      auto* t = reinterpret_cast<float*>(ctx.scratch);
-      for (int64_t p = 0; p < k; ++p)
-        for (int64_t j = 0; j < n; ++j) t[p * n + j] = b[j * k + p];
-      b = t;
-    }
     TETHER_CHECK(out[0].dims[0] == m, "Gemm: planned output rows differ");
-    float* c = out[0].as<float>();
-    parallel(ctx, m, std::max<int64_t>(1, 4096 / std::max<int64_t>(n * k, 1)), [&](int64_t i0, int64_t i1) {
-      gemm_rows(i0, i1, n, k, a.as<float>(), trans_a_ ? 1 : k, trans_a_ ? m : 1, b, alpha_, c, n);
-      if (present(in, 2) && beta_ != 0.0f) {
-        BroadcastRows rows(out[0].dims, {&in[2].dims});
-        for (int64_t i = i0; i < i1; ++i) {
-          const float* crow = in[2].as<float>() + rows.offset(0, i);
-          for (int64_t j = 0; j < n; ++j) c[i * n + j] += beta_ * crow[j * rows.inner_stride(0)];
+    auto* scratch = reinterpret_cast<float*>(ctx.scratch);
+    const float* ap = a.as<float>();
+    if (trans_a_) {  // A^T as row-major [m, k]
+      float* t = scratch;
+      for (int64_t p = 0; p < k; ++p)
+        for (int64_t i = 0; i < m; ++i) t[i * k + p] = ap[p * m + i];
+      ap = t;
+      scratch += (m * k + 15) / 16 * 16;
+    }
+    const float* panels = packed_.data();
+    if (!has_packed_) {
+      const int64_t rs = trans_b_ ? 1 : n, cs = trans_b_ ? k : 1;
+      PackedMatrix::pack_into(scratch, in[1].as<float>(), k, n, rs, cs, gemm_isa().nr);
+      panels = scratch;
+    }
+    // A bias over columns (C of shape [n] or [1, n]) and an activation fit the tile epilogue;
+    // other C shapes and alpha != 1 are applied after the product.
+    const View* c = present(in, 2) && beta_ != 0.0f ? &in[2] : nullptr;
+    const bool col_bias = c != nullptr && c->numel() == n && (c->rank() == 1 || c->dims[0] == 1) && beta_ == 1.0f;
+    const bool fused = alpha_ == 1.0f && (c == nullptr || col_bias);
+    GemmEpilogue ep;
+    if (fused) {
+      ep.col_bias = col_bias ? c->as<float>() : nullptr;
+      ep.act = epilogue_;
+    }
+    float* y = out[0].as<float>();
+    sgemm(ctx, m, n, k, ap, k, panels, y, n, ep);
+    if (fused) return;
+    BroadcastRows rows(out[0].dims, {c != nullptr ? &c->dims : &out[0].dims});
+    parallel(ctx, m, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        float* row = y + i * n;
+        for (int64_t j = 0; j < n; ++j) row[j] *= alpha_;
+        if (c != nullptr) {
+          const float* cr = c->as<float>() + rows.offset(0, i);
+          for (int64_t j = 0; j < n; ++j) row[j] += beta_ * cr[j * rows.inner_stride(0)];
         }
+        epilogue_.apply(row, n);
       }
-      for (int64_t i = i0; i < i1; ++i) epilogue_.apply(c + i * n, n);
     });
   }
 
  private:
-  std::vector<float> pack_b(const float* b, int64_t rows, int64_t cols) const {
-    if (!trans_b_) return std::vector<float>(b, b + rows * cols);
-    std::vector<float> t(static_cast<size_t>(rows * cols));
-    for (int64_t j = 0; j < rows; ++j)
-      for (int64_t p = 0; p < cols; ++p) t[static_cast<size_t>(p * rows + j)] = b[j * cols + p];
-    return t;
+  PackedMatrix pack_b(const float* b, int64_t rows, int64_t cols) const {
+    // op(B) is [k, n]: B itself, or B^T read through strides.
+    return trans_b_ ? PackedMatrix::pack(b, cols, rows, 1, cols, gemm_isa().nr)
+                    : PackedMatrix::pack(b, rows, cols, cols, 1, gemm_isa().nr);
   }
 
   float alpha_, beta_;
   bool trans_a_, trans_b_;
-  std::vector<float> packed_b_;
-  bool has_packed_ = false;
   Epilogue epilogue_;
+  PackedMatrix packed_;
+  bool has_packed_ = false;
 };
 
 }  // namespace

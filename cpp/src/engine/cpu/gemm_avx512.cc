@@ -1,0 +1,40 @@
+// f32_gemm_12x32__avx512: 12 rows x 32 columns of C in 24 ZMM accumulators, masked stores for
+// partial tiles. Compiled with AVX-512 flags; called only when the CPU has them.
+#include <immintrin.h>
+
+#include "engine/cpu/gemm.h"
+
+namespace tether::engine::cpu {
+
+void f32_gemm_12x32__avx512(int64_t k, const float* a, int64_t lda, const float* panel, float* c, int64_t ldc,
+                            int64_t m, int64_t n, bool accumulate) {
+  constexpr int kMr = 12;
+  const float* ar[kMr];
+  for (int r = 0; r < kMr; ++r) ar[r] = a + (r < m ? r : m - 1) * lda;
+  __m512 acc[kMr][2];
+#pragma GCC unroll 12
+  for (int r = 0; r < kMr; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < k; ++p) {
+    const __m512 b0 = _mm512_loadu_ps(panel + p * 32);
+    const __m512 b1 = _mm512_loadu_ps(panel + p * 32 + 16);
+#pragma GCC unroll 12
+    for (int r = 0; r < kMr; ++r) {
+      const __m512 av = _mm512_set1_ps(ar[r][p]);
+      acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+    }
+  }
+  const __mmask16 m0 = n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1);
+  const __mmask16 m1 = n >= 32 ? 0xFFFF : n > 16 ? static_cast<__mmask16>((1u << (n - 16)) - 1) : 0;
+  for (int r = 0; r < m; ++r) {
+    float* cr = c + r * ldc;
+    if (accumulate) {
+      acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_maskz_loadu_ps(m0, cr));
+      acc[r][1] = _mm512_add_ps(acc[r][1], _mm512_maskz_loadu_ps(m1, cr + 16));
+    }
+    _mm512_mask_storeu_ps(cr, m0, acc[r][0]);
+    _mm512_mask_storeu_ps(cr + 16, m1, acc[r][1]);
+  }
+}
+
+}  // namespace tether::engine::cpu

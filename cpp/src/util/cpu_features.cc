@@ -1,0 +1,68 @@
+#include "util/cpu_features.h"
+
+#include <cpuid.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace tether::util {
+
+namespace {
+
+uint64_t xgetbv0() {
+  uint32_t lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (static_cast<uint64_t>(hi) << 32) | lo;
+}
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, fma = (c >> 12) & 1;
+  const uint64_t xcr0 = osxsave ? xgetbv0() : 0;
+  const bool ymm_state = (xcr0 & 0x6) == 0x6;
+  const bool zmm_state = (xcr0 & 0xE6) == 0xE6;
+  __cpuid_count(7, 0, a, b, c, d);
+  const bool avx2 = (b >> 5) & 1;
+  const bool f512 = (b >> 16) & 1, dq = (b >> 17) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
+  const bool vnni512 = (c >> 11) & 1;
+  __cpuid_count(7, 1, a, b, c, d);
+  const bool avx_vnni = (a >> 4) & 1;
+  f.avx2 = avx && avx2 && fma && ymm_state;
+  f.avx512 = f.avx2 && f512 && dq && bw && vl && zmm_state;
+  f.avx512_vnni = f.avx512 && vnni512;
+  f.avx_vnni = f.avx2 && avx_vnni;
+
+  char brand[49] = {};
+  unsigned regs[12];
+  if (__get_cpuid(0x80000000, &a, &b, &c, &d) && a >= 0x80000004) {
+    for (unsigned i = 0; i < 3; ++i) __get_cpuid(0x80000002 + i, &regs[4 * i], &regs[4 * i + 1], &regs[4 * i + 2], &regs[4 * i + 3]);
+    std::memcpy(brand, regs, 48);
+  }
+  f.brand = brand;
+  while (!f.brand.empty() && f.brand.back() == ' ') f.brand.pop_back();
+
+  if (const char* cap = std::getenv("TETHER_ISA")) {
+    const std::string s = cap;
+    if (s == "avx2" || s == "generic") {
+      f.avx512 = f.avx512_vnni = false;
+    }
+    if (s == "generic") f.avx2 = f.avx_vnni = false;
+  }
+  return f;
+}
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures f = detect();
+  return f;
+}
+
+std::string isa_name() {
+  const CpuFeatures& f = cpu_features();
+  return f.avx512 ? "avx512" : f.avx2 ? "avx2" : "generic";
+}
+
+}  // namespace tether::util

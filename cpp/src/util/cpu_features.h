@@ -1,0 +1,23 @@
+// What this x86-64 CPU can run, detected once at run time (CPUID and the OS's XSAVE state).
+#pragma once
+
+#include <string>
+
+namespace tether::util {
+
+struct CpuFeatures {
+  bool avx2 = false;      ///< AVX2 and FMA3, with the OS saving YMM state
+  bool avx512 = false;    ///< AVX-512 F, BW, DQ and VL, with the OS saving ZMM state
+  bool avx512_vnni = false;
+  bool avx_vnni = false;
+  std::string brand;      ///< the CPU's model string
+};
+
+/// The features of this machine. Setting the environment variable TETHER_ISA to "avx2" or
+/// "generic" caps what tether uses (for tests and comparisons); it never enables more.
+const CpuFeatures& cpu_features();
+
+/// "avx512", "avx2" or "generic": the widest instruction set tether's kernels use here.
+std::string isa_name();
+
+}  // namespace tether::util

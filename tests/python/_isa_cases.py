@@ -1,0 +1,99 @@
+"""Conv, Gemm and MatMul cases with awkward sizes, checked against onnxruntime. Run as a
+script (under a given TETHER_ISA) it prints one JSON line: the worst relative error per case
+and the kernel tether chose."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+CONV_CASES = [
+    # (batch, cin, cout, spatial, kernel, strides, pads, dilations, group)
+    (1, 3, 5, (13, 11), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    (2, 4, 6, (13, 13), (3, 3), (2, 2), (0, 1, 1, 0), (1, 1), 2),
+    (1, 8, 8, (9, 7), (3, 3), (1, 2), (1, 1, 1, 1), (2, 1), 8),
+    (1, 6, 12, (127, 3), (5, 1), (3, 1), (2, 0, 2, 0), (1, 1), 3),
+    (3, 16, 33, (7, 7), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    (1, 3, 13, (29, 31), (7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1),
+    (1, 2, 3, (17,), (4,), (2,), (1, 2), (1,), 1),
+    (1, 2, 4, (5, 6, 7), (3, 3, 3), (1, 2, 1), (1, 1, 1, 1, 1, 1), (1, 1, 1), 1),
+    (1, 13, 13, (1, 1), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 13),
+]
+GEMM_SIZES = [1, 3, 13, 127]
+
+
+def conv_model(batch, cin, cout, spatial, kernel, strides, pads, dilations, group, rng):
+    w = rng.standard_normal((cout, cin // group, *kernel)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=list(kernel), strides=list(strides),
+                            pads=list(pads), dilations=list(dilations), group=group)
+    g = helper.make_graph([node], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, cin, *spatial])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    x = rng.standard_normal((batch, cin, *spatial)).astype(np.float32)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)], ir_version=10).SerializeToString(), {"x": x}
+
+
+def gemm_model(m, k, n, trans_b, const_b, rng):
+    b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
+    c = rng.standard_normal(n).astype(np.float32)
+    inputs = [helper.make_tensor_value_info("a", TensorProto.FLOAT, [m, k])]
+    feeds = {"a": rng.standard_normal((m, k)).astype(np.float32)}
+    init = [numpy_helper.from_array(c, "c")]
+    if const_b:
+        init.append(numpy_helper.from_array(b, "b"))
+    else:
+        inputs.append(helper.make_tensor_value_info("b", TensorProto.FLOAT, list(b.shape)))
+        feeds["b"] = b
+    node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], transB=int(trans_b))
+    g = helper.make_graph([node], "gemm", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], init)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)], ir_version=10).SerializeToString(), feeds
+
+
+def matmul_model(a_shape, b_shape, const_b, rng):
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    inputs = [helper.make_tensor_value_info("a", TensorProto.FLOAT, list(a_shape))]
+    feeds = {"a": rng.standard_normal(a_shape).astype(np.float32)}
+    init = []
+    if const_b:
+        init.append(numpy_helper.from_array(b, "b"))
+    else:
+        inputs.append(helper.make_tensor_value_info("b", TensorProto.FLOAT, list(b_shape)))
+        feeds["b"] = b
+    g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"])], "mm", inputs,
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], init)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)], ir_version=10).SerializeToString(), feeds
+
+
+def cases():
+    rng = np.random.default_rng(0)
+    for i, c in enumerate(CONV_CASES):
+        yield f"conv{i}", *conv_model(*c, rng)
+    for m, k, n in itertools.product(GEMM_SIZES, repeat=3):
+        yield f"gemm_{m}x{k}x{n}", *gemm_model(m, k, n, trans_b=(m + n) % 2 == 0, const_b=k % 2 == 1, rng=rng)
+    for a_shape, b_shape in [((13,), (13, 3)), ((2, 3, 13, 127), (127, 5)), ((3, 1, 7, 13), (4, 13, 9)), ((127, 13), (13,))]:
+        for const_b in (True, False):
+            yield f"matmul_{a_shape}_{b_shape}_{const_b}", *matmul_model(a_shape, b_shape, const_b, rng)
+
+
+def main() -> int:
+    import onnxruntime as ort
+    import tether as tt
+
+    threads = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    worst = {}
+    for name, blob, feeds in cases():
+        ref = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        got = tt.compile(tt.load(blob), threads=threads, optimize=False).run(feeds)["y"]
+        assert got.shape == ref.shape, (name, got.shape, ref.shape)
+        worst[name] = float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
+    print(json.dumps({"kernel": tt.cpu_info()["gemm_kernel"], "isa": tt.cpu_info()["isa"], "worst": worst}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
