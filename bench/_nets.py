@@ -13,7 +13,8 @@ class Bottleneck(nn.Module):
         cout = width * 4
         self.body = nn.Sequential(
             nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
-            nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
+            nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False), nn.BatchNorm2d(width),
+            nn.ReLU(inplace=True),
             nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout),
         )
         self.down = None
@@ -63,8 +64,10 @@ class InvertedResidual(nn.Module):
 class MobileNetV2(nn.Module):
     def __init__(self, classes: int = 1000) -> None:
         super().__init__()
-        setting = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]
-        layers: list[nn.Module] = [nn.Conv2d(3, 32, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU6(inplace=True)]
+        setting = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+                   (6, 320, 1, 1)]
+        layers: list[nn.Module] = [nn.Conv2d(3, 32, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(32),
+                                   nn.ReLU6(inplace=True)]
         cin = 32
         for t, c, n, s in setting:
             for i in range(n):
@@ -82,7 +85,8 @@ class BertBase(nn.Module):
     """BERT-base encoder: token, position and segment-free embeddings, 12 post-norm layers of
     hidden 768, 12 heads, feed-forward 3072 with GELU."""
 
-    def __init__(self, vocab: int = 30522, hidden: int = 768, layers: int = 12, heads: int = 12, seq: int = 512) -> None:
+    def __init__(self, vocab: int = 30522, hidden: int = 768, layers: int = 12, heads: int = 12,
+                 seq: int = 512) -> None:
         super().__init__()
         self.tokens = nn.Embedding(vocab, hidden)
         self.positions = nn.Embedding(seq, hidden)

@@ -152,11 +152,11 @@ def main(argv: list[str] | None = None) -> int:
                 opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
                 ref = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
                 feeds = {"input": x}
-                ours = median_latency(lambda: sess.run(feeds), args.min_time)
-                theirs = median_latency(lambda: ref.run(None, feeds), args.min_time)
+                ours = median_latency(lambda s=sess, f=feeds: s.run(f), args.min_time)
+                theirs = median_latency(lambda r=ref, f=feeds: r.run(None, f), args.min_time)
                 gflops = work / ours / 1e9
-                row = (f"| {name} | {batch} | {threads} | {ours * 1e3:.1f} | {theirs * 1e3:.1f} | {ours / theirs:.2f} | "
-                       f"{gflops:.1f} | {100 * gflops / peak_gflops(threads):.0f}% |")
+                row = (f"| {name} | {batch} | {threads} | {ours * 1e3:.1f} | {theirs * 1e3:.1f} | "
+                       f"{ours / theirs:.2f} | {gflops:.1f} | {100 * gflops / peak_gflops(threads):.0f}% |")
                 rows.append(row)
                 print(row, flush=True)
     if args.markdown:
