@@ -58,11 +58,12 @@ ConvGeometry geometry(const ir::Node& n, const std::vector<int64_t>& x, const st
   return g;
 }
 
-// Writes columns [o0, o0 + count) of one image-and-group's im2col matrix straight into packed
-// GEMM panels (panel 0 starts at column o0). Column o of the matrix is output position o;
-// row (c, kernel position) is the input element that position reads, or 0 in the padding.
+// Writes rows [r0, r1) and columns [o0, o0 + count) of one image-and-group's im2col matrix
+// straight into packed GEMM panels (panel 0 starts at column o0, each panel holds r1 - r0
+// rows). Column o is output position o; row (c, kernel position) is the input element that
+// position reads, or 0 in the padding.
 void im2col_block(const float* x, const std::vector<int64_t>& xd, const std::vector<int64_t>& yd, const ConvGeometry& g,
-                  int64_t channels, int64_t o0, int64_t count, float* panels, int64_t nr) {
+                  int64_t channels, int64_t r0, int64_t r1, int64_t o0, int64_t count, float* panels, int64_t nr) {
   const size_t k = xd.size() - 2;
   int64_t in_size = 1, ksize = 1;
   for (size_t d = 0; d < k; ++d) {
@@ -73,13 +74,14 @@ void im2col_block(const float* x, const std::vector<int64_t>& xd, const std::vec
   bool pointwise = true;  // 1x1, stride 1, no padding: the matrix is the input itself
   for (size_t d = 0; d < k; ++d)
     pointwise = pointwise && g.kernel[d] == 1 && g.strides[d] == 1 && g.pad_begin[d] == 0 && yd[d + 2] == xd[d + 2];
+  (void)rows;
   if (pointwise) {
-    PackedMatrix::pack_into(panels, x + o0, rows, count, in_size, 1, nr);
+    PackedMatrix::pack_into(panels, x + r0 * in_size + o0, r1 - r0, count, in_size, 1, static_cast<int>(nr));
     return;
   }
-  const int64_t panel_stride = rows * nr;
+  const int64_t panel_stride = (r1 - r0) * nr;
   std::vector<int64_t> kpos(k), opos(k);
-  for (int64_t r = 0; r < rows; ++r) {
+  for (int64_t r = r0; r < r1; ++r) {
     const int64_t c = r / ksize;
     int64_t kr = r % ksize;
     for (size_t d = k; d-- > 0;) {
@@ -87,7 +89,7 @@ void im2col_block(const float* x, const std::vector<int64_t>& xd, const std::vec
       kr /= g.kernel[d];
     }
     const float* xc = x + c * in_size;
-    float* dp = panels + r * nr;
+    float* dp = panels + (r - r0) * nr;
     int64_t q = 0;
     if (k == 2) {
       // Output positions in order, one output row at a time: the inputs a row reads form one
@@ -212,19 +214,29 @@ int64_t padded_plane_floats(const View& x, const View& y, const ConvGeometry& g)
   return ph_n * pw_n;
 }
 
-// Conv (and FusedConv): "expand then GEMM" in blocks of output columns sized so that one
-// block's im2col panels stay in L2; each thread expands and multiplies its own blocks, with
-// the bias and activation fused into the GEMM tiles.
+// Conv (and FusedConv): the GEMM of the weights (A) with the im2col matrix (B), whose blocks
+// are expanded on demand straight into packed panels, with the bias and activation fused into
+// the GEMM's tiles.
 class ConvKernel final : public Kernel {
  public:
-  explicit ConvKernel(const KernelInit& init)
-      : node_(init.node), epilogue_(Epilogue::from_node(init.node)), threads_(std::max(1, init.threads)) {}
+  explicit ConvKernel(const KernelInit& init) : node_(init.node), epilogue_(Epilogue::from_node(init.node)) {
+    // Constant weights of a GEMM convolution are packed once, per group, as the GEMM's A.
+    const ir::Tensor* w = init.constant(1);
+    const int64_t group = init.node.attr_int("group", 1);
+    if (w == nullptr || w->rank() < 3 || w->dims()[0] % group != 0) return;
+    const bool depthwise = w->rank() == 4 && group > 1 && w->dims()[1] == 1 && w->dims()[0] == group;
+    if (depthwise) return;
+    const int64_t cout_g = w->dims()[0] / group, rows = w->num_elements() / w->dims()[0];
+    for (int64_t g = 0; g < group; ++g) packed_w_.emplace_back(w->data<float>() + g * cout_g * rows, cout_g, rows, rows);
+  }
+
+  bool packs_input(size_t i) const override { return i == 1 && !packed_w_.empty(); }
 
   int64_t scratch_bytes(const std::vector<View>& in, const std::vector<View>& out) const override {
     const ConvGeometry g = geometry(node_, in[0].dims, in[1].dims, out[0].dims, false);
     if (is_depthwise(in[0], out[0], g)) return in[0].dims[0] * in[0].dims[1] * padded_plane_floats(in[0], out[0], g) * 4;
     const Shape s = shape_of(in[0], out[0], g);
-    return threads_ * PackedMatrix::floats_needed(s.rows, s.block, gemm_isa().nr) * 4;
+    return sgemm_scratch_floats(out[0].dims[1] / g.group, s.out_size, s.rows) * 4;
   }
 
   void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
@@ -242,51 +254,49 @@ class ConvKernel final : public Kernel {
     const int64_t nr = gemm_isa().nr;
     const int64_t batch = x.dims[0], cin = x.dims[1], cout = y.dims[1];
     const int64_t cin_g = cin / g.group, cout_g = cout / g.group;
-    TETHER_CHECK(w.numel() == cout * s.rows, "Conv: weight size differs from the plan");
-    const int64_t blocks = (s.out_size + s.block - 1) / s.block;
-    const int64_t block_floats = PackedMatrix::floats_needed(s.rows, s.block, static_cast<int>(nr));
-    const RunContext serial{nullptr, nullptr};
+    TETHER_CHECK(!packed_w_.empty() || w.numel() == cout * s.rows, "Conv: weight size differs from the plan");
+    TETHER_CHECK(packed_w_.empty() || (static_cast<int64_t>(packed_w_.size()) == g.group && packed_w_[0].k() == s.rows),
+                 "Conv: packed weights differ from the plan");
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t gi = 0; gi < g.group; ++gi) {
         const float* xg = x.as<float>() + (b * cin + gi * cin_g) * s.in_size;
-        const float* wg = w.as<float>() + gi * cout_g * s.rows;
-        float* yg = y.as<float>() + (b * cout + gi * cout_g) * s.out_size;
+        GemmB source;
+        source.pack = [&](const RunContext& pctx, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) {
+          // Panels are independent: each task expands a few of them.
+          const int64_t panels = (nc + nr - 1) / nr;
+          parallel(pctx, panels, 1, [&](int64_t p0, int64_t p1) {
+            const int64_t c0 = n0 + p0 * nr, count = std::min(nc - p0 * nr, (p1 - p0) * nr);
+            im2col_block(xg, x.dims, y.dims, g, cin_g, k0, k0 + kc, c0, count, dst + p0 * kc * nr, nr);
+          });
+        };
         GemmEpilogue ep;
         ep.row_bias = bias != nullptr ? bias + gi * cout_g : nullptr;
         ep.act = epilogue_;
-        auto block = [&](const RunContext& gemm_ctx, float* panels, int64_t bi) {
-          const int64_t o0 = bi * s.block, count = std::min(s.block, s.out_size - o0);
-          im2col_block(xg, x.dims, y.dims, g, cin_g, o0, count, panels, nr);
-          sgemm(gemm_ctx, cout_g, count, s.rows, wg, s.rows, panels, yg + o0, s.out_size, ep);
-        };
-        if (ctx.pool != nullptr && blocks >= threads_) {
-          ctx.pool->parallel_for_indexed(blocks, 1, [&](int t, int64_t b0, int64_t b1) {
-            for (int64_t bi = b0; bi < b1; ++bi) block(serial, scratch + t * block_floats, bi);
-          });
+        GemmA weights;
+        if (!packed_w_.empty()) {
+          weights.packed = packed_w_[static_cast<size_t>(gi)].data();
         } else {
-          // Few blocks: one at a time, the GEMM itself in parallel.
-          for (int64_t bi = 0; bi < blocks; ++bi) block(ctx, scratch, bi);
+          weights.data = w.as<float>() + gi * cout_g * s.rows;
+          weights.lda = s.rows;
         }
+        sgemm(ctx, cout_g, s.out_size, s.rows, weights, source, y.as<float>() + (b * cout + gi * cout_g) * s.out_size,
+              s.out_size, ep, scratch);
       }
     }
   }
 
  private:
   struct Shape {
-    int64_t rows, in_size, out_size, block;
+    int64_t rows, in_size, out_size;
   };
 
   static Shape shape_of(const View& x, const View& y, const ConvGeometry& g) {
-    Shape s{x.dims[1] / g.group, 1, 1, 0};
+    Shape s{x.dims[1] / g.group, 1, 1};
     for (size_t i = 0; i + 2 < x.rank(); ++i) {
       s.rows *= g.kernel[i];
       s.in_size *= x.dims[i + 2];
       s.out_size *= y.dims[i + 2];
     }
-    // About 384 KiB of panels per block, in whole panels.
-    const int64_t nr = gemm_isa().nr;
-    const int64_t target = std::max<int64_t>(1, (96 * 1024) / std::max<int64_t>(s.rows, 1) / nr) * nr;
-    s.block = std::max<int64_t>(nr, std::min(target, (s.out_size + nr - 1) / nr * nr));
     return s;
   }
 
@@ -296,7 +306,7 @@ class ConvKernel final : public Kernel {
 
   const ir::Node& node_;
   Epilogue epilogue_;
-  int threads_;
+  std::vector<PackedA> packed_w_;  // per group; empty when the weights are not constant
 };
 
 class ConvTransposeKernel final : public Kernel {

@@ -13,16 +13,19 @@ namespace {
 
 constexpr int kGenericMr = 4;
 constexpr int kGenericNr = 16;
-// K is processed in blocks so that a panel slice and the A rows stay in L1/L2.
-constexpr int64_t kKc = 384;
+// Cache blocking: a KC x NR panel slice stays in L1, MC rows of A (KC deep) in L2, and a
+// KC x NC block of B in L2/L3.
+constexpr int64_t kKc = 256;
+constexpr int64_t kMc = 144;
+constexpr int64_t kNc = 1024;
 
-void f32_gemm_4x16__generic(int64_t k, const float* a, int64_t lda, const float* panel, float* c, int64_t ldc,
-                            int64_t m, int64_t n, bool accumulate) {
+void f32_gemm_4x16__generic(int64_t k, const float* a, const float* panel, float* c, int64_t ldc, int64_t m, int64_t n,
+                            bool accumulate) {
   float acc[kGenericMr][kGenericNr] = {};
   for (int64_t p = 0; p < k; ++p) {
     const float* b = panel + p * kGenericNr;
     for (int64_t r = 0; r < m; ++r) {
-      const float av = a[r * lda + p];
+      const float av = a[p * kGenericMr + r];
       for (int j = 0; j < kGenericNr; ++j) acc[r][j] += av * b[j];
     }
   }
@@ -81,41 +84,114 @@ PackedMatrix PackedMatrix::pack(const float* b, int64_t k, int64_t n, int64_t ro
   return m;
 }
 
-void sgemm(const RunContext& ctx, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* panels,
-           float* c, int64_t ldc, const GemmEpilogue& ep) {
+PackedA::PackedA(const float* a, int64_t m, int64_t k, int64_t lda) : m_(m), k_(k) {
+  data_ = aligned_floats(floats_needed(m, k, gemm_isa().mr), storage_);
+  pack_into(data_, a, m, 0, k, lda, gemm_isa().mr);
+}
+
+void PackedA::pack_into(float* dst, const float* a, int64_t m, int64_t k0, int64_t kc, int64_t lda, int mr) {
+  const int64_t tiles = (m + mr - 1) / mr;
+  for (int64_t t = 0; t < tiles; ++t) {
+    float* out = dst + t * kc * mr;
+    const int64_t rows = std::min<int64_t>(mr, m - t * mr);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* src = a + (t * mr + r) * lda + k0;
+      for (int64_t p = 0; p < kc; ++p) out[p * mr + r] = src[p];
+    }
+    for (int64_t r = rows; r < mr; ++r)
+      for (int64_t p = 0; p < kc; ++p) out[p * mr + r] = 0.0f;
+  }
+}
+
+int64_t sgemm_scratch_floats(int64_t m, int64_t n, int64_t k) {
+  const int64_t nr = gemm_isa().nr, mr = gemm_isa().mr;
+  const int64_t kc = std::min(kKc, std::max<int64_t>(k, 1));
+  // B block, then A block, each rounded to whole cache lines.
+  return (kc * std::min((n + nr - 1) / nr * nr, kNc) + 15) / 16 * 16 + (m + mr - 1) / mr * mr * kc + 16;
+}
+
+void sgemm(const RunContext& ctx, int64_t m, int64_t n, int64_t k, const GemmA& a, const GemmB& b, float* c,
+           int64_t ldc, const GemmEpilogue& ep, float* scratch) {
   const GemmIsa& isa = gemm_isa();
   const int64_t mr = isa.mr, nr = isa.nr;
-  const int64_t mtiles = (m + mr - 1) / mr, ntiles = (n + nr - 1) / nr;
   if (m == 0 || n == 0) return;
-  // Tasks walk the M tiles of one panel before moving on, so a panel slice is reused from cache.
-  const int64_t tasks = mtiles * ntiles;
-  const int64_t work_per_task = mr * nr * std::max<int64_t>(k, 1);
-  parallel(ctx, tasks, std::max<int64_t>(1, (1 << 16) / work_per_task), [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t jt = t / mtiles, it = t % mtiles;
-      const int64_t i0 = it * mr, j0 = jt * nr;
-      const int64_t rows = std::min(mr, m - i0), cols = std::min(nr, n - j0);
-      const float* panel = panels + jt * k * nr;
-      float* ct = c + i0 * ldc + j0;
-      if (k == 0) {
-        for (int64_t r = 0; r < rows; ++r) std::fill(ct + r * ldc, ct + r * ldc + cols, 0.0f);
-      }
-      for (int64_t p0 = 0; p0 < k; p0 += kKc) {
-        const int64_t kc = std::min(kKc, k - p0);
-        isa.kernel(kc, a + i0 * lda + p0, lda, panel + p0 * nr, ct, ldc, rows, cols, p0 > 0);
-      }
-      for (int64_t r = 0; r < rows; ++r) {
-        float* row = ct + r * ldc;
-        if (ep.row_bias != nullptr) {
-          const float bv = ep.row_bias[i0 + r];
-          for (int64_t q = 0; q < cols; ++q) row[q] += bv;
-        }
-        if (ep.col_bias != nullptr)
-          for (int64_t q = 0; q < cols; ++q) row[q] += ep.col_bias[j0 + q];
-        ep.act.apply(row, cols);
-      }
+  if (k == 0) {  // no product: C is zeros, and the epilogue still applies
+    for (int64_t i = 0; i < m; ++i) {
+      float* row = c + i * ldc;
+      std::fill(row, row + n, 0.0f);
+      if (ep.row_bias != nullptr)
+        for (int64_t q = 0; q < n; ++q) row[q] += ep.row_bias[i];
+      if (ep.col_bias != nullptr)
+        for (int64_t q = 0; q < n; ++q) row[q] += ep.col_bias[q];
+      ep.act.apply(row, n);
     }
-  });
+    return;
+  }
+  const int64_t mtiles = (m + mr - 1) / mr;
+  const int64_t group = std::max<int64_t>(1, kMc / mr);  // M tiles whose A panels stay in L2 together
+  const int64_t mgroups = (mtiles + group - 1) / group;
+  float* b_block = scratch;
+  float* a_block = scratch == nullptr ? nullptr
+                                      : scratch + (std::min(kKc, k) * std::min((n + nr - 1) / nr * nr, kNc) + 15) / 16 * 16;
+  for (int64_t k0 = 0; k0 < k; k0 += kKc) {
+    const int64_t kc = std::min(kKc, k - k0);
+    const bool last = k0 + kc >= k;
+    // A's panels for this K block: a window of the pre-packed matrix, or packed now.
+    const float* a_panels = nullptr;
+    int64_t a_stride = 0;
+    if (a.packed != nullptr) {
+      a_panels = a.packed + k0 * mr;
+      a_stride = k * mr;
+    } else {
+      TETHER_CHECK(a_block != nullptr, "sgemm: A packed on demand needs scratch");
+      parallel(ctx, mtiles, 4, [&](int64_t t0, int64_t t1) {
+        PackedA::pack_into(a_block + t0 * kc * mr, a.data + t0 * mr * a.lda, std::min(m, t1 * mr) - t0 * mr, k0, kc,
+                           a.lda, static_cast<int>(mr));
+      });
+      a_panels = a_block;
+      a_stride = kc * mr;
+    }
+    for (int64_t n0 = 0; n0 < n; n0 += kNc) {
+      const int64_t nc = std::min(kNc, n - n0);
+      const int64_t panels = (nc + nr - 1) / nr;
+      const float* block = nullptr;
+      int64_t panel_stride = 0;
+      if (b.packed != nullptr) {
+        block = b.packed + (n0 / nr) * k * nr + k0 * nr;
+        panel_stride = k * nr;
+      } else {
+        TETHER_CHECK(b_block != nullptr && b.pack, "sgemm: B packed on demand needs a pack function and scratch");
+        b.pack(ctx, k0, kc, n0, nc, b_block);
+        block = b_block;
+        panel_stride = kc * nr;
+      }
+      // Tasks: (group of M tiles, panel); a thread walks the panels of one group, so the
+      // group's A panels stay in cache while each B panel is used once per tile.
+      parallel(ctx, mgroups * panels, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t mg = t / panels, jt = t % panels;
+          const int64_t j0 = n0 + jt * nr, cols = std::min(nr, n - j0);
+          const float* panel = block + jt * panel_stride;
+          for (int64_t it = mg * group; it < std::min(mtiles, (mg + 1) * group); ++it) {
+            const int64_t i0 = it * mr, rows = std::min(mr, m - i0);
+            float* ct = c + i0 * ldc + j0;
+            isa.kernel(kc, a_panels + it * a_stride, panel, ct, ldc, rows, cols, k0 > 0);
+            if (!last) continue;
+            for (int64_t r = 0; r < rows; ++r) {
+              float* row = ct + r * ldc;
+              if (ep.row_bias != nullptr) {
+                const float bv = ep.row_bias[i0 + r];
+                for (int64_t q = 0; q < cols; ++q) row[q] += bv;
+              }
+              if (ep.col_bias != nullptr)
+                for (int64_t q = 0; q < cols; ++q) row[q] += ep.col_bias[j0 + q];
+              ep.act.apply(row, cols);
+            }
+          }
+        }
+      });
+    }
+  }
 }
 
 }  // namespace tether::engine::cpu

@@ -5,17 +5,18 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "engine/cpu/cpu.h"
 
 namespace tether::engine::cpu {
 
-/// C[0:m, 0:n] = (accumulate ? C : 0) + A[0:m, 0:k] @ Bpanel[0:k, 0:nr], for one tile with
-/// m <= MR and n <= NR. Row r of A starts at a + r * lda; the panel holds k rows of NR floats.
-/// Only the first m rows and n columns of C are written.
-using MicroKernel = void (*)(int64_t k, const float* a, int64_t lda, const float* panel, float* c, int64_t ldc,
-                             int64_t m, int64_t n, bool accumulate);
+/// C[0:m, 0:n] = (accumulate ? C : 0) + A @ Bpanel, for one tile with m <= MR and n <= NR.
+/// A is a packed MR-row panel (k steps of MR floats, rows past m zero); the B panel holds k
+/// rows of NR floats. Only the first m rows and n columns of C are written.
+using MicroKernel = void (*)(int64_t k, const float* a, const float* panel, float* c, int64_t ldc, int64_t m,
+                             int64_t n, bool accumulate);
 
 struct GemmIsa {
   const char* name;  ///< "f32_gemm_12x32__avx512", ...
@@ -28,10 +29,30 @@ struct GemmIsa {
 const GemmIsa& gemm_isa();
 
 // Micro-kernels, one per ISA, in files compiled for that ISA.
-void f32_gemm_6x16__avx2(int64_t k, const float* a, int64_t lda, const float* panel, float* c, int64_t ldc, int64_t m,
-                         int64_t n, bool accumulate);
-void f32_gemm_12x32__avx512(int64_t k, const float* a, int64_t lda, const float* panel, float* c, int64_t ldc,
-                            int64_t m, int64_t n, bool accumulate);
+void f32_gemm_6x16__avx2(int64_t k, const float* a, const float* panel, float* c, int64_t ldc, int64_t m, int64_t n,
+                         bool accumulate);
+void f32_gemm_12x32__avx512(int64_t k, const float* a, const float* panel, float* c, int64_t ldc, int64_t m,
+                            int64_t n, bool accumulate);
+
+/// A [m, k] packed for the micro-kernel: ceil(m / MR) panels, panel t holding rows
+/// [t*MR, t*MR + MR) as k steps of MR floats (rows past m zero). 64-byte aligned.
+class PackedA {
+ public:
+  PackedA() = default;
+  /// Packs A where element (i, p) is a[i * lda + p].
+  PackedA(const float* a, int64_t m, int64_t k, int64_t lda);
+  /// Packs rows [0, m) and columns [k0, k0 + kc) of A into `dst` (panels of kc steps).
+  static void pack_into(float* dst, const float* a, int64_t m, int64_t k0, int64_t kc, int64_t lda, int mr);
+  static int64_t floats_needed(int64_t m, int64_t k, int mr) { return (m + mr - 1) / mr * mr * k; }
+  const float* data() const { return data_; }
+  int64_t m() const { return m_; }
+  int64_t k() const { return k_; }
+
+ private:
+  std::shared_ptr<float> storage_;
+  float* data_ = nullptr;
+  int64_t m_ = 0, k_ = 0;
+};
 
 /// B [k, n] in panels of `nr` columns: panel j holds columns [j*nr, j*nr + nr) row by row
 /// (k rows of nr floats), zero-padded past n. 64-byte aligned.
@@ -67,10 +88,32 @@ struct GemmEpilogue {
   Epilogue act;
 };
 
-/// C[m, n] (row stride ldc) = A[m, k] (row stride lda) @ B, then the epilogue; B is packed
-/// (data points at `panels`, laid out as PackedMatrix with nr = gemm_isa().nr). Runs in
-/// parallel on the context's pool.
-void sgemm(const RunContext& ctx, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* panels,
-           float* c, int64_t ldc, const GemmEpilogue& ep);
+/// Fills `dst` with rows [k0, k0 + kc) and columns [n0, n0 + nc) of B, packed: nc / nr panels
+/// (rounded up) of kc rows of nr floats, zero-padded past column n0 + nc.
+using PackBlock = std::function<void(const RunContext& ctx, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst)>;
+
+/// Where the GEMM's B comes from: already packed for all of K (PackedMatrix layout), or packed
+/// block by block on demand (im2col, runtime matrices).
+struct GemmB {
+  const float* packed = nullptr;
+  PackBlock pack;
+};
+
+/// Where the GEMM's A comes from: pre-packed for all of K (weights), or a row-major matrix
+/// packed block by block.
+struct GemmA {
+  const float* packed = nullptr;  ///< PackedA layout, all of K
+  const float* data = nullptr;    ///< row-major, row stride lda
+  int64_t lda = 0;
+};
+
+/// Floats of scratch sgemm needs (for whatever of A and B is packed on demand).
+int64_t sgemm_scratch_floats(int64_t m, int64_t n, int64_t k);
+
+/// C[m, n] (row stride ldc) = A[m, k] @ B, then the epilogue. Blocked for the caches (B in
+/// blocks of KC x NC, A in groups of M tiles) and run in parallel on the context's pool.
+/// `scratch` holds sgemm_scratch_floats(m, n, k) floats, 64-byte aligned.
+void sgemm(const RunContext& ctx, int64_t m, int64_t n, int64_t k, const GemmA& a, const GemmB& b, float* c,
+           int64_t ldc, const GemmEpilogue& ep, float* scratch);
 
 }  // namespace tether::engine::cpu

@@ -6,12 +6,9 @@
 
 namespace tether::engine::cpu {
 
-void f32_gemm_6x16__avx2(int64_t k, const float* a, int64_t lda, const float* panel, float* c, int64_t ldc, int64_t m,
-                         int64_t n, bool accumulate) {
+void f32_gemm_6x16__avx2(int64_t k, const float* a, const float* panel, float* c, int64_t ldc, int64_t m, int64_t n,
+                         bool accumulate) {
   constexpr int kMr = 6;
-  // Rows past m read the last valid row (their results are never stored).
-  const float* ar[kMr];
-  for (int r = 0; r < kMr; ++r) ar[r] = a + (r < m ? r : m - 1) * lda;
   __m256 acc[kMr][2];
 #pragma GCC unroll 6
   for (int r = 0; r < kMr; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
@@ -20,7 +17,7 @@ void f32_gemm_6x16__avx2(int64_t k, const float* a, int64_t lda, const float* pa
     const __m256 b1 = _mm256_loadu_ps(panel + p * 16 + 8);
 #pragma GCC unroll 6
     for (int r = 0; r < kMr; ++r) {
-      const __m256 av = _mm256_broadcast_ss(ar[r] + p);
+      const __m256 av = _mm256_broadcast_ss(a + p * kMr + r);
       acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
       acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
     }

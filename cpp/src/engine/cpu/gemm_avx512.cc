@@ -6,11 +6,9 @@
 
 namespace tether::engine::cpu {
 
-void f32_gemm_12x32__avx512(int64_t k, const float* a, int64_t lda, const float* panel, float* c, int64_t ldc,
-                            int64_t m, int64_t n, bool accumulate) {
+void f32_gemm_12x32__avx512(int64_t k, const float* a, const float* panel, float* c, int64_t ldc, int64_t m,
+                            int64_t n, bool accumulate) {
   constexpr int kMr = 12;
-  const float* ar[kMr];
-  for (int r = 0; r < kMr; ++r) ar[r] = a + (r < m ? r : m - 1) * lda;
   __m512 acc[kMr][2];
 #pragma GCC unroll 12
   for (int r = 0; r < kMr; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
@@ -19,7 +17,7 @@ void f32_gemm_12x32__avx512(int64_t k, const float* a, int64_t lda, const float*
     const __m512 b1 = _mm512_loadu_ps(panel + p * 32 + 16);
 #pragma GCC unroll 12
     for (int r = 0; r < kMr; ++r) {
-      const __m512 av = _mm512_set1_ps(ar[r][p]);
+      const __m512 av = _mm512_set1_ps(a[p * kMr + r]);
       acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
       acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
     }

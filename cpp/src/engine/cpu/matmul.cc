@@ -21,10 +21,10 @@ class MatMulKernel final : public Kernel {
   bool packs_input(size_t i) const override { return i == 1 && has_packed_; }
 
   int64_t scratch_bytes(const std::vector<View>& in, const std::vector<View>&) const override {
-    if (has_packed_) return 0;
     const View& b = in[1];
     const int64_t k = b.rank() == 1 ? b.dims[0] : b.dims[b.rank() - 2], n = b.rank() == 1 ? 1 : b.dims.back();
-    return PackedMatrix::floats_needed(k, n, gemm_isa().nr) * static_cast<int64_t>(sizeof(float));
+    return sgemm_scratch_floats(in[0].rank() >= 2 ? in[0].dims[in[0].rank() - 2] : 1, n, k) *
+           static_cast<int64_t>(sizeof(float));
   }
 
   void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
@@ -51,18 +51,20 @@ class MatMulKernel final : public Kernel {
     ep.col_bias = present(in, 2) ? in[2].as<float>() : nullptr;
     ep.act = epilogue_;
     auto* scratch = reinterpret_cast<float*>(ctx.scratch);
-    int64_t packed_for = -1;  // which B matrix the scratch holds
     for (int64_t bi = 0; bi < batches; ++bi) {
-      const float* panels = packed_.data();
-      if (!has_packed_) {
-        const int64_t boff = offset(bi, sb);
-        if (boff != packed_for) {
-          PackedMatrix::pack_into(scratch, in[1].as<float>() + boff * k * n, k, n, n, 1, gemm_isa().nr);
-          packed_for = boff;
-        }
-        panels = scratch;
+      GemmB source;
+      if (has_packed_) {
+        source.packed = packed_.data();
+      } else {
+        const float* b = in[1].as<float>() + offset(bi, sb) * k * n;
+        source.pack = [b, n](const RunContext&, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) {
+          PackedMatrix::pack_into(dst, b + k0 * n + n0, kc, nc, n, 1, gemm_isa().nr);
+        };
       }
-      sgemm(ctx, m, n, k, in[0].as<float>() + offset(bi, sa) * m * k, k, panels, out[0].as<float>() + bi * m * n, n, ep);
+      GemmA lhs;
+      lhs.data = in[0].as<float>() + offset(bi, sa) * m * k;
+      lhs.lda = k;
+      sgemm(ctx, m, n, k, lhs, source, out[0].as<float>() + bi * m * n, n, ep, scratch);
     }
   }
 
@@ -92,7 +94,7 @@ class GemmKernel final : public Kernel {
   int64_t scratch_bytes(const std::vector<View>& in, const std::vector<View>& out) const override {
     if (out[0].dims[1] == 0) return 0;
     int64_t floats = trans_a_ ? in[0].numel() : 0;
-    if (!has_packed_) floats += PackedMatrix::floats_needed(in[1].numel() / out[0].dims[1], out[0].dims[1], gemm_isa().nr);
+    floats += sgemm_scratch_floats(out[0].dims[0], out[0].dims[1], in[1].numel() / out[0].dims[1]);
     return (floats + 16) * static_cast<int64_t>(sizeof(float));
   }
 
@@ -111,11 +113,15 @@ class GemmKernel final : public Kernel {
       ap = t;
       scratch += (m * k + 15) / 16 * 16;
     }
-    const float* panels = packed_.data();
-    if (!has_packed_) {
+    GemmB source;
+    if (has_packed_) {
+      source.packed = packed_.data();
+    } else {
+      const float* b = in[1].as<float>();
       const int64_t rs = trans_b_ ? 1 : n, cs = trans_b_ ? k : 1;
-      PackedMatrix::pack_into(scratch, in[1].as<float>(), k, n, rs, cs, gemm_isa().nr);
-      panels = scratch;
+      source.pack = [b, rs, cs](const RunContext&, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) {
+        PackedMatrix::pack_into(dst, b + k0 * rs + n0 * cs, kc, nc, rs, cs, gemm_isa().nr);
+      };
     }
     // A bias over columns (C of shape [n] or [1, n]) and an activation fit the tile epilogue;
     // other C shapes and alpha != 1 are applied after the product.
@@ -128,7 +134,10 @@ class GemmKernel final : public Kernel {
       ep.act = epilogue_;
     }
     float* y = out[0].as<float>();
-    sgemm(ctx, m, n, k, ap, k, panels, y, n, ep);
+    GemmA lhs;
+    lhs.data = ap;
+    lhs.lda = k;
+    sgemm(ctx, m, n, k, lhs, source, y, n, ep, scratch);
     if (fused) return;
     BroadcastRows rows(out[0].dims, {c != nullptr ? &c->dims : &out[0].dims});
     parallel(ctx, m, 1, [&](int64_t i0, int64_t i1) {
