@@ -23,14 +23,17 @@ struct UnaryParams {
 using UnaryFn = float (*)(float, const UnaryParams&);
 
 template <UnaryFn F>
+TETHER_MULTIVERSION void unary_loop(const float* x, float* y, int64_t n, UnaryParams p) {
+  for (int64_t i = 0; i < n; ++i) y[i] = F(x[i], p);
+}
+
+template <UnaryFn F>
 std::unique_ptr<Kernel> unary_kernel(UnaryParams p) {
   return make_kernel([p](const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) {
     const float* x = in[0].as<float>();
     float* y = out[0].as<float>();
     TETHER_CHECK(in[0].numel() == out[0].numel(), "unary op: input and output sizes differ");
-    parallel(ctx, in[0].numel(), kGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) y[i] = F(x[i], p);
-    });
+    parallel(ctx, in[0].numel(), kGrain, [&](int64_t b, int64_t e) { unary_loop<F>(x + b, y + b, e - b, p); });
   });
 }
 
@@ -181,6 +184,43 @@ uint8_t compare_value(Binary op, T a, T b) {
   }
 }
 
+// One row of a float Add/Sub/Mul/Div with each side contiguous (stride 1) or broadcast
+// (stride 0): the common cases get loops the compiler vectorises per ISA.
+template <Binary kOp>
+inline float arith(float a, float b) {
+  if constexpr (kOp == Binary::kAdd) return a + b;
+  if constexpr (kOp == Binary::kSub) return a - b;
+  if constexpr (kOp == Binary::kMul) return a * b;
+  return a / b;
+}
+
+template <Binary kOp>
+TETHER_MULTIVERSION void float_row(const float* x, int64_t sx, const float* y, int64_t sy, float* o, int64_t n) {
+  if (sx == 1 && sy == 1) {
+    for (int64_t i = 0; i < n; ++i) o[i] = arith<kOp>(x[i], y[i]);
+  } else if (sx == 1 && sy == 0) {
+    const float v = y[0];
+    for (int64_t i = 0; i < n; ++i) o[i] = arith<kOp>(x[i], v);
+  } else if (sx == 0 && sy == 1) {
+    const float v = x[0];
+    for (int64_t i = 0; i < n; ++i) o[i] = arith<kOp>(v, y[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) o[i] = arith<kOp>(x[i * sx], y[i * sy]);
+  }
+}
+
+using FloatRow = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t);
+
+FloatRow float_row_for(Binary op) {
+  switch (op) {
+    case Binary::kAdd: return float_row<Binary::kAdd>;
+    case Binary::kSub: return float_row<Binary::kSub>;
+    case Binary::kMul: return float_row<Binary::kMul>;
+    case Binary::kDiv: return float_row<Binary::kDiv>;
+    default: return nullptr;
+  }
+}
+
 // out = a op b, broadcasting; T is the inputs' type, the output is T or bool.
 template <typename T>
 void binary_loop(const RunContext& ctx, Binary op, const View& a, const View& b, View& out) {
@@ -189,10 +229,17 @@ void binary_loop(const RunContext& ctx, Binary op, const View& a, const View& b,
   const T* pb = b.as<T>();
   const int64_t n = rows.row_length();
   const int64_t sa = rows.inner_stride(0), sb = rows.inner_stride(1);
+  FloatRow fast = std::is_same_v<T, float> ? float_row_for(op) : nullptr;
   parallel(ctx, rows.rows(), std::max<int64_t>(1, kGrain / std::max<int64_t>(n, 1)), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* x = pa + rows.offset(0, r);
       const T* y = pb + rows.offset(1, r);
+      if constexpr (std::is_same_v<T, float>) {
+        if (fast != nullptr) {
+          fast(x, sa, y, sb, out.as<float>() + r * n, n);
+          continue;
+        }
+      }
       if (is_compare(op)) {
         uint8_t* o = out.as<uint8_t>() + r * n;
         for (int64_t i = 0; i < n; ++i) o[i] = compare_value(op, x[i * sa], y[i * sb]);

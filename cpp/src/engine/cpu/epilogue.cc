@@ -57,7 +57,11 @@ Epilogue Epilogue::from_node(const ir::Node& node) {
   return e;
 }
 
-void Epilogue::apply(float* y, int64_t n) const {
+namespace {
+
+TETHER_MULTIVERSION
+void apply_activation(Epilogue::Act act, float alpha, float beta, float* __restrict y, int64_t n) {
+  using Act = Epilogue::Act;
   switch (act) {
     case Act::kNone: return;
     case Act::kRelu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] < 0 ? 0.0f : y[i]; return;
@@ -78,6 +82,12 @@ void Epilogue::apply(float* y, int64_t n) const {
     case Act::kSilu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] / (1.0f + std::exp(-y[i])); return;
     case Act::kTanh: for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(y[i]); return;
   }
+}
+
+}  // namespace
+
+void Epilogue::apply(float* y, int64_t n) const {
+  if (act != Act::kNone) apply_activation(act, alpha, beta, y, n);
 }
 
 }  // namespace tether::engine::cpu
