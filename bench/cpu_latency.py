@@ -22,7 +22,10 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
+# numpy's BLAS threads would spin beside the runtimes being measured.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -91,15 +94,15 @@ def _concrete_types(model: tt.Model, shapes: dict[str, tuple[int, ...]]) -> dict
     return out
 
 
-def median_latency(run, min_time: float, min_runs: int = 5) -> float:
+def median_latency(run, min_time: float, min_runs: int = 5, clock=time.perf_counter) -> float:
     for _ in range(2):
         run()
     times: list[float] = []
     start = time.perf_counter()
     while len(times) < min_runs or time.perf_counter() - start < min_time:
-        t0 = time.perf_counter()
+        t0 = clock()
         run()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return statistics.median(times)
 
 
@@ -124,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", default="1,8")
     p.add_argument("--min-time", type=float, default=2.0, help="seconds of timed runs per row and runtime")
     p.add_argument("--markdown", help="also write the table as markdown to this file")
+    p.add_argument("--cpu-time", action="store_true",
+                   help="time single-thread rows by process CPU time (steadier on a busy machine)")
     args = p.parse_args(argv)
     info = tt.cpu_info()
     machine = (f"{info['brand'] or platform.processor()}, {info['physical_cores']} physical cores, "
@@ -152,8 +157,9 @@ def main(argv: list[str] | None = None) -> int:
                 opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
                 ref = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
                 feeds = {"input": x}
-                ours = median_latency(lambda s=sess, f=feeds: s.run(f), args.min_time)
-                theirs = median_latency(lambda r=ref, f=feeds: r.run(None, f), args.min_time)
+                clock = time.process_time if args.cpu_time and threads == 1 else time.perf_counter
+                ours = median_latency(lambda s=sess, f=feeds: s.run(f), args.min_time, clock=clock)
+                theirs = median_latency(lambda r=ref, f=feeds: r.run(None, f), args.min_time, clock=clock)
                 gflops = work / ours / 1e9
                 row = (f"| {name} | {batch} | {threads} | {ours * 1e3:.1f} | {theirs * 1e3:.1f} | "
                        f"{ours / theirs:.2f} | {gflops:.1f} | {100 * gflops / peak_gflops(threads):.0f}% |")

@@ -45,6 +45,19 @@ void register_session(pyb::module_& m) {
       .def("outputs", [](const Session& s) { return infos(s.outputs()); })
       .def_property_readonly("threads", &Session::threads)
       .def("report", &Session::report)
+      .def("profile",
+           [](const Session& s) {
+             pyb::list out;
+             for (const auto& p : s.profile()) {
+               pyb::dict d;
+               d["name"] = p.name;
+               d["op_type"] = p.op_type;
+               d["runs"] = p.runs;
+               d["seconds"] = p.seconds;
+               out.append(d);
+             }
+             return out;
+           })
       .def("memory",
            [](const Session& s) {
              engine::MemoryStats st = s.memory();
@@ -102,15 +115,17 @@ void register_session(pyb::module_& m) {
 
   m.def(
       "compile",
-      [](const ir::Model& model, const std::string& device, int threads, bool optimize) {
+      [](const ir::Model& model, const std::string& device, int threads, bool optimize, bool profile) {
         engine::CompileOptions o;
         o.device = device;
         o.threads = threads;
         o.optimize = optimize;
+        o.profile = profile;
         pyb::gil_scoped_release release;
         return engine::compile(model, o);
       },
-      pyb::arg("model"), pyb::arg("device") = "cpu", pyb::arg("threads") = 0, pyb::arg("optimize") = true);
+      pyb::arg("model"), pyb::arg("device") = "cpu", pyb::arg("threads") = 0, pyb::arg("optimize") = true,
+      pyb::arg("profile") = false);
 }
 
 }  // namespace tether::py

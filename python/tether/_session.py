@@ -82,6 +82,17 @@ class Session:
         """
         return dict(self._core.memory())
 
+    def profile(self) -> list[dict[str, Any]]:
+        """Kernel time per node over every run so far, in execution order: ``name``,
+        ``op_type``, ``runs`` and ``seconds``. Empty unless compiled with ``profile=True``.
+
+        Example:
+            >>> sess = tt.compile(model, profile=True)     # doctest: +SKIP
+            >>> sess(x); sorted(sess.profile(), key=lambda p: -p["seconds"])[0]  # doctest: +SKIP
+            {'name': 'conv1', 'op_type': 'Conv', 'runs': 1, 'seconds': 0.0021}
+        """
+        return list(self._core.profile())
+
     @property
     def report(self) -> str:
         """What compile did: passes applied, kernels, threads."""
@@ -97,18 +108,20 @@ def compile(  # noqa: A001 - the public name mirrors the lifecycle: load, compil
     *,
     threads: int | None = None,
     optimize: bool = True,
+    profile: bool = False,
 ) -> Session:
     """Compiles a model for ``device`` (``"cpu"``) and returns a :class:`Session`.
 
     ``threads``: threads per run (default: one per physical core). ``optimize``: apply the
-    graph passes first. Raises UnsupportedError listing every node the device cannot run.
+    graph passes first. ``profile``: time every kernel (see :meth:`Session.profile`).
+    Raises UnsupportedError listing every node the device cannot run.
 
     Example:
         >>> sess = tt.compile("model.onnx", threads=1)    # doctest: +SKIP
     """
     if not isinstance(model, Model):
         model = load(model)
-    core = _core.compile(model._core, device, 0 if threads is None else int(threads), optimize)
+    core = _core.compile(model._core, device, 0 if threads is None else int(threads), optimize, profile)
     return Session(core, device)
 
 

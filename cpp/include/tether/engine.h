@@ -28,6 +28,16 @@ struct CompileOptions {
   int threads = 0;
   /// Graph rewrites before compiling (constant folding, fusion, ...).
   bool optimize = true;
+  /// Time every kernel of every run (a little overhead per node); read with Session::profile().
+  bool profile = false;
+};
+
+/// Time spent in one node's kernel over all profiled runs.
+struct NodeProfile {
+  std::string name;     ///< the node's name (for fused nodes: the name of the last node fused)
+  std::string op_type;  ///< "Conv", "ai.tether:FusedConv", ...
+  int64_t runs = 0;
+  double seconds = 0;   ///< total wall time in the kernel
 };
 
 /// Name, element type and (possibly symbolic) shape of a session input or output.
@@ -63,6 +73,8 @@ class Session {
   /// The compile report: passes applied, nodes per op, notes.
   virtual std::string report() const = 0;
   virtual int threads() const = 0;
+  /// Per-node kernel times, in execution order (empty unless compiled with profile = true).
+  virtual std::vector<NodeProfile> profile() const = 0;
 };
 
 /// Compiles `model` (which is not changed). Throws UnsupportedError listing every node the

@@ -1,6 +1,9 @@
 // compile() and the Session that runs a compiled model.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -36,6 +39,9 @@ struct Step {
   std::unique_ptr<Kernel> kernel;
   std::vector<int> inputs;   // value index, -1 when omitted
   std::vector<int> outputs;  // value index, -1 when omitted
+  // Profiling totals (atomic: runs may be concurrent).
+  mutable std::atomic<int64_t> runs{0};
+  mutable std::atomic<int64_t> nanoseconds{0};
 };
 
 // Everything fixed for one set of input shapes.
@@ -96,6 +102,16 @@ class CpuSession final : public Session {
   }
   std::string report() const override { return report_; }
   int threads() const override { return pool_->threads(); }
+  std::vector<NodeProfile> profile() const override {
+    std::vector<NodeProfile> out;
+    if (!profile_) return out;
+    for (const Step& s : steps_) {
+      const std::string& d = s.node->domain();
+      out.push_back({s.node->name(), d.empty() || d == "ai.onnx" ? s.node->op_type() : d + ":" + s.node->op_type(),
+                     s.runs.load(), static_cast<double>(s.nanoseconds.load()) * 1e-9});
+    }
+    return out;
+  }
 
  private:
   void index_values();
@@ -108,19 +124,21 @@ class CpuSession final : public Session {
   ir::Model model_;  // the compiled copy: owns the constants kernels read
   std::vector<ValueEntry> values_;
   std::unordered_map<const ir::Value*, int> index_;
-  std::vector<Step> steps_;
+  std::deque<Step> steps_;  // a deque: steps hold atomics, so they never move
   std::vector<TensorInfo> inputs_, outputs_;
   std::vector<int> input_values_, output_values_;
   std::vector<ir::Tensor> constants_;  // Constant-node values
   std::unique_ptr<util::ThreadPool> pool_;
   std::string report_;
+  bool profile_ = false;
 
   mutable std::mutex plans_mutex_;
   mutable std::map<std::vector<Dims>, std::shared_ptr<Plan>> plans_;
   mutable MemoryStats last_;
 };
 
-CpuSession::CpuSession(const ir::Model& model, const CompileOptions& options) : model_(model.clone()) {
+CpuSession::CpuSession(const ir::Model& model, const CompileOptions& options)
+    : model_(model.clone()), profile_(options.profile) {
   model_.graph().validate();
   std::ostringstream report;
   if (options.optimize) report << passes::optimize(model_);
@@ -212,12 +230,11 @@ void CpuSession::create_steps(const Backend& backend) {
       unsupported.push_back(n->describe() + ": " + why);
       continue;
     }
-    Step step;
+    Step& step = steps_.emplace_back();
     step.node = n;
     step.kernel = backend.create(init);
     for (const ir::Value* in : n->inputs()) step.inputs.push_back(in ? index_.at(in) : -1);
     for (const ir::Value* out : n->outputs()) step.outputs.push_back(out ? index_.at(out) : -1);
-    steps_.push_back(std::move(step));
   }
   if (!unsupported.empty()) {
     std::string msg = std::string(backend.name()) + " cannot run " + std::to_string(unsupported.size()) +
@@ -425,7 +442,14 @@ std::vector<ir::Tensor> CpuSession::run(const std::vector<std::pair<std::string,
       const auto i = static_cast<size_t>(o);
       outs.push_back(o >= 0 ? View{values_[i].value->type().dtype(), plan->dims[i], data[i]} : View{});
     }
+    if (!profile_) {
+      step.kernel->run(ctx, ins, outs);
+      continue;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
     step.kernel->run(ctx, ins, outs);
+    step.nanoseconds += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    ++step.runs;
   }
   // Outputs that no step writes (a graph input or a constant passed straight through) are copies.
   for (size_t k = 0; k < outputs_.size(); ++k) {

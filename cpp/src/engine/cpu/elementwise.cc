@@ -351,6 +351,11 @@ std::string where_types(const KernelInit& init) {
   return "";
 }
 
+// A NaN fails both comparisons and passes through, as in onnxruntime.
+TETHER_MULTIVERSION void clip_floats(const float* x, float* y, int64_t n, float lo, float hi) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] < lo ? lo : (x[i] > hi ? hi : x[i]);
+}
+
 std::unique_ptr<Kernel> clip_kernel(const KernelInit& init) {
   // Opset < 11 keeps the bounds in attributes; later opsets take optional inputs.
   const bool attrs = init.node.attr("min") != nullptr || init.node.attr("max") != nullptr || init.opset < 11;
@@ -370,15 +375,10 @@ std::unique_ptr<Kernel> clip_kernel(const KernelInit& init) {
       const T* x = in[0].as<T>();
       T* y = out[0].as<T>();
       parallel(ctx, in[0].numel(), kGrain, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          T v = x[i];
-          if constexpr (std::is_floating_point_v<T>) {
-            if (std::isnan(v)) {
-              y[i] = v;
-              continue;
-            }
-          }
-          y[i] = v < lo ? lo : (v > hi ? hi : v);
+        if constexpr (std::is_same_v<T, float>) {
+          clip_floats(x + b, y + b, e - b, lo, hi);
+        } else {
+          for (int64_t i = b; i < e; ++i) y[i] = x[i] < lo ? lo : (x[i] > hi ? hi : x[i]);
         }
       });
     });

@@ -19,13 +19,13 @@ constexpr int64_t kKc = 256;
 constexpr int64_t kMc = 144;
 constexpr int64_t kNc = 1024;
 
-void f32_gemm_4x16__generic(int64_t k, const float* a, const float* panel, float* c, int64_t ldc, int64_t m, int64_t n,
-                            bool accumulate) {
+void f32_gemm_4x16__generic(int64_t k, const float* a, int64_t a_stride, const float* panel, float* c, int64_t ldc,
+                            int64_t m, int64_t n, bool accumulate) {
   float acc[kGenericMr][kGenericNr] = {};
   for (int64_t p = 0; p < k; ++p) {
     const float* b = panel + p * kGenericNr;
     for (int64_t r = 0; r < m; ++r) {
-      const float av = a[p * kGenericMr + r];
+      const float av = a[p * a_stride + r];
       for (int j = 0; j < kGenericNr; ++j) acc[r][j] += av * b[j];
     }
   }
@@ -175,7 +175,7 @@ void sgemm(const RunContext& ctx, int64_t m, int64_t n, int64_t k, const GemmA& 
           for (int64_t it = mg * group; it < std::min(mtiles, (mg + 1) * group); ++it) {
             const int64_t i0 = it * mr, rows = std::min(mr, m - i0);
             float* ct = c + i0 * ldc + j0;
-            isa.kernel(kc, a_panels + it * a_stride, panel, ct, ldc, rows, cols, k0 > 0);
+            isa.kernel(kc, a_panels + it * a_stride, mr, panel, ct, ldc, rows, cols, k0 > 0);
             if (!last) continue;
             for (int64_t r = 0; r < rows; ++r) {
               float* row = ct + r * ldc;

@@ -13,10 +13,11 @@
 namespace tether::engine::cpu {
 
 /// C[0:m, 0:n] = (accumulate ? C : 0) + A @ Bpanel, for one tile with m <= MR and n <= NR.
-/// A is a packed MR-row panel (k steps of MR floats, rows past m zero); the B panel holds k
-/// rows of NR floats. Only the first m rows and n columns of C are written.
-using MicroKernel = void (*)(int64_t k, const float* a, const float* panel, float* c, int64_t ldc, int64_t m,
-                             int64_t n, bool accumulate);
+/// A is a packed panel: k steps of `a_stride` floats (the packing's MR), row r at offset r.
+/// The B panel holds k rows of NR floats. Only the first m rows and n columns of C are
+/// written; kernels use a narrower variant when m is small.
+using MicroKernel = void (*)(int64_t k, const float* a, int64_t a_stride, const float* panel, float* c, int64_t ldc,
+                             int64_t m, int64_t n, bool accumulate);
 
 struct GemmIsa {
   const char* name;  ///< "f32_gemm_12x32__avx512", ...
@@ -29,10 +30,10 @@ struct GemmIsa {
 const GemmIsa& gemm_isa();
 
 // Micro-kernels, one per ISA, in files compiled for that ISA.
-void f32_gemm_6x16__avx2(int64_t k, const float* a, const float* panel, float* c, int64_t ldc, int64_t m, int64_t n,
-                         bool accumulate);
-void f32_gemm_12x32__avx512(int64_t k, const float* a, const float* panel, float* c, int64_t ldc, int64_t m,
-                            int64_t n, bool accumulate);
+void f32_gemm_6x16__avx2(int64_t k, const float* a, int64_t a_stride, const float* panel, float* c, int64_t ldc,
+                         int64_t m, int64_t n, bool accumulate);
+void f32_gemm_12x32__avx512(int64_t k, const float* a, int64_t a_stride, const float* panel, float* c, int64_t ldc,
+                            int64_t m, int64_t n, bool accumulate);
 
 /// A [m, k] packed for the micro-kernel: ceil(m / MR) panels, panel t holding rows
 /// [t*MR, t*MR + MR) as k steps of MR floats (rows past m zero). 64-byte aligned.

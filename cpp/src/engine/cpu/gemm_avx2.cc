@@ -1,29 +1,32 @@
-// f32_gemm_6x16__avx2: 6 rows x 16 columns of C in 12 YMM accumulators. Compiled with
-// -mavx2 -mfma; called only when the CPU has them.
+// f32_gemm_<R>x16__avx2: R rows x 16 columns of C in 2R YMM accumulators (R = 6 for full
+// tiles; 4, 2, 1 for the rows left over). Compiled with -mavx2 -mfma; called only when the
+// CPU has them.
 #include <immintrin.h>
 
 #include "engine/cpu/gemm.h"
 
 namespace tether::engine::cpu {
 
-void f32_gemm_6x16__avx2(int64_t k, const float* a, const float* panel, float* c, int64_t ldc, int64_t m, int64_t n,
-                         bool accumulate) {
-  constexpr int kMr = 6;
-  __m256 acc[kMr][2];
+namespace {
+
+template <int kRows>
+void gemm_rows_x16(int64_t k, const float* a, int64_t a_stride, const float* panel, float* c, int64_t ldc, int64_t m,
+                   int64_t n, bool accumulate) {
+  __m256 acc[kRows][2];
 #pragma GCC unroll 6
-  for (int r = 0; r < kMr; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   for (int64_t p = 0; p < k; ++p) {
     const __m256 b0 = _mm256_loadu_ps(panel + p * 16);
     const __m256 b1 = _mm256_loadu_ps(panel + p * 16 + 8);
 #pragma GCC unroll 6
-    for (int r = 0; r < kMr; ++r) {
-      const __m256 av = _mm256_broadcast_ss(a + p * kMr + r);
+    for (int r = 0; r < kRows; ++r) {
+      const __m256 av = _mm256_broadcast_ss(a + p * a_stride + r);
       acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
       acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
     }
   }
   if (n == 16) {
-    for (int r = 0; r < m; ++r) {
+    for (int r = 0; r < kRows && r < m; ++r) {
       float* cr = c + r * ldc;
       if (accumulate) {
         acc[r][0] = _mm256_add_ps(acc[r][0], _mm256_loadu_ps(cr));
@@ -35,12 +38,22 @@ void f32_gemm_6x16__avx2(int64_t k, const float* a, const float* panel, float* c
     return;
   }
   alignas(32) float tile[16];
-  for (int r = 0; r < m; ++r) {
+  for (int r = 0; r < kRows && r < m; ++r) {
     _mm256_store_ps(tile, acc[r][0]);
     _mm256_store_ps(tile + 8, acc[r][1]);
     float* cr = c + r * ldc;
     for (int64_t j = 0; j < n; ++j) cr[j] = accumulate ? cr[j] + tile[j] : tile[j];
   }
+}
+
+}  // namespace
+
+void f32_gemm_6x16__avx2(int64_t k, const float* a, int64_t a_stride, const float* panel, float* c, int64_t ldc,
+                         int64_t m, int64_t n, bool accumulate) {
+  if (m <= 1) return gemm_rows_x16<1>(k, a, a_stride, panel, c, ldc, m, n, accumulate);
+  if (m <= 2) return gemm_rows_x16<2>(k, a, a_stride, panel, c, ldc, m, n, accumulate);
+  if (m <= 4) return gemm_rows_x16<4>(k, a, a_stride, panel, c, ldc, m, n, accumulate);
+  gemm_rows_x16<6>(k, a, a_stride, panel, c, ldc, m, n, accumulate);
 }
 
 }  // namespace tether::engine::cpu

@@ -1,30 +1,35 @@
-// f32_gemm_12x32__avx512: 12 rows x 32 columns of C in 24 ZMM accumulators, masked stores for
-// partial tiles. Compiled with AVX-512 flags; called only when the CPU has them.
+// f32_gemm_<R>x32__avx512: R rows x 32 columns of C in 2R ZMM accumulators (R = 12 for full
+// tiles; 8, 4, 2, 1 for the rows left over), masked stores for partial tiles. Compiled with
+// AVX-512 flags; called only when the CPU has them.
 #include <immintrin.h>
 
 #include "engine/cpu/gemm.h"
 
 namespace tether::engine::cpu {
 
-void f32_gemm_12x32__avx512(int64_t k, const float* a, const float* panel, float* c, int64_t ldc, int64_t m,
-                            int64_t n, bool accumulate) {
-  constexpr int kMr = 12;
-  __m512 acc[kMr][2];
+namespace {
+
+template <int kRows>
+void gemm_rows_x32(int64_t k, const float* a, int64_t a_stride, const float* panel, float* c, int64_t ldc, int64_t m,
+                   int64_t n, bool accumulate) {
+  __m512 acc[kRows][2];
 #pragma GCC unroll 12
-  for (int r = 0; r < kMr; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   for (int64_t p = 0; p < k; ++p) {
     const __m512 b0 = _mm512_loadu_ps(panel + p * 32);
     const __m512 b1 = _mm512_loadu_ps(panel + p * 32 + 16);
 #pragma GCC unroll 12
-    for (int r = 0; r < kMr; ++r) {
-      const __m512 av = _mm512_set1_ps(a[p * kMr + r]);
+    for (int r = 0; r < kRows; ++r) {
+      const __m512 av = _mm512_set1_ps(a[p * a_stride + r]);
       acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
       acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
     }
   }
   const __mmask16 m0 = n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1);
   const __mmask16 m1 = n >= 32 ? 0xFFFF : n > 16 ? static_cast<__mmask16>((1u << (n - 16)) - 1) : 0;
-  for (int r = 0; r < m; ++r) {
+#pragma GCC unroll 12
+  for (int r = 0; r < kRows; ++r) {
+    if (r >= m) break;
     float* cr = c + r * ldc;
     if (accumulate) {
       acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_maskz_loadu_ps(m0, cr));
@@ -33,6 +38,18 @@ void f32_gemm_12x32__avx512(int64_t k, const float* a, const float* panel, float
     _mm512_mask_storeu_ps(cr, m0, acc[r][0]);
     _mm512_mask_storeu_ps(cr + 16, m1, acc[r][1]);
   }
+}
+
+}  // namespace
+
+void f32_gemm_12x32__avx512(int64_t k, const float* a, int64_t a_stride, const float* panel, float* c, int64_t ldc,
+                            int64_t m, int64_t n, bool accumulate) {
+  // The narrowest variant that covers the tile's rows.
+  if (m <= 1) return gemm_rows_x32<1>(k, a, a_stride, panel, c, ldc, m, n, accumulate);
+  if (m <= 2) return gemm_rows_x32<2>(k, a, a_stride, panel, c, ldc, m, n, accumulate);
+  if (m <= 4) return gemm_rows_x32<4>(k, a, a_stride, panel, c, ldc, m, n, accumulate);
+  if (m <= 8) return gemm_rows_x32<8>(k, a, a_stride, panel, c, ldc, m, n, accumulate);
+  gemm_rows_x32<12>(k, a, a_stride, panel, c, ldc, m, n, accumulate);
 }
 
 }  // namespace tether::engine::cpu
