@@ -1,0 +1,22 @@
+// optimize(): every pass, in an order where each one leaves the next more to do.
+#include <sstream>
+
+#include "passes/passes.h"
+#include "tether/shape_inference.h"
+
+namespace tether::passes {
+
+std::string optimize(ir::Model& model) {
+  std::ostringstream report;
+  ir::Graph& g = model.graph();
+  report << "pass remove_identities: " << remove_identities(g) << " nodes removed\n";
+  // The matchers read element types and ranks; folding reads static shapes.
+  ops::infer_shapes(model);
+  report << "pass fold_constants: " << fold_constants(model) << " nodes folded into initializers\n";
+  const int nodes = remove_dead_nodes(g);
+  const int weights = remove_unused_initializers(g);
+  report << "pass remove_dead_nodes: " << nodes << " nodes and " << weights << " initializers removed\n";
+  return report.str();
+}
+
+}  // namespace tether::passes
