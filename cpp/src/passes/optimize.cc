@@ -13,6 +13,7 @@ std::string optimize(ir::Model& model) {
   // The matchers read element types and ranks; folding reads static shapes.
   ops::infer_shapes(model);
   report << "pass fold_constants: " << fold_constants(model) << " nodes folded into initializers\n";
+  report << "pass fold_conv_batchnorm: " << fold_conv_batchnorm(g) << " BatchNormalization nodes folded\n";
   const int nodes = remove_dead_nodes(g);
   const int weights = remove_unused_initializers(g);
   report << "pass remove_dead_nodes: " << nodes << " nodes and " << weights << " initializers removed\n";

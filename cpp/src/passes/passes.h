@@ -31,7 +31,11 @@ inline constexpr int64_t kMaxFoldedBytes = int64_t{1} << 20;
 /// values should be inferred first (optimize() does so).
 int fold_constants(ir::Model& model);
 
+/// Folds inference-mode BatchNormalization into the Conv or ConvTranspose before it (new
+/// weights and bias, computed in double) when the conv output has no other reader.
+int fold_conv_batchnorm(ir::Graph& graph);
+
 // optimize() (tether/passes.h) runs them in order: identities, shape inference, constant
-// folding, dead code.
+// folding, Conv+BN, dead code.
 
 }  // namespace tether::passes
