@@ -14,6 +14,8 @@ std::string optimize(ir::Model& model) {
   ops::infer_shapes(model);
   report << "pass fold_constants: " << fold_constants(model) << " nodes folded into initializers\n";
   report << "pass fold_conv_batchnorm: " << fold_conv_batchnorm(g) << " BatchNormalization nodes folded\n";
+  report << "pass fuse_matmul_add: " << fuse_matmul_add(model) << " MatMul + Add pairs fused\n";
+  report << "pass fuse_activations: " << fuse_activations(model) << " activations fused\n";
   const int nodes = remove_dead_nodes(g);
   const int weights = remove_unused_initializers(g);
   report << "pass remove_dead_nodes: " << nodes << " nodes and " << weights << " initializers removed\n";

@@ -35,7 +35,15 @@ int fold_constants(ir::Model& model);
 /// weights and bias, computed in double) when the conv output has no other reader.
 int fold_conv_batchnorm(ir::Graph& graph);
 
+/// MatMul + Add of a constant bias over the last dim: Gemm when A is 2-D and B a constant 2-D
+/// matrix, else ai.tether FusedMatMul with the bias.
+int fuse_matmul_add(ir::Model& model);
+
+/// Conv / Gemm / MatMul (with or without a bias Add) followed by an activation become one
+/// ai.tether FusedConv / FusedGemm / FusedMatMul when the intermediate has no other reader.
+int fuse_activations(ir::Model& model);
+
 // optimize() (tether/passes.h) runs them in order: identities, shape inference, constant
-// folding, Conv+BN, dead code.
+// folding, Conv+BN, MatMul+Add, activation fusion, dead code.
 
 }  // namespace tether::passes
