@@ -14,6 +14,7 @@ namespace pyb = pybind11;
 void register_errors(pyb::module_& m);
 void register_model(pyb::module_& m);
 void register_session(pyb::module_& m);
+void register_passes(pyb::module_& m);
 
 /// A numpy array over the tensor's buffer (no copy), kept alive by the buffer; read-only
 /// unless `writeable` (for buffers the caller now owns alone). String tensors become object

@@ -22,6 +22,7 @@ from tether._core import (
     WriteError,
 )
 from tether._model import Model, Node, Summary, ValueInfo, load
+from tether._passes import optimize
 from tether._session import Session, compile, cpu_info
 
 __version__ = "0.1.0"
@@ -46,4 +47,5 @@ __all__ = [
     "compile",
     "cpu_info",
     "load",
+    "optimize",
 ]

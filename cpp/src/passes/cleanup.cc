@@ -1,15 +1,10 @@
-// Passes that remove nodes without changing what the graph computes.
-#include <sstream>
-
+// Passes that remove nodes and weights without changing what the graph computes.
 #include "passes/passes.h"
+#include "passes/rewrite.h"
 
 namespace tether::passes {
 
 namespace {
-
-bool is_onnx(const ir::Node& n, const char* op) {
-  return n.op_type() == op && (n.domain().empty() || n.domain() == "ai.onnx");
-}
 
 // Dropout is the identity at inference: when training_mode is absent or a constant false and
 // nobody reads the mask.
@@ -48,7 +43,7 @@ int remove_dead_nodes(ir::Graph& graph) {
       ir::Node* n = *it;
       bool live = false;
       for (const ir::Value* out : n->outputs())
-        if (out != nullptr && (!out->uses().empty() || out->is_output())) live = true;
+        if (out != nullptr && (!out->uses().empty() || is_any_output(*out))) live = true;
       if (live) continue;
       graph.remove_node(n);
       ++removed;
@@ -58,12 +53,14 @@ int remove_dead_nodes(ir::Graph& graph) {
   return removed;
 }
 
-std::string optimize(ir::Model& model) {
-  std::ostringstream report;
-  ir::Graph& g = model.graph();
-  report << "pass remove_identities: " << remove_identities(g) << " nodes removed\n";
-  report << "pass remove_dead_nodes: " << remove_dead_nodes(g) << " nodes removed\n";
-  return report.str();
+int remove_unused_initializers(ir::Graph& graph) {
+  int removed = 0;
+  for (ir::Value* v : graph.initializers()) {
+    if (v->is_input() || !v->uses().empty() || is_any_output(*v)) continue;
+    graph.remove_value(v);
+    ++removed;
+  }
+  return removed;
 }
 
 }  // namespace tether::passes

@@ -1,10 +1,11 @@
-// Graph rewrites applied before compiling. Each pass keeps what the graph computes; each
-// returns how many rewrites it made.
+// Graph rewrites applied before compiling. Each pass keeps what the graph computes and
+// returns how many rewrites it made. docs/passes.md describes when each applies.
 #pragma once
 
 #include <string>
 
 #include "tether/model.h"
+#include "tether/passes.h"
 
 namespace tether::passes {
 
@@ -15,7 +16,34 @@ int remove_identities(ir::Graph& graph);
 /// Removes nodes none of whose outputs is read or is a graph output, until none is left.
 int remove_dead_nodes(ir::Graph& graph);
 
-/// Runs every pass in order; returns a one-line-per-pass report.
-std::string optimize(ir::Model& model);
+/// Removes initializers that nothing reads and that are not graph inputs or outputs.
+int remove_unused_initializers(ir::Graph& graph);
+
+/// Outputs of the folding pass larger than this are left to run time, unless the node's
+/// inputs were larger still (folding then saves memory as well as time).
+inline constexpr int64_t kMaxFoldedBytes = int64_t{1} << 20;
+
+/// Replaces each main-graph node whose inputs are all constants (initializers that are not
+/// graph inputs, Constant outputs) by initializers holding its outputs, computed once by the
+/// CPU kernels; Constant nodes become initializers, and Shape / Size of values whose shape
+/// is static become constants too. Random ops, QuantizeLinear / DequantizeLinear, nodes with
+/// subgraphs and nodes the CPU engine cannot run stay. Values keep their names. Types on the
+/// values should be inferred first (optimize() does so).
+int fold_constants(ir::Model& model);
+
+/// Folds inference-mode BatchNormalization into the Conv or ConvTranspose before it (new
+/// weights and bias, computed in double) when the conv output has no other reader.
+int fold_conv_batchnorm(ir::Graph& graph);
+
+/// MatMul + Add of a constant bias over the last dim: Gemm when A is 2-D and B a constant 2-D
+/// matrix, else ai.tether FusedMatMul with the bias.
+int fuse_matmul_add(ir::Model& model);
+
+/// Conv / Gemm / MatMul (with or without a bias Add) followed by an activation become one
+/// ai.tether FusedConv / FusedGemm / FusedMatMul when the intermediate has no other reader.
+int fuse_activations(ir::Model& model);
+
+// optimize() (tether/passes.h) runs them in order: identities, shape inference, constant
+// folding, Conv+BN, MatMul+Add, activation fusion, dead code.
 
 }  // namespace tether::passes

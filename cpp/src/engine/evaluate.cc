@@ -1,0 +1,138 @@
+// evaluate_node: one node, constant inputs, the CPU kernels.
+#include "engine/evaluate.h"
+
+#include "engine/kernel.h"
+#include "tether/model.h"
+#include "tether/shape_inference.h"
+
+namespace tether::engine {
+
+namespace {
+
+// Kernels treat a null data pointer as an omitted input, so empty tensors point here.
+alignas(64) std::byte kEmpty[64];
+
+void* data_of(const ir::Tensor& t) {
+  return t.nbytes() == 0 ? kEmpty : const_cast<void*>(t.raw_data());
+}
+
+bool has_subgraph(const ir::Node& node) {
+  for (const ir::Attribute& a : node.attributes())
+    if (a.kind() == ir::AttrKind::kGraph || a.kind() == ir::AttrKind::kGraphs) return true;
+  return false;
+}
+
+}  // namespace
+
+Evaluation evaluate_node(const ir::Node& node, const std::vector<const ir::Tensor*>& inputs, int64_t opset,
+                         int64_t max_output_bytes) {
+  Evaluation result;
+  if (has_subgraph(node)) {
+    result.why_not = "holds a subgraph";
+    return result;
+  }
+  for (const ir::Tensor* t : inputs)
+    if (t != nullptr && t->dtype() == ir::DType::kString) {
+      result.why_not = "reads strings";
+      return result;
+    }
+
+  // A one-node model over the constants: shape inference then gives the output sizes, with
+  // the node's own rules reading its constant inputs (Reshape targets, Range bounds, ...).
+  ir::Model model;
+  model.set_opset("", opset);
+  if (!node.domain().empty() && node.domain() != "ai.onnx") model.set_opset(node.domain(), 1);
+  ir::Graph& g = model.graph();
+  std::vector<ir::Value*> ins;
+  for (size_t i = 0; i < node.inputs().size(); ++i) {
+    const ir::Tensor* t = i < inputs.size() ? inputs[i] : nullptr;
+    ins.push_back(node.input(i) != nullptr && t != nullptr ? g.add_initializer(*t, "in" + std::to_string(i)) : nullptr);
+  }
+  std::vector<std::string> outs;
+  for (size_t i = 0; i < node.outputs().size(); ++i) outs.push_back(node.output(i) ? "out" + std::to_string(i) : "");
+  ir::Node* n = g.add_node(node.op_type(), ins, outs, node.name(), node.domain());
+  for (const ir::Attribute& a : node.attributes()) n->set_attr(a);
+  ops::infer_shapes(model);
+
+  KernelInit init{*n, {}, {}, {}, opset};
+  for (ir::Value* v : ins) {
+    init.input_types.push_back(v ? v->type() : ir::ValueType());
+    init.constants.push_back(v ? &v->initializer() : nullptr);
+  }
+  int64_t total = 0;
+  std::vector<std::vector<int64_t>> dims(outs.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const ir::Value* v = n->output(i);
+    init.output_types.push_back(v ? v->type() : ir::ValueType());
+    if (v == nullptr) continue;
+    auto sizes = v->type().is_tensor() ? v->type().shape().static_sizes() : std::nullopt;
+    const ir::DType dt = v->type().dtype();
+    if (!sizes || dt == ir::DType::kUndefined || dt == ir::DType::kString) {
+      result.why_not = "output '" + node.output(i)->name() + "' has no static size: " + v->type().to_string();
+      return result;
+    }
+    const auto bytes = ir::storage_bytes(dt, ir::checked_num_elements(*sizes).value_or(-1));
+    if (!bytes || *bytes < 0 || total > max_output_bytes - *bytes) {
+      result.why_not = "outputs would take more than " + std::to_string(max_output_bytes) + " bytes";
+      return result;
+    }
+    total += *bytes;
+    dims[i] = *sizes;
+  }
+  const Backend& cpu = cpu_backend();
+  if (std::string why = cpu.supports(init); !why.empty()) {
+    result.why_not = "cpu: " + why;
+    return result;
+  }
+  std::unique_ptr<Kernel> kernel = cpu.create(init);
+
+  std::vector<View> in_views, out_views;
+  for (size_t i = 0; i < ins.size(); ++i)
+    in_views.push_back(ins[i] ? View{init.input_dtype(i), ins[i]->initializer().dims(), data_of(ins[i]->initializer())}
+                              : View{});
+  result.outputs.resize(outs.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (n->output(i) == nullptr) {
+      out_views.push_back(View{});
+      continue;
+    }
+    result.outputs[i] = ir::Tensor::zeros(init.output_dtype(i), dims[i]);
+    void* data = result.outputs[i].nbytes() == 0 ? kEmpty : result.outputs[i].mutable_raw_data();
+    out_views.push_back(View{init.output_dtype(i), dims[i], data});
+  }
+  auto scratch = ir::Buffer::allocate(kernel->scratch_bytes(in_views, out_views));
+  RunContext ctx{nullptr, scratch->mutable_data()};
+  kernel->run(ctx, in_views, out_views);
+  return result;
+}
+
+ir::Tensor constant_node_value(const ir::Node& n) {
+  using ir::DType;
+  if (const ir::Attribute* a = n.attr("value")) return a->as_tensor();
+  if (const ir::Attribute* a = n.attr("value_float")) {
+    float v = a->as_float();
+    return ir::Tensor::copy_of(DType::kFloat32, {}, &v, sizeof v);
+  }
+  if (const ir::Attribute* a = n.attr("value_int")) {
+    int64_t v = a->as_int();
+    return ir::Tensor::copy_of(DType::kInt64, {}, &v, sizeof v);
+  }
+  if (const ir::Attribute* a = n.attr("value_floats")) {
+    const auto& v = a->as_floats();
+    return ir::Tensor::copy_of(DType::kFloat32, {static_cast<int64_t>(v.size())}, v.data(),
+                               static_cast<int64_t>(v.size() * sizeof(float)));
+  }
+  if (const ir::Attribute* a = n.attr("value_ints")) {
+    const auto& v = a->as_ints();
+    return ir::Tensor::copy_of(DType::kInt64, {static_cast<int64_t>(v.size())}, v.data(),
+                               static_cast<int64_t>(v.size() * sizeof(int64_t)));
+  }
+  if (const ir::Attribute* a = n.attr("value_string")) return ir::Tensor::strings({}, {a->as_string()});
+  if (const ir::Attribute* a = n.attr("value_strings"))
+    return ir::Tensor::strings({static_cast<int64_t>(a->as_strings().size())}, a->as_strings());
+  if (n.attr("sparse_value") != nullptr)
+    throw UnsupportedError(n.describe() + ": Constant with a sparse value is not supported");
+  throw ModelError(n.describe() + ": Constant has no value attribute");
+}
+
+}  // namespace tether::engine

@@ -1,0 +1,25 @@
+// optimize(): every pass, in an order where each one leaves the next more to do.
+#include <sstream>
+
+#include "passes/passes.h"
+#include "tether/shape_inference.h"
+
+namespace tether::passes {
+
+std::string optimize(ir::Model& model) {
+  std::ostringstream report;
+  ir::Graph& g = model.graph();
+  report << "pass remove_identities: " << remove_identities(g) << " nodes removed\n";
+  // The matchers read element types and ranks; folding reads static shapes.
+  ops::infer_shapes(model);
+  report << "pass fold_constants: " << fold_constants(model) << " nodes folded into initializers\n";
+  report << "pass fold_conv_batchnorm: " << fold_conv_batchnorm(g) << " BatchNormalization nodes folded\n";
+  report << "pass fuse_matmul_add: " << fuse_matmul_add(model) << " MatMul + Add pairs fused\n";
+  report << "pass fuse_activations: " << fuse_activations(model) << " activations fused\n";
+  const int nodes = remove_dead_nodes(g);
+  const int weights = remove_unused_initializers(g);
+  report << "pass remove_dead_nodes: " << nodes << " nodes and " << weights << " initializers removed\n";
+  return report.str();
+}
+
+}  // namespace tether::passes

@@ -1,0 +1,188 @@
+// Shared helpers of the rewrite rules.
+#include "passes/rewrite.h"
+
+#include <algorithm>
+
+#include "engine/evaluate.h"
+
+namespace tether::passes {
+
+namespace {
+
+bool returns_value(const ir::Graph& g, const ir::Value& v);
+
+bool node_subgraphs_return(const ir::Node& n, const ir::Value& v) {
+  for (const ir::Attribute& a : n.attributes()) {
+    if (a.kind() == ir::AttrKind::kGraph && returns_value(*a.as_graph(), v)) return true;
+    if (a.kind() == ir::AttrKind::kGraphs)
+      for (const auto& sub : a.as_graphs())
+        if (returns_value(*sub, v)) return true;
+  }
+  return false;
+}
+
+bool returns_value(const ir::Graph& g, const ir::Value& v) {
+  const auto& outs = g.outputs();
+  if (std::find(outs.begin(), outs.end(), &v) != outs.end()) return true;
+  for (const ir::Node* n : g.nodes())
+    if (node_subgraphs_return(*n, v)) return true;
+  return false;
+}
+
+// Moves every reader of `v` to a fresh placeholder, so that `v` and its name can go away while
+// its readers wait for the value that takes its place.
+ir::Value* park_uses(ir::Graph& g, ir::Value* v) {
+  ir::Value* tmp = g.declare(unique_name(g, v->name() + "__tether_parked"), v->type());
+  g.replace_all_uses(v, tmp);
+  return tmp;
+}
+
+void unpark(ir::Graph& g, ir::Value* tmp, ir::Value* v) {
+  g.replace_all_uses(tmp, v);
+  g.remove_value(tmp);
+}
+
+}  // namespace
+
+bool is_onnx(const ir::Node& n, const char* op) {
+  return n.op_type() == op && (n.domain().empty() || n.domain() == "ai.onnx");
+}
+
+std::optional<ir::Tensor> constant_of(const ir::Value* v) {
+  if (v == nullptr) return std::nullopt;
+  if (v->has_initializer()) {
+    if (v->is_input()) return std::nullopt;  // a default the caller may override
+    return v->initializer();
+  }
+  const ir::Node* p = v->producer();
+  if (p == nullptr || !is_onnx(*p, "Constant") || p->attr("sparse_value") != nullptr) return std::nullopt;
+  return engine::constant_node_value(*p);
+}
+
+bool is_any_output(const ir::Value& v) {
+  if (v.is_output()) return true;
+  for (const ir::Node* n : v.graph()->nodes())
+    if (node_subgraphs_return(*n, v)) return true;
+  return false;
+}
+
+bool only_reader(const ir::Value& v, const ir::Node& reader) {
+  return v.uses().size() == 1 && v.uses()[0].node == &reader && !is_any_output(v);
+}
+
+std::string trace_names(const std::vector<const ir::Node*>& nodes) {
+  std::string out;
+  for (const ir::Node* n : nodes) {
+    std::string name = n->name();
+    for (const auto& [k, v] : n->metadata())
+      if (k == kFusedFrom) name = v;
+    if (name.empty() && n->output(0) != nullptr) name = n->output(0)->name();
+    out += (out.empty() ? "" : ",") + name;
+  }
+  return out;
+}
+
+std::string unique_name(const ir::Graph& g, const std::string& base) {
+  if (g.resolve(base) == nullptr) return base;
+  for (int i = 1;; ++i) {
+    std::string name = base + "_" + std::to_string(i);
+    if (g.resolve(name) == nullptr) return name;
+  }
+}
+
+ir::Node* replace_chain(ir::Graph& g, const std::vector<ir::Node*>& chain, std::string op_type,
+                        std::string domain, std::vector<ir::Value*> inputs,
+                        std::vector<ir::Attribute> attributes) {
+  ir::Node* last = chain.back();
+  const std::vector<const ir::Node*> traced(chain.begin(), chain.end());
+  const std::string fused_from = trace_names(traced);
+  const std::string name = last->name();
+
+  // Where the new node goes: where the last node was (the next node that survives).
+  const std::vector<ir::Node*> order = g.nodes();
+  ir::Node* before = nullptr;
+  for (auto it = std::find(order.begin(), order.end(), last) + 1; it != order.end(); ++it)
+    if (std::find(chain.begin(), chain.end(), *it) == chain.end()) {
+      before = *it;
+      break;
+    }
+
+  std::vector<std::string> out_names;
+  std::vector<ir::ValueType> out_types;
+  std::vector<ir::Value*> parked;
+  for (ir::Value* v : last->outputs()) {
+    out_names.push_back(v ? v->name() : "");
+    out_types.push_back(v ? v->type() : ir::ValueType());
+    parked.push_back(v ? park_uses(g, v) : nullptr);
+  }
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) g.remove_node(*it);
+
+  ir::Node* n = g.add_node(op_type, inputs, out_names, name, domain, before);
+  for (const ir::Attribute& a : attributes) n->set_attr(a);
+  n->metadata().emplace_back(kFusedFrom, fused_from);
+  for (size_t i = 0; i < parked.size(); ++i) {
+    if (parked[i] == nullptr) continue;
+    n->output(i)->set_type(out_types[i]);
+    unpark(g, parked[i], n->output(i));
+  }
+  return n;
+}
+
+void replace_with_constants(ir::Graph& g, ir::Node* node, std::vector<ir::Tensor> values) {
+  std::vector<std::string> names;
+  std::vector<ir::Value*> parked;
+  for (size_t i = 0; i < node->outputs().size(); ++i) {
+    ir::Value* v = node->output(i);
+    const bool read = v != nullptr && (!v->uses().empty() || is_any_output(*v));
+    names.push_back(read ? v->name() : "");
+    parked.push_back(read ? park_uses(g, v) : nullptr);
+  }
+  g.remove_node(node);
+  for (size_t i = 0; i < parked.size(); ++i) {
+    if (parked[i] == nullptr) continue;
+    unpark(g, parked[i], g.add_initializer(std::move(values[i]), names[i]));
+  }
+}
+
+std::optional<MatMulBias> match_matmul_bias(ir::Node& add) {
+  if (!is_onnx(add, "Add") || add.inputs().size() != 2 || add.output(0) == nullptr) return std::nullopt;
+  for (size_t side = 0; side < 2; ++side) {
+    ir::Value* mm_out = add.input(side);
+    ir::Value* bias = add.input(1 - side);
+    ir::Node* mm = mm_out ? mm_out->producer() : nullptr;
+    if (mm == nullptr || !is_onnx(*mm, "MatMul") || !only_reader(*mm_out, add)) continue;
+    const ir::ValueType& t = mm_out->type();
+    const ir::Value* a = mm->input(0);
+    const ir::Value* b = mm->input(1);
+    if (t.dtype() != ir::DType::kFloat32 || !t.shape().has_rank() || t.shape().rank() < 2 || !t.shape().dims().back().is_known())
+      continue;
+    if (!a || !b || !a->type().shape().has_rank() || !b->type().shape().has_rank() || a->type().shape().rank() < 2 ||
+        b->type().shape().rank() < 2)
+      continue;
+    const int64_t n = t.shape().dims().back().value();
+    std::optional<ir::Tensor> c = constant_of(bias);
+    if (!c || c->dtype() != ir::DType::kFloat32 || c->rank() > t.shape().rank() || n == 0) continue;
+    const std::vector<int64_t>& d = c->dims();
+    bool row_only = d.empty() || d.back() == 1 || d.back() == n;
+    for (size_t i = 0; i + 1 < d.size(); ++i) row_only = row_only && d[i] == 1;
+    if (!row_only) continue;
+    MatMulBias m{mm, &add, bias, ir::Tensor::zeros(ir::DType::kFloat32, {n})};
+    const float* src = c->data<float>();
+    float* dst = m.row.mutable_data<float>();
+    const bool one = c->num_elements() == 1;
+    for (int64_t j = 0; j < n; ++j) dst[j] = one ? src[0] : src[j];
+    return m;
+  }
+  return std::nullopt;
+}
+
+ir::Value* bias_row_value(ir::Graph& g, const MatMulBias& m) {
+  if (m.bias->has_initializer() && m.bias->initializer().dims() == m.row.dims()) return m.bias;
+  return g.add_initializer(m.row, unique_name(g, m.bias->name() + "_row"));
+}
+
+void import_tether_opset(ir::Model& model) {
+  if (model.opset("ai.tether") < 1) model.set_opset("ai.tether", 1);
+}
+
+}  // namespace tether::passes

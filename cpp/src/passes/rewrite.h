@@ -1,0 +1,71 @@
+// Small helpers the rewrite rules share: matching ONNX ops, reading constants, checking who
+// reads a value, and replacing a chain of nodes by one while keeping value names.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tether/model.h"
+
+namespace tether::passes {
+
+/// Metadata key on a node that replaced others: their names, comma-separated, in graph order.
+inline constexpr char kFusedFrom[] = "tether.fused_from";
+
+/// True for `op` in the default ONNX domain.
+bool is_onnx(const ir::Node& n, const char* op);
+
+/// The value of `v` when it is a constant: an initializer that is not a graph input, or the
+/// output of a Constant node (dense values only). nullopt otherwise.
+std::optional<ir::Tensor> constant_of(const ir::Value* v);
+
+/// True when `v` is a graph output of its graph or is returned directly by a subgraph of it.
+bool is_any_output(const ir::Value& v);
+
+/// True when `reader` is the only node reading `v` (once) and `v` is no graph output.
+bool only_reader(const ir::Value& v, const ir::Node& reader);
+
+/// "Conv 'name'" names are what parity tools map back to; an unnamed node is listed by its
+/// first output's name. Nodes that were themselves fused contribute their own list.
+std::string trace_names(const std::vector<const ir::Node*>& nodes);
+
+/// A name not yet used in `g`: `base`, else `base_1`, `base_2`, ...
+std::string unique_name(const ir::Graph& g, const std::string& base);
+
+/// Replaces `chain` (nodes in graph order; only the last one's outputs may be read outside the
+/// chain) by one new node of `op_type`/`domain` over `inputs` with `attributes`. The new node
+/// is named after the last node of the chain, its outputs keep that node's output names and
+/// types, and its metadata records the chain under kFusedFrom. Returns the new node.
+/// Arguments are taken by value: they often come from a node of the chain.
+ir::Node* replace_chain(ir::Graph& g, const std::vector<ir::Node*>& chain, std::string op_type,
+                        std::string domain, std::vector<ir::Value*> inputs,
+                        std::vector<ir::Attribute> attributes);
+
+/// Replaces `node` by initializers holding `values` (one per output; invalid tensors for
+/// outputs nothing reads) under the outputs' names; readers and graph-output slots follow.
+void replace_with_constants(ir::Graph& g, ir::Node* node, std::vector<ir::Tensor> values);
+
+// ---- patterns more than one pass matches ------------------------------------------------------
+
+/// MatMul followed by an Add of a constant bias that broadcasts over the last dim only.
+struct MatMulBias {
+  ir::Node* matmul = nullptr;
+  ir::Node* add = nullptr;
+  ir::Value* bias = nullptr;  ///< the Add's constant input
+  ir::Tensor row;             ///< the bias as a float32 vector of the output's last dim
+};
+
+/// Matches `add` as the end of MatMul + bias: the MatMul output (float32, rank >= 2, last dim
+/// known, both inputs of rank >= 2) is read by the Add alone, and the other operand is a
+/// constant whose dims are all 1 but the last (1 or N), of rank at most the output's.
+std::optional<MatMulBias> match_matmul_bias(ir::Node& add);
+
+/// The value holding `m.row`: the bias itself when it already is that vector, else a new
+/// initializer.
+ir::Value* bias_row_value(ir::Graph& g, const MatMulBias& m);
+
+/// Imports the ai.tether operator set (version 1) that the fused ops belong to.
+void import_tether_opset(ir::Model& model);
+
+}  // namespace tether::passes
