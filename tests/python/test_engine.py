@@ -168,3 +168,19 @@ def test_unsupported_ops_are_all_listed_at_compile_time():
 def test_unknown_device_raises_argument_error(mlp_session, exported_models):
     with pytest.raises(tt.ArgumentError, match="unknown device 'tpu'; available: cpu"):
         tt.compile(tt.load(exported_models["mlp"].path), device="tpu")
+
+
+def test_constant_node_output_that_is_also_read_by_a_node():
+    from onnx import numpy_helper
+
+    c = np.arange(12, dtype=np.float32).reshape(3, 4)
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(c)), helper.make_node("Add", ["x", "c"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None), helper.make_tensor_value_info("c", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10).SerializeToString()
+    x = np.ones((3, 4), np.float32)
+    for optimize in (False, True):
+        out = tt.compile(tt.load(model), optimize=optimize).run({"x": x})
+        assert np.array_equal(out["y"], x + c) and np.array_equal(out["c"], c)

@@ -426,6 +426,10 @@ std::vector<ir::Tensor> CpuSession::run(const std::vector<std::pair<std::string,
         if (e.constant == nullptr) {
           outputs[static_cast<size_t>(e.output)] = ir::Tensor::zeros(e.value->type().dtype(), plan->dims[i]);
           data[i] = outputs[static_cast<size_t>(e.output)].mutable_raw_data();
+        } else if (e.constant->dtype() != ir::DType::kString) {
+          // A Constant node's value that is also an output: kernels read the constant, and
+          // the output gets a copy after the run.
+          data[i] = const_cast<void*>(e.constant->raw_data());
         }
         break;
     }
