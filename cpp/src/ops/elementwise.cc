@@ -1,5 +1,7 @@
 // Shape inference for elementwise ops: unary, binary and variadic with broadcasting,
 // comparisons, logic, Where, Cast. Small integer shape computations are tracked by value.
+#include <limits>
+
 #include "ops/infer_context.h"
 
 namespace tether::ops {
@@ -42,9 +44,13 @@ void propagate_binary(InferContext& ctx, Op op) {
   ctx.set_output_values(0, std::move(out));
 }
 
-std::optional<SymInt> known_pair(const SymInt& x, const SymInt& y, int64_t (*f)(int64_t, int64_t)) {
+// f(x, y) when both are numbers and f gives one; f returns false when the result overflows
+// (the model's constants are arbitrary, and an entry that cannot be computed stays untracked).
+std::optional<SymInt> known_pair(const SymInt& x, const SymInt& y, bool (*f)(int64_t, int64_t, int64_t*)) {
   if (!x.known() || !y.known()) return std::nullopt;
-  return SymInt::of(f(*x.known(), *y.known()));
+  int64_t r = 0;
+  if (!f(*x.known(), *y.known(), &r)) return std::nullopt;
+  return SymInt::of(r);
 }
 
 void add(InferContext& ctx) {
@@ -52,7 +58,7 @@ void add(InferContext& ctx) {
   propagate_binary(ctx, [](const SymInt& x, const SymInt& y) -> std::optional<SymInt> {
     if (x.known() == 0) return y;
     if (y.known() == 0) return x;
-    return known_pair(x, y, [](int64_t p, int64_t q) { return p + q; });
+    return known_pair(x, y, [](int64_t p, int64_t q, int64_t* r) { return !__builtin_add_overflow(p, q, r); });
   });
 }
 
@@ -60,7 +66,7 @@ void sub(InferContext& ctx) {
   broadcast(ctx, 0);
   propagate_binary(ctx, [](const SymInt& x, const SymInt& y) -> std::optional<SymInt> {
     if (y.known() == 0) return x;
-    return known_pair(x, y, [](int64_t p, int64_t q) { return p - q; });
+    return known_pair(x, y, [](int64_t p, int64_t q, int64_t* r) { return !__builtin_sub_overflow(p, q, r); });
   });
 }
 
@@ -69,7 +75,7 @@ void mul(InferContext& ctx) {
   propagate_binary(ctx, [](const SymInt& x, const SymInt& y) -> std::optional<SymInt> {
     if (x.negative == 0 && y.negative == 0 && !x.dim.is_unknown() && !y.dim.is_unknown())
       return SymInt::of(x.dim * y.dim);
-    return known_pair(x, y, [](int64_t p, int64_t q) { return p * q; });
+    return known_pair(x, y, [](int64_t p, int64_t q, int64_t* r) { return !__builtin_mul_overflow(p, q, r); });
   });
 }
 
@@ -81,8 +87,12 @@ void div(InferContext& ctx) {
     if (x.negative == 0 && y.negative == 0) {
       if (auto q = x.dim.divide(y.dim)) return SymInt::of(*q);
     }
-    // Integer Div truncates toward zero.
-    return known_pair(x, y, [](int64_t p, int64_t q) { return p / q; });
+    // Integer Div truncates toward zero; INT64_MIN / -1 has no int64 result.
+    return known_pair(x, y, [](int64_t p, int64_t q, int64_t* r) {
+      if (p == std::numeric_limits<int64_t>::min() && q == -1) return false;
+      *r = p / q;
+      return true;
+    });
   });
 }
 
@@ -99,7 +109,8 @@ void bool_unary(InferContext& ctx) { ctx.set_output(0, DType::kBool, ctx.input_s
 
 void cast(InferContext& ctx) {
   const int64_t to = ctx.attr_int("to", 0);
-  if (!ir::dtype_is_known(static_cast<int32_t>(to)) || to == 0) ctx.fail("attribute 'to' is not a data type: " + std::to_string(to));
+  // Compared as int64: a narrowing cast first would take 2^32 + 1 for float32.
+  if (to < 1 || to > ir::kMaxDType) ctx.fail("attribute 'to' is not a data type: " + std::to_string(to));
   const auto dtype = static_cast<DType>(to);
   ctx.set_output(0, dtype, ctx.input_shape(0));
   if (ir::dtype_is_integer(dtype))
