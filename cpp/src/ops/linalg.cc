@@ -1,4 +1,5 @@
 // Shape inference for matrix products: MatMul (numpy semantics), Gemm, MatMulInteger, Einsum.
+#include <cctype>
 #include <map>
 
 #include "ops/infer_context.h"
@@ -56,6 +57,21 @@ void gemm(InferContext& ctx) {
   ctx.set_output(0, dt, out);
 }
 
+// A term is letters with at most one '...'; anything else would make the walk over an
+// operand's dims below go past its rank.
+void check_term(const InferContext& ctx, const std::string& eq, const std::string& term) {
+  const size_t ell = term.find("...");
+  for (size_t k = 0; k < term.size(); ++k) {
+    if (k == ell) {
+      k += 2;
+      continue;
+    }
+    if (!std::isalpha(static_cast<unsigned char>(term[k])))
+      ctx.fail("equation '" + eq + "': term '" + term + "' has '" + term[k] +
+               "'; terms are letters with at most one '...'");
+  }
+}
+
 // Einsum with explicit or implicit output, and '...' for broadcast dims.
 void einsum(InferContext& ctx) {
   std::string eq = ctx.attr_string("equation", "");
@@ -84,6 +100,7 @@ void einsum(InferContext& ctx) {
       return;
     }
     std::string t = terms[i];
+    check_term(ctx, eq, t);
     const size_t ell = t.find("...");
     const size_t letters = t.size() - (ell == std::string::npos ? 0 : 3);
     if (letters > s.rank() || (ell == std::string::npos && letters != s.rank()))
@@ -110,6 +127,7 @@ void einsum(InferContext& ctx) {
   std::string out_term;
   if (arrow != std::string::npos) {
     out_term = spaceless.substr(arrow + 2);
+    check_term(ctx, eq, out_term);
   } else {  // implicit: '...' then the labels used once, in alphabetical order
     if (lhs.find("...") != std::string::npos) out_term = "...";
     for (const auto& [c, n] : counts)
@@ -118,7 +136,9 @@ void einsum(InferContext& ctx) {
   std::vector<Dim> out;
   for (size_t k = 0; k < out_term.size(); ++k) {
     if (out_term.compare(k, 3, "...") == 0) {
-      for (const Dim& d : broadcast_shapes(ctx, ellipsis_shapes).dims()) out.push_back(d);
+      // Named, not iterated as a temporary: range-for would keep only dims() alive, not the Shape.
+      const Shape broadcast = broadcast_shapes(ctx, ellipsis_shapes);
+      out.insert(out.end(), broadcast.dims().begin(), broadcast.dims().end());
       k += 2;
       continue;
     }
