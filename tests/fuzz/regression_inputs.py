@@ -115,6 +115,15 @@ C["empty_float_tensor_with_int32_data"] = m([], [], [ti("e", F, None)], [t])
 C["einsum_ellipsis_in_output"] = m([h.make_node("Einsum", ["x"], ["y"], equation="...ij->...ji")], [ti("x", F, [5, 2, 3])],
                                    [ti("y", F, None)])
 
+# Kinds that say one thing while the fields or the reader say another. Not bugs when
+# found; kept because the brief of the fuzzing work named them as contracts to hold.
+empty_graph = onnx.AttributeProto(name="then_branch", type=onnx.AttributeProto.GRAPH)
+if_node = h.make_node("If", ["c"], ["y"])
+if_node.attribute.extend([empty_graph, onnx.AttributeProto(name="else_branch", type=onnx.AttributeProto.GRAPH)])
+C["if_graph_attributes_that_hold_nothing"] = m([if_node], [ti("c", TP.BOOL, [])], [ti("y", F, None)])
+C["conv_kernel_shape_of_kind_int"] = m([h.make_node("Conv", ["x", "w"], ["y"], kernel_shape=3)],
+                                       [ti("x", F, [1, 1, 4]), ti("w", F, [1, 1, 3])], [ti("y", F, None)])
+
 
 def camel(name):
     return "k" + "".join(part.capitalize() for part in name.split("_"))
