@@ -10,11 +10,15 @@
 //     trip may reorder: nodes are written in topological order, so a model stored out of
 //     order comes back with its value_info in another order.)
 //   - whatever ASan, UBSan and libFuzzer's time and memory limits report.
+// Inputs load with base_dir set to a scratch folder of external data files, so that data
+// locations, offsets and lengths are fuzzed too.
 // Each failure aborts with the stage and the message, so a crash file says what went wrong.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <typeinfo>
 
@@ -67,12 +71,37 @@ void expect_no_throw(const char* stage, F&& f) {
   }
 }
 
+// A folder of external data for inputs that refer to it: "w.bin" (4 KiB), "sub/w.bin"
+// (100 bytes, unaligned sizes) and "escape.bin", a link that leads out of the folder.
+std::string g_base_dir;
+
 }  // namespace
+
+// One folder for every fuzzing process, made once: built under a name of its own and renamed
+// into place, so no process ever sees (or maps) a file another one is still writing.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  namespace fs = std::filesystem;
+  g_base_dir = (fs::temp_directory_path() / "tether-fuzz-external-data").string();
+  if (fs::exists(g_base_dir)) return 0;
+  char scratch[] = "/tmp/tether-fuzz-XXXXXX";
+  if (mkdtemp(scratch) == nullptr) return 0;
+  const std::string dir = scratch;
+  fs::create_directory(dir + "/sub");
+  std::ofstream(dir + "/w.bin", std::ios::binary) << std::string(4096, '\x3f');
+  std::ofstream(dir + "/sub/w.bin", std::ios::binary) << std::string(100, '\x01');
+  std::error_code ec;
+  fs::create_symlink("/etc/hostname", dir + "/escape.bin", ec);
+  fs::rename(dir, g_base_dir, ec);
+  if (ec) fs::remove_all(dir, ec);  // another process got there first
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tether::ir::Model model;
+  tether::ir::LoadOptions options;
+  options.base_dir = g_base_dir;
   if (!expect_model_errors_only("load_model_from_bytes",
-                                [&] { model = tether::ir::load_model_from_bytes(data, size); }))
+                                [&] { model = tether::ir::load_model_from_bytes(data, size, options); }))
     return 0;
 
   // Inference may reject the model; what it inferred before that stays on the values, and

@@ -211,21 +211,31 @@ def nn_mix():
     return model(g)
 
 
-def external_ref():
-    t = numpy_helper.from_array(np.ones(4, np.float32), "w")
+# load_fuzzer keeps "w.bin" (4 KiB) and "sub/w.bin" (100 bytes) in the base_dir it loads with.
+def external(location, offset, count):
+    t = numpy_helper.from_array(np.ones(count, np.float32), "w")
     t.ClearField("raw_data")
     t.data_location = TensorProto.EXTERNAL
-    t.external_data.extend([onnx.StringStringEntryProto(key="location", value="w.bin"),
-                            onnx.StringStringEntryProto(key="offset", value="0"),
-                            onnx.StringStringEntryProto(key="length", value="16")])
+    t.external_data.extend([onnx.StringStringEntryProto(key="location", value=location),
+                            onnx.StringStringEntryProto(key="offset", value=str(offset)),
+                            onnx.StringStringEntryProto(key="length", value=str(4 * count))])
     g = helper.make_graph([helper.make_node("Identity", ["w"], ["y"])], "ext", [],
-                          [helper.make_tensor_value_info("y", F, [4])], [t])
+                          [helper.make_tensor_value_info("y", F, [count])], [t])
     return model(g)
+
+
+def external_ref():
+    return external("w.bin", 0, 4)
+
+
+def external_unaligned():
+    return external("sub/w.bin", 3, 20)
 
 
 SEEDS = {
     "cnn": cnn, "shape_chain": shape_chain, "if": if_model, "loop": loop_model, "dtypes": dtypes,
     "sparse_attrs": sparse_and_attrs, "function": function_model, "nn_mix": nn_mix, "external_ref": external_ref,
+    "external_unaligned": external_unaligned,
 }
 
 
