@@ -114,6 +114,11 @@ t = onnx.TensorProto(); t.name = "e"; t.data_type = TP.FLOAT; t.dims.extend([0])
 C["empty_float_tensor_with_int32_data"] = m([], [], [ti("e", F, None)], [t])
 C["einsum_ellipsis_in_output"] = m([h.make_node("Einsum", ["x"], ["y"], equation="...ij->...ji")], [ti("x", F, [5, 2, 3])],
                                    [ti("y", F, None)])
+# Shape of a scalar is an empty tracked value; Mul broadcast it against one entry and read
+# entry 0 of the empty side.
+C["mul_empty_tracked_value_by_one_entry"] = m(
+    [h.make_node("Shape", ["x"], ["s"]), h.make_node("Mul", ["s", "one"], ["y"]),
+     h.make_node("ConstantOfShape", ["y"], ["c"])], [ti("x", F, [])], [ti("c", F, None)], [i64("one", [1])])
 
 # Kinds that say one thing while the fields or the reader say another. Not bugs when
 # found; kept because the brief of the fuzzing work named them as contracts to hold.

@@ -34,7 +34,9 @@ void propagate_binary(InferContext& ctx, Op op) {
   auto b = ctx.input_values(1);
   if (!a || !b) return;
   if (a->size() != b->size() && a->size() != 1 && b->size() != 1) return;
-  const size_t n = std::max(a->size(), b->size());
+  // A one-entry side broadcasts to the other's length, an empty one included: max() of the
+  // sizes would read entry 0 of an empty side.
+  const size_t n = a->size() == 1 ? b->size() : a->size();
   std::vector<SymInt> out;
   for (size_t k = 0; k < n; ++k) {
     std::optional<SymInt> r = op((*a)[a->size() == 1 ? 0 : k], (*b)[b->size() == 1 ? 0 : k]);
