@@ -128,6 +128,15 @@ def dtypes():
         helper.make_tensor("empty", F, [0, 3], []),
         helper.make_tensor("scalar", F, [], [7.0]),
     ]
+    # Types newer than some onnx releases know (int2, float6), written field by field.
+    for name, code, count, values in (("i2", 26, 5, [0x1b, 0x02]), ("f6", 27, 5, [1, 2, 3, 63, 7]),
+                                      ("c128", 15, 1, None)):
+        t = TensorProto(name=name, data_type=code, dims=[count])
+        if values is None:
+            t.double_data.extend([1.0, -1.0])
+        else:
+            t.int32_data.extend(values)
+        inits.append(t)
     outs = [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in inits]
     g = helper.make_graph([], "dtypes", [], outs, inits)
     return model(g)
