@@ -170,7 +170,7 @@ def test_typed_field_with_the_wrong_count_raises_model_error(tmp_path):
 def test_typed_field_of_the_wrong_kind_raises_model_error(tmp_path):
     w = helper.make_tensor("w", TensorProto.INT64, [2], [1, 2])
     w.data_type = TensorProto.FLOAT
-    with pytest.raises(tt.ModelError, match=r"holds its values in int64_data, but float32 tensors use float_data"):
+    with pytest.raises(tt.ModelError, match=r"holds values in int64_data, but float32 tensors use float_data"):
         tt.load(write(tmp_path, tiny_model(w)))
 
 

@@ -47,8 +47,8 @@ class Dim {
   int64_t coefficient() const { return coeff_; }
   const std::vector<std::pair<std::string, int>>& factors() const { return factors_; }
 
-  /// Product of two dims: exact for known and symbolic dims; unknown if either is unknown
-  /// or the coefficient overflows.
+  /// Product of two dims: exact for known and symbolic dims; unknown if either is unknown,
+  /// the coefficient overflows, or the product would have more than 64 symbolic factors.
   Dim operator*(const Dim& other) const;
   /// Exact quotient (this / other), or nullopt when it is not a monomial with an integer
   /// coefficient (or either side is unknown, or other is zero).

@@ -31,6 +31,50 @@ std::string dims_text(const std::vector<int64_t>& dims) {
   return s + "]";
 }
 
+// ONNX's layout of a sparse tensor: values [NNZ]; indices int64, [NNZ] (linear positions) or
+// [NNZ, rank] (coordinates), each inside the dense dims. Whatever densifies the tensor later
+// writes at those positions, so they are checked here, once.
+void check_sparse_layout(const SparseTensor& s, int64_t dense_count, const std::string& where) {
+  const std::vector<int64_t>& vd = s.values.dims();
+  const std::vector<int64_t>& id = s.indices.dims();
+  if (vd.size() != 1) throw ModelError(where + ": sparse values must be 1-D [NNZ], found dims " + dims_text(vd));
+  const int64_t nnz = vd[0];
+  if (s.indices.dtype() != DType::kInt64)
+    throw ModelError(where + ": sparse indices must be int64, found " + std::string(dtype_name(s.indices.dtype())));
+  const auto rank = static_cast<int64_t>(s.dims.size());
+  const bool linear = id.size() == 1 && id[0] == nnz;
+  const bool coords = id.size() == 2 && id[0] == nnz && id[1] == rank;
+  if (!linear && !coords)
+    throw ModelError(where + ": sparse indices must have dims [" + std::to_string(nnz) + "] or [" + std::to_string(nnz) +
+                     ", " + std::to_string(rank) + "] for " + std::to_string(nnz) + " values of dense dims " +
+                     dims_text(s.dims) + ", found " + dims_text(id));
+  const int64_t* idx = s.indices.data<int64_t>();
+  for (int64_t k = 0; k < s.indices.num_elements(); ++k) {
+    const int64_t bound = linear ? dense_count : s.dims[static_cast<size_t>(k % rank)];
+    if (idx[k] < 0 || idx[k] >= bound)
+      throw ModelError(where + ": sparse index " + std::to_string(idx[k]) + " (entry " + std::to_string(k) +
+                       " of indices) is outside the dense dims " + dims_text(s.dims));
+  }
+}
+
+// A declared type (graph input, output or value_info) that contradicts the data of the
+// initializer it describes: later stages read the type and the data as if they agreed.
+void check_initializer_type(const Value& v, DType dtype, const std::vector<int64_t>& dims, const std::string& where) {
+  const ValueType& t = v.type();
+  if (t.is_unknown()) return;
+  const std::string holds = std::string(dtype_name(dtype)) + dims_text(dims);
+  if (t.kind() != ValueType::Kind::kTensor && t.kind() != ValueType::Kind::kSparseTensor)
+    throw ShapeError(where + ": initializer '" + v.name() + "' holds " + holds + ", but is declared " + t.to_string());
+  bool same = t.dtype() == DType::kUndefined || t.dtype() == dtype;
+  if (t.shape().has_rank()) {
+    same = same && t.shape().rank() == dims.size();
+    for (size_t i = 0; same && i < dims.size(); ++i)
+      if (t.shape()[i].is_known() && t.shape()[i].value() != dims[i]) same = false;
+  }
+  if (!same)
+    throw ShapeError(where + ": initializer '" + v.name() + "' holds " + holds + ", but is declared " + t.to_string());
+}
+
 class Reader {
  public:
   // `owner` keeps [src, src + size) alive; when null, weights are copied out of it.
@@ -197,8 +241,9 @@ SparseTensor Reader::sparse(const pb::SparseTensorProto& p, const std::string& w
   s.values = tensor(p.values(), where + " (values)");
   s.indices = tensor(p.indices(), where + " (indices)");
   s.dims.assign(p.dims().begin(), p.dims().end());
-  if (!checked_num_elements(s.dims))
-    throw ModelError(where + ": sparse tensor dims " + dims_text(s.dims) + " are negative or overflow");
+  const auto dense = checked_num_elements(s.dims);
+  if (!dense) throw ModelError(where + ": sparse tensor dims " + dims_text(s.dims) + " are negative or overflow");
+  check_sparse_layout(s, *dense, where);
   return s;
 }
 
@@ -278,6 +323,14 @@ Attribute Reader::attribute(const pb::AttributeProto& a, Graph* scope, const std
   return out;
 }
 
+// How messages name node k of the graph being read, as Node::describe() does. describe()
+// finds an unnamed node's index by searching its graph, which made reading n unnamed nodes
+// take n^2 steps (minutes for a million); here the index is known.
+std::string node_label(const Node& n, int k) {
+  if (!n.name().empty()) return n.describe();
+  return (n.domain().empty() ? n.op_type() : n.domain() + ":" + n.op_type()) + " #" + std::to_string(k);
+}
+
 // Two passes, so that nodes may appear in any order and subgraphs see every outer value:
 // first every node and its outputs, then inputs and attributes.
 void Reader::nodes(const google::protobuf::RepeatedPtrField<pb::NodeProto>& protos, Graph& g,
@@ -294,7 +347,7 @@ void Reader::nodes(const google::protobuf::RepeatedPtrField<pb::NodeProto>& prot
   for (int k = 0; k < protos.size(); ++k) {
     const pb::NodeProto& np = protos.Get(k);
     Node* n = created[static_cast<size_t>(k)];
-    const std::string node_where = where + ": " + n->describe();
+    const std::string node_where = where + ": " + node_label(*n, k);
     for (int i = 0; i < np.input_size(); ++i) {
       const std::string& name = np.input(i);
       Value* v = name.empty() ? nullptr : g.resolve(name);
@@ -357,6 +410,10 @@ void Reader::graph(const pb::GraphProto& p, Graph& g, const std::string& where,
     if (vi.name().empty()) throw GraphError(where + ": a value_info entry has no name");
     describe_value(g.declare(vi.name(), type(vi.type(), where + " value '" + vi.name() + "'")), vi);
   }
+  for (const Value* v : g.initializers())
+    check_initializer_type(*v, v->initializer().dtype(), v->initializer().dims(), where);
+  for (const Value* v : g.sparse_initializers())
+    check_initializer_type(*v, v->sparse_initializer().values.dtype(), v->sparse_initializer().dims, where);
   for (const auto& qa : p.quantization_annotation())
     g.quantization_annotations().push_back({qa.tensor_name(), metadata_of(qa.quant_parameter_tensor_names())});
 }

@@ -39,6 +39,18 @@ bool parse_positive(std::string_view s, int64_t* out) {
 
 bool checked_mul(int64_t a, int64_t b, int64_t* out) { return !__builtin_mul_overflow(a, b, out); }
 
+// Products of symbolic dims stay exact up to this degree. Real shapes need a handful of
+// factors; without a bound, a chain of n Muls squaring a tracked shape value reaches degree
+// 2^n, and the dim's text (each factor written out) grows as fast.
+constexpr int64_t kMaxDegree = 64;
+
+// Sum of the powers; parsed text may hold many factors, so the sum is taken in int64.
+int64_t degree(const Factors& fs) {
+  int64_t d = 0;
+  for (const auto& f : fs) d += f.second;
+  return d;
+}
+
 void add_factor(Factors& fs, const std::string& name, int power) {
   auto it = std::lower_bound(fs.begin(), fs.end(), name,
                              [](const auto& f, const std::string& n) { return f.first < n; });
@@ -148,6 +160,7 @@ Dim Dim::operator*(const Dim& other) const {
   if (is_known() && coeff_ == 1) return other;
   int64_t coeff = 0;
   if (!checked_mul(coeff_, other.coeff_, &coeff)) return Dim();
+  if (degree(factors_) + degree(other.factors_) > kMaxDegree) return Dim();
   Factors fs = factors_;
   for (const auto& [name, power] : other.factors_) add_factor(fs, name, power);
   return from_monomial(coeff, std::move(fs));

@@ -35,8 +35,9 @@ Field field_for(DType dtype, int64_t count, int64_t* entries) {
     case DType::kFloat64: return Field::kDouble;
     case DType::kComplex128: *entries = 2 * count; return Field::kDouble;
     case DType::kUInt32: case DType::kUInt64: return Field::kUInt64;
-    case DType::kUInt4: case DType::kInt4: case DType::kFloat4E2M1: *entries = (count + 1) / 2; return Field::kInt32;
-    case DType::kUInt2: case DType::kInt2: *entries = (count + 3) / 4; return Field::kInt32;
+    // Rounded up without (count + 1) / 2, which overflows for a count near 2^63.
+    case DType::kUInt4: case DType::kInt4: case DType::kFloat4E2M1: *entries = count / 2 + count % 2; return Field::kInt32;
+    case DType::kUInt2: case DType::kInt2: *entries = count / 4 + (count % 4 != 0 ? 1 : 0); return Field::kInt32;
     case DType::kString: case DType::kUndefined: return Field::kNone;
     default: return Field::kInt32;  // int32, 16-bit, 8-bit, bool, float8, float6 types
   }
@@ -83,11 +84,13 @@ std::shared_ptr<Buffer> decode_typed_fields(const onnx_pb::TensorProto& p, DType
   int64_t entries = 0;
   const Field field = field_for(dtype, count, &entries);
   const int64_t found = field_size(p, field);
+  // Values in another field are an error even when the right one holds enough: ONNX allows
+  // one value field per tensor, and an empty tensor would otherwise pass with stray values.
+  for (Field other : {Field::kFloat, Field::kInt32, Field::kInt64, Field::kDouble, Field::kUInt64})
+    if (other != field && field_size(p, other) > 0)
+      throw ModelError(where + ": holds values in " + field_name(other) + ", but " + std::string(dtype_name(dtype)) +
+                       " tensors use " + field_name(field));
   if (found != entries) {
-    for (Field other : {Field::kFloat, Field::kInt32, Field::kInt64, Field::kDouble, Field::kUInt64})
-      if (other != field && field_size(p, other) > 0)
-        throw ModelError(where + ": holds its values in " + field_name(other) + ", but " +
-                         std::string(dtype_name(dtype)) + " tensors use " + field_name(field));
     throw ModelError(where + ": " + std::string(dtype_name(dtype)) + " tensor of " + std::to_string(count) +
                      " elements needs " + std::to_string(entries) + " entries in " + field_name(field) + ", found " +
                      std::to_string(found));

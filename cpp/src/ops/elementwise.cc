@@ -1,6 +1,7 @@
 // Shape inference for elementwise ops: unary, binary and variadic with broadcasting,
 // comparisons, logic, Where, Cast. Small integer shape computations are tracked by value.
 #include <algorithm>
+#include <limits>
 
 #include "ops/infer_context.h"
 
@@ -36,7 +37,9 @@ void propagate_binary(InferContext& ctx, Op op, size_t first = 0) {
   auto b = ctx.input_values(first + 1);
   if (!a || !b) return;
   if (a->size() != b->size() && a->size() != 1 && b->size() != 1) return;
-  const size_t n = std::max(a->size(), b->size());
+  // A one-entry side broadcasts to the other's length, an empty one included: max() of the
+  // sizes would read entry 0 of an empty side.
+  const size_t n = a->size() == 1 ? b->size() : a->size();
   std::vector<SymInt> out;
   bool any = false;
   for (size_t k = 0; k < n; ++k) {
@@ -47,9 +50,13 @@ void propagate_binary(InferContext& ctx, Op op, size_t first = 0) {
   if (any) ctx.set_output_values(0, std::move(out));
 }
 
-std::optional<SymInt> known_pair(const SymInt& x, const SymInt& y, int64_t (*f)(int64_t, int64_t)) {
+// f(x, y) when both are numbers and f gives one; f returns false when the result overflows
+// (the model's constants are arbitrary, and an entry that cannot be computed stays untracked).
+std::optional<SymInt> known_pair(const SymInt& x, const SymInt& y, bool (*f)(int64_t, int64_t, int64_t*)) {
   if (!x.known() || !y.known()) return std::nullopt;
-  return SymInt::of(f(*x.known(), *y.known()));
+  int64_t r = 0;
+  if (!f(*x.known(), *y.known(), &r)) return std::nullopt;
+  return SymInt::of(r);
 }
 
 void add(InferContext& ctx) {
@@ -57,7 +64,7 @@ void add(InferContext& ctx) {
   propagate_binary(ctx, [](const SymInt& x, const SymInt& y) -> std::optional<SymInt> {
     if (x.known() == 0) return y;
     if (y.known() == 0) return x;
-    return known_pair(x, y, [](int64_t p, int64_t q) { return p + q; });
+    return known_pair(x, y, [](int64_t p, int64_t q, int64_t* r) { return !__builtin_add_overflow(p, q, r); });
   });
 }
 
@@ -65,7 +72,7 @@ void sub(InferContext& ctx) {
   broadcast(ctx, 0);
   propagate_binary(ctx, [](const SymInt& x, const SymInt& y) -> std::optional<SymInt> {
     if (y.known() == 0) return x;
-    return known_pair(x, y, [](int64_t p, int64_t q) { return p - q; });
+    return known_pair(x, y, [](int64_t p, int64_t q, int64_t* r) { return !__builtin_sub_overflow(p, q, r); });
   });
 }
 
@@ -74,7 +81,7 @@ void mul(InferContext& ctx) {
   propagate_binary(ctx, [](const SymInt& x, const SymInt& y) -> std::optional<SymInt> {
     if (x.negative == 0 && y.negative == 0 && !x.dim.is_unknown() && !y.dim.is_unknown())
       return SymInt::of(x.dim * y.dim);
-    return known_pair(x, y, [](int64_t p, int64_t q) { return p * q; });
+    return known_pair(x, y, [](int64_t p, int64_t q, int64_t* r) { return !__builtin_mul_overflow(p, q, r); });
   });
 }
 
@@ -86,8 +93,12 @@ void div(InferContext& ctx) {
     if (x.negative == 0 && y.negative == 0) {
       if (auto q = x.dim.divide(y.dim)) return SymInt::of(*q);
     }
-    // Integer Div truncates toward zero.
-    return known_pair(x, y, [](int64_t p, int64_t q) { return p / q; });
+    // Integer Div truncates toward zero; INT64_MIN / -1 has no int64 result.
+    return known_pair(x, y, [](int64_t p, int64_t q, int64_t* r) {
+      if (p == std::numeric_limits<int64_t>::min() && q == -1) return false;
+      *r = p / q;
+      return true;
+    });
   });
 }
 
@@ -138,7 +149,8 @@ void bool_unary(InferContext& ctx) { ctx.set_output(0, DType::kBool, ctx.input_s
 
 void cast(InferContext& ctx) {
   const int64_t to = ctx.attr_int("to", 0);
-  if (!ir::dtype_is_known(static_cast<int32_t>(to)) || to == 0) ctx.fail("attribute 'to' is not a data type: " + std::to_string(to));
+  // Compared as int64: a narrowing cast first would take 2^32 + 1 for float32.
+  if (to < 1 || to > ir::kMaxDType) ctx.fail("attribute 'to' is not a data type: " + std::to_string(to));
   const auto dtype = static_cast<DType>(to);
   ctx.set_output(0, dtype, ctx.input_shape(0));
   if (ir::dtype_is_integer(dtype))

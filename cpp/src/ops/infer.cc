@@ -1,6 +1,7 @@
 // The inference driver: walks graphs in topological order and merges each rule's result with
 // what the model already declared.
 #include <algorithm>
+#include <cstdio>
 #include <set>
 
 #include "ops/infer_context.h"
@@ -110,6 +111,34 @@ size_t InferContext::axis(int64_t axis, size_t rank, std::string_view what) cons
   return static_cast<size_t>(axis < 0 ? axis + r : axis);
 }
 
+Dim InferContext::dim(int64_t size, std::string_view what) const {
+  if (size < 0) fail(std::string(what) + " is " + std::to_string(size) + "; sizes must be >= 0");
+  return Dim(size);
+}
+
+int64_t InferContext::add(int64_t a, int64_t b, std::string_view what) const {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r))
+    fail(std::string(what) + " overflows int64 (" + std::to_string(a) + " + " + std::to_string(b) + ")");
+  return r;
+}
+
+int64_t InferContext::mul(int64_t a, int64_t b, std::string_view what) const {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r))
+    fail(std::string(what) + " overflows int64 (" + std::to_string(a) + " * " + std::to_string(b) + ")");
+  return r;
+}
+
+DType InferContext::attr_dtype(std::string_view name, DType fallback) const {
+  const int64_t code = attr_int(name, 0);
+  if (code == 0) return fallback;
+  if (code < 0 || code > ir::kMaxDType)
+    fail("attribute '" + std::string(name) + "' is " + std::to_string(code) + ", which is no data type (1 to " +
+         std::to_string(ir::kMaxDType) + ")");
+  return static_cast<DType>(code);
+}
+
 // ---- Registry -------------------------------------------------------------------------------
 
 namespace {
@@ -193,6 +222,17 @@ Dim product(const std::vector<Dim>& dims, size_t begin, size_t end) {
   Dim p(1);
   for (size_t i = begin; i < std::min(end, dims.size()); ++i) p = p * dims[i];
   return p;
+}
+
+std::string float_text(double v) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", v);
+  return text;
+}
+
+Shape shape_of_rank(const Dim& length, size_t min_rank) {
+  if (!length.is_known() || length.value() > kMaxRankFromLength) return Shape();
+  return Shape(std::vector<Dim>(std::max(min_rank, static_cast<size_t>(length.value()))));
 }
 
 // ---- driver ---------------------------------------------------------------------------------

@@ -100,6 +100,15 @@ class InferContext {
   [[noreturn]] void fail(const std::string& why) const;
   /// Normalises an axis in [-rank, rank) to [0, rank); fail()s when out of range.
   size_t axis(int64_t axis, size_t rank, std::string_view what = "axis") const;
+  /// A known dim of size `size`; fail()s naming `what` when the size is negative.
+  Dim dim(int64_t size, std::string_view what) const;
+  /// a + b and a * b; fail() naming `what` when the result overflows int64. Attribute values
+  /// and declared dims are the model's to choose, so rules do their arithmetic through these.
+  int64_t add(int64_t a, int64_t b, std::string_view what) const;
+  int64_t mul(int64_t a, int64_t b, std::string_view what) const;
+  /// The data type an integer attribute names (`fallback` when absent or 0, ONNX's
+  /// "undefined"); fail()s when the number is no data type tether knows.
+  DType attr_dtype(std::string_view name, DType fallback) const;
 
  private:
   const ir::Node& node_;
@@ -144,7 +153,19 @@ void register_signal(Registry& r);
 Shape broadcast_shapes(const InferContext& ctx, const std::vector<Shape>& shapes);
 /// Dim i of s; unknown when s has unknown rank or fewer than i + 1 dims.
 inline Dim dim_at(const Shape& s, size_t i) { return s.has_rank() && i < s.rank() ? s[i] : Dim(); }
+/// A float as error messages show it: "1e+30", "-0.25", "nan" (std::to_string prints 1e-30
+/// as "0.000000").
+std::string float_text(double v);
 /// Product of dims (symbolic products included); unknown when any is unknown.
 Dim product(const std::vector<Dim>& dims, size_t begin = 0, size_t end = SIZE_MAX);
+
+/// The largest rank a rule infers from a length alone (a 1-D shape input of known size but
+/// unknown contents). Real ranks are small; the bound keeps a declared length of, say, 10^15
+/// from becoming a vector of 10^15 unknown dims.
+inline constexpr int64_t kMaxRankFromLength = 1 << 16;
+
+/// A shape of `length` unknown dims, at least `min_rank` of them, when `length` is known and
+/// at most kMaxRankFromLength; otherwise a shape of unknown rank.
+Shape shape_of_rank(const Dim& length, size_t min_rank = 0);
 
 }  // namespace tether::ops

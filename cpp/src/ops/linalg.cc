@@ -1,5 +1,6 @@
 // Shape inference for matrix products: MatMul (numpy semantics), Gemm, MatMulInteger,
 // QLinearMatMul, Einsum, and Det.
+#include <cctype>
 #include <map>
 
 #include "ops/infer_context.h"
@@ -74,6 +75,21 @@ void gemm(InferContext& ctx) {
   ctx.set_output(0, dt, out);
 }
 
+// A term is letters with at most one '...'; anything else would make the walk over an
+// operand's dims below go past its rank.
+void check_term(const InferContext& ctx, const std::string& eq, const std::string& term) {
+  const size_t ell = term.find("...");
+  for (size_t k = 0; k < term.size(); ++k) {
+    if (k == ell) {
+      k += 2;
+      continue;
+    }
+    if (!std::isalpha(static_cast<unsigned char>(term[k])))
+      ctx.fail("equation '" + eq + "': term '" + term + "' has '" + term[k] +
+               "'; terms are letters with at most one '...'");
+  }
+}
+
 // Einsum with explicit or implicit output, and '...' for broadcast dims.
 void einsum(InferContext& ctx) {
   std::string eq = ctx.attr_string("equation", "");
@@ -102,6 +118,7 @@ void einsum(InferContext& ctx) {
       return;
     }
     std::string t = terms[i];
+    check_term(ctx, eq, t);
     const size_t ell = t.find("...");
     const size_t letters = t.size() - (ell == std::string::npos ? 0 : 3);
     if (letters > s.rank() || (ell == std::string::npos && letters != s.rank()))
@@ -128,6 +145,7 @@ void einsum(InferContext& ctx) {
   std::string out_term;
   if (arrow != std::string::npos) {
     out_term = spaceless.substr(arrow + 2);
+    check_term(ctx, eq, out_term);
   } else {  // implicit: '...' then the labels used once, in alphabetical order
     if (lhs.find("...") != std::string::npos) out_term = "...";
     for (const auto& [c, n] : counts)

@@ -2,6 +2,7 @@
 // Range, EyeLike, Random*, Multinomial, If, Loop.
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "ops/infer_context.h"
 
@@ -70,9 +71,7 @@ void constant_of_shape(InferContext& ctx) {
     return;
   }
   const Shape& s = ctx.input_shape(0);
-  if (s.has_rank() && s.rank() == 1 && s[0].is_known())
-    ctx.set_output(0, dt, Shape(std::vector<Dim>(static_cast<size_t>(s[0].value()))));
-  else ctx.set_output(0, dt, Shape());
+  ctx.set_output(0, dt, s.has_rank() && s.rank() == 1 ? shape_of_rank(s[0]) : Shape());
 }
 
 std::optional<double> scalar(const ir::Tensor* t) {
@@ -95,13 +94,40 @@ std::optional<double> range_operand(const InferContext& ctx, size_t i) {
   return std::nullopt;
 }
 
+// Range's length for integer operands, exactly: through double, 2^62 + 1 would round.
+std::optional<int64_t> int_range_length(const InferContext& ctx) {
+  auto start = ctx.input_ints(0), limit = ctx.input_ints(1), delta = ctx.input_ints(2);
+  if (!start || !limit || !delta || start->size() != 1 || limit->size() != 1 || delta->size() != 1)
+    return std::nullopt;
+  const int64_t s = start->front(), l = limit->front(), d = delta->front();
+  if (d == 0) ctx.fail("delta is 0");
+  if ((d > 0 && l <= s) || (d < 0 && l >= s)) return 0;
+  // The distance and step as magnitudes: l - s and -d overflow int64 at the extremes.
+  const uint64_t distance = d > 0 ? static_cast<uint64_t>(l) - static_cast<uint64_t>(s)
+                                  : static_cast<uint64_t>(s) - static_cast<uint64_t>(l);
+  const uint64_t step = d > 0 ? static_cast<uint64_t>(d) : uint64_t{0} - static_cast<uint64_t>(d);
+  const uint64_t n = distance / step + (distance % step != 0 ? 1 : 0);
+  if (n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    ctx.fail("start " + std::to_string(s) + ", limit " + std::to_string(l) + " and delta " + std::to_string(d) +
+             " give " + std::to_string(n) + " elements, more than int64 can count");
+  return static_cast<int64_t>(n);
+}
+
 void range(InferContext& ctx) {
   const DType dt = ctx.input_dtype(0);
+  if (auto n = int_range_length(ctx)) {
+    ctx.set_output(0, dt, Shape({Dim(*n)}));
+    return;
+  }
   auto start = range_operand(ctx, 0), limit = range_operand(ctx, 1), delta = range_operand(ctx, 2);
   if (start && limit && delta) {
     if (*delta == 0) ctx.fail("delta is 0");
     const double n = std::ceil((*limit - *start) / *delta);
-    ctx.set_output(0, dt, Shape::of({static_cast<int64_t>(std::max(n, 0.0))}));
+    // NaN or infinity in any operand, or a length past int64, has no size to give.
+    if (std::isnan(n) || n >= 9223372036854775808.0)
+      ctx.fail("start " + float_text(*start) + ", limit " + float_text(*limit) + " and delta " +
+               float_text(*delta) + " give no length that int64 can hold");
+    ctx.set_output(0, dt, Shape({Dim(static_cast<int64_t>(std::max(n, 0.0)))}));
     return;
   }
   // Range(0, n, 1) over a size n (torch's position ids) has n entries, symbolic n included.
@@ -114,21 +140,18 @@ void range(InferContext& ctx) {
 }
 
 void eye_like(InferContext& ctx) {
-  const int64_t dt = ctx.attr_int("dtype", 0);
-  ctx.set_output(0, dt != 0 ? static_cast<DType>(dt) : ctx.input_dtype(0), ctx.input_shape(0));
+  ctx.set_output(0, ctx.attr_dtype("dtype", ctx.input_dtype(0)), ctx.input_shape(0));
 }
 
 void random(InferContext& ctx) {
-  const auto dt = static_cast<DType>(ctx.attr_int("dtype", 1));
-  const std::vector<int64_t> shape = ctx.attr_ints("shape");
-  for (int64_t d : shape)
-    if (d < 0) ctx.fail("attribute 'shape' has negative entry " + std::to_string(d));
-  ctx.set_output(0, dt, Shape::of(shape));
+  const DType dt = ctx.attr_dtype("dtype", DType::kFloat32);
+  std::vector<Dim> dims;
+  for (int64_t d : ctx.attr_ints("shape")) dims.push_back(ctx.dim(d, "an entry of attribute 'shape'"));
+  ctx.set_output(0, dt, Shape(std::move(dims)));
 }
 
 void random_like(InferContext& ctx) {
-  const int64_t dt = ctx.attr_int("dtype", 0);
-  ctx.set_output(0, dt != 0 ? static_cast<DType>(dt) : ctx.input_dtype(0), ctx.input_shape(0));
+  ctx.set_output(0, ctx.attr_dtype("dtype", ctx.input_dtype(0)), ctx.input_shape(0));
 }
 
 void multinomial(InferContext& ctx) {

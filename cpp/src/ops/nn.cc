@@ -2,6 +2,7 @@
 // recurrent layers, attention, quantization.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "ops/infer_context.h"
 
@@ -9,8 +10,8 @@ namespace tether::ops {
 
 namespace {
 
-int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
-int64_t ceil_div(int64_t a, int64_t b) { return floor_div(a + b - 1, b); }
+// a / b rounded up, for a >= 0 and b >= 1; (a + b - 1) / b would overflow for large a.
+int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
 std::vector<int64_t> attr_or(const InferContext& ctx, const char* name, size_t n, int64_t fill) {
   std::vector<int64_t> v = ctx.attr_ints(name);
@@ -37,17 +38,19 @@ Window window(const InferContext& ctx, std::vector<int64_t> kernel) {
   w.auto_pad = ctx.attr_string("auto_pad", "NOTSET");
   w.ceil_mode = ctx.attr_int("ceil_mode", 0) != 0;
   for (size_t i = 0; i < k; ++i) {
-    if (w.strides[i] < 1) ctx.fail("strides must be >= 1");
-    if (w.dilations[i] < 1) ctx.fail("dilations must be >= 1");
-    if (w.kernel[i] < 1) ctx.fail("kernel sizes must be >= 1");
+    const std::string axis = " on spatial axis " + std::to_string(i) + " is ";
+    if (w.strides[i] < 1) ctx.fail("the stride" + axis + std::to_string(w.strides[i]) + "; strides must be >= 1");
+    if (w.dilations[i] < 1) ctx.fail("the dilation" + axis + std::to_string(w.dilations[i]) + "; dilations must be >= 1");
+    if (w.kernel[i] < 1) ctx.fail("the kernel size" + axis + std::to_string(w.kernel[i]) + "; kernel sizes must be >= 1");
   }
   return w;
 }
 
 Dim window_out(const InferContext& ctx, const Window& w, size_t i, const Dim& in) {
-  const int64_t ek = (w.kernel[i] - 1) * w.dilations[i] + 1;
+  const int64_t ek = ctx.add(ctx.mul(w.kernel[i] - 1, w.dilations[i], "the dilated kernel size"), 1,
+                             "the dilated kernel size");
   const int64_t s = w.strides[i];
-  const int64_t padded = w.pads[i] + w.pads[i + w.kernel.size()];
+  const int64_t padded = ctx.add(w.pads[i], w.pads[i + w.kernel.size()], "the padding");
   if (w.auto_pad == "SAME_UPPER" || w.auto_pad == "SAME_LOWER") {
     if (s == 1) return in;
     return in.is_known() ? Dim(ceil_div(in.value(), s)) : Dim();
@@ -56,12 +59,14 @@ Dim window_out(const InferContext& ctx, const Window& w, size_t i, const Dim& in
   if (!valid && w.auto_pad != "NOTSET") ctx.fail("unknown auto_pad '" + w.auto_pad + "'");
   const int64_t total_pad = valid ? 0 : padded;
   if (!in.is_known()) return (s == 1 && total_pad == ek - 1) ? in : Dim();
-  const int64_t span = in.value() + total_pad - ek;
-  if (span < 0) ctx.fail("the window (" + std::to_string(ek) + ") is larger than the padded input (" +
-                         std::to_string(in.value() + total_pad) + ") on spatial axis " + std::to_string(i));
-  int64_t out = (w.ceil_mode ? ceil_div(span, s) : floor_div(span, s)) + 1;
+  const int64_t padded_in = ctx.add(in.value(), total_pad, "the padded input size");
+  if (padded_in < ek) ctx.fail("the window (" + std::to_string(ek) + ") is larger than the padded input (" +
+                               std::to_string(padded_in) + ") on spatial axis " + std::to_string(i));
+  const int64_t span = padded_in - ek;
+  int64_t out = (w.ceil_mode ? ceil_div(span, s) : span / s) + 1;
   // With ceil_mode, a last window that would start in the end padding is dropped.
-  if (w.ceil_mode && (out - 1) * s >= in.value() + w.pads[i]) --out;
+  if (w.ceil_mode && ctx.mul(out - 1, s, "the last window's start") >= ctx.add(in.value(), w.pads[i], "the padded input size"))
+    --out;
   return Dim(out);
 }
 
@@ -77,23 +82,29 @@ void conv(InferContext& ctx) {
   }
   if (x.rank() < 3) ctx.fail("input must have rank >= 3 (N, C, spatial...), got " + x.to_string());
   const size_t k = x.rank() - 2;
-  std::vector<int64_t> kernel = ctx.attr_ints("kernel_shape");
-  if (kernel.empty() && w.has_rank() && w.rank() == x.rank()) {
-    for (size_t i = 0; i < k; ++i) kernel.push_back(w[i + 2].is_known() ? w[i + 2].value() : -1);
-  }
-  std::vector<Dim> out{x[0], w.has_rank() && w.rank() >= 1 ? w[0] : Dim()};
-  const int64_t group = ctx.attr_int("group", 1);
   if (w.has_rank() && w.rank() != x.rank()) ctx.fail("weight rank " + std::to_string(w.rank()) + " differs from input rank " + std::to_string(x.rank()));
-  if (w.has_rank() && x[1].is_known() && w[1].is_known() && x[1].value() != w[1].value() * group)
-    ctx.fail("input has " + x[1].to_string() + " channels, weight expects " + std::to_string(w[1].value() * group) +
-             " (" + w[1].to_string() + " per group x " + std::to_string(group) + " groups)");
-  const bool kernel_known = kernel.size() == k && std::all_of(kernel.begin(), kernel.end(), [](int64_t v) { return v > 0; });
-  if (!kernel_known) {
-    for (size_t i = 0; i < k; ++i) out.push_back(Dim());
-  } else {
-    Window win = window(ctx, kernel);
-    for (size_t i = 0; i < k; ++i) out.push_back(window_out(ctx, win, i, x[i + 2]));
+  // The kernel comes from kernel_shape or else the weight's spatial dims; an axis whose size
+  // neither gives has an unknown output size, but strides, pads and the rest are still checked.
+  std::vector<int64_t> kernel = ctx.attr_ints("kernel_shape");
+  std::vector<bool> known(k, true);
+  if (!kernel.empty() && kernel.size() != k)
+    ctx.fail("kernel_shape has " + std::to_string(kernel.size()) + " entries for " + std::to_string(k) + " spatial axes");
+  if (kernel.empty()) {
+    for (size_t i = 0; i < k; ++i) {
+      known[i] = w.has_rank() && w[i + 2].is_known();
+      kernel.push_back(known[i] ? w[i + 2].value() : 1);
+    }
   }
+  std::vector<Dim> out{x[0], w.has_rank() ? w[0] : Dim()};
+  const int64_t group = ctx.attr_int("group", 1);
+  if (group < 1) ctx.fail("group is " + std::to_string(group) + "; it must be >= 1");
+  // Compared by division: the product of two of the model's numbers may overflow.
+  if (w.has_rank() && x[1].is_known() && w[1].is_known() &&
+      (x[1].value() % group != 0 || x[1].value() / group != w[1].value()))
+    ctx.fail("input has " + x[1].to_string() + " channels, weight expects " + w[1].to_string() + " per group x " +
+             std::to_string(group) + " groups");
+  Window win = window(ctx, kernel);
+  for (size_t i = 0; i < k; ++i) out.push_back(known[i] ? window_out(ctx, win, i, x[i + 2]) : Dim());
   ctx.set_output(0, dt, Shape(std::move(out)));
 }
 
@@ -114,12 +125,16 @@ void conv_transpose(InferContext& ctx) {
   Dim channels = w.has_rank() && w.rank() >= 2 ? w[1] * Dim(group) : Dim();
   std::vector<Dim> out{x[0], channels};
   std::vector<int64_t> kernel = ctx.attr_ints("kernel_shape");
+  if (!kernel.empty() && kernel.size() != k)
+    ctx.fail("kernel_shape has " + std::to_string(kernel.size()) + " entries for " + std::to_string(k) + " spatial axes");
+  for (int64_t v : kernel)
+    if (v < 1) ctx.fail("kernel sizes must be >= 1, kernel_shape has " + std::to_string(v));
   if (kernel.empty() && w.has_rank() && w.rank() == x.rank())
     for (size_t i = 0; i < k; ++i) kernel.push_back(w[i + 2].is_known() ? w[i + 2].value() : -1);
   const std::vector<int64_t> output_shape = ctx.attr_ints("output_shape");
   if (!output_shape.empty()) {
     if (output_shape.size() != k) ctx.fail("output_shape has " + std::to_string(output_shape.size()) + " entries, expected " + std::to_string(k));
-    for (int64_t v : output_shape) out.push_back(Dim(v));
+    for (int64_t v : output_shape) out.push_back(ctx.dim(v, "an entry of output_shape"));
     ctx.set_output(0, ctx.input_dtype(0), Shape(std::move(out)));
     return;
   }
@@ -128,6 +143,11 @@ void conv_transpose(InferContext& ctx) {
   const auto pads = attr_or(ctx, "pads", 2 * k, 0);
   const auto out_pad = attr_or(ctx, "output_padding", k, 0);
   const std::string auto_pad = ctx.attr_string("auto_pad", "NOTSET");
+  for (size_t i = 0; i < k; ++i) {
+    const std::string axis = " on spatial axis " + std::to_string(i) + " is ";
+    if (strides[i] < 1) ctx.fail("the stride" + axis + std::to_string(strides[i]) + "; strides must be >= 1");
+    if (dilations[i] < 1) ctx.fail("the dilation" + axis + std::to_string(dilations[i]) + "; dilations must be >= 1");
+  }
   for (size_t i = 0; i < k; ++i) {
     const Dim& in = x[i + 2];
     if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
@@ -138,14 +158,18 @@ void conv_transpose(InferContext& ctx) {
       out.push_back(Dim());
       continue;
     }
-    // stride * (in - 1) + out_pad + (kernel - 1) * dilation + 1 - pads = stride * in + rest.
-    const int64_t total_pad = auto_pad == "VALID" ? 0 : pads[i] + pads[i + k];
-    const int64_t rest = out_pad[i] + (kernel[i] - 1) * dilations[i] + 1 - total_pad - strides[i];
+    // stride * (in - 1) + out_pad + (kernel - 1) * dilation + 1 - pads = stride * in + rest,
+    // in checked arithmetic: attributes can hold anything.
+    const int64_t total_pad = auto_pad == "VALID" ? 0 : ctx.add(pads[i], pads[i + k], "the padding");
+    if (total_pad == std::numeric_limits<int64_t>::min()) ctx.fail("the padding overflows int64");
+    int64_t rest = ctx.add(out_pad[i], ctx.mul(kernel[i] - 1, dilations[i], "the dilated kernel size"), "the output size");
+    rest = ctx.add(ctx.add(rest, 1, "the output size"), -total_pad, "the output size");
+    rest = ctx.add(rest, -strides[i], "the output size");
     if (!in.is_known()) {
       out.push_back(rest == 0 ? in * Dim(strides[i]) : Dim());  // a symbolic size stays a monomial
       continue;
     }
-    const int64_t v = strides[i] * in.value() + rest;
+    const int64_t v = ctx.add(ctx.mul(strides[i], in.value(), "the output size"), rest, "the output size");
     if (v < 0) ctx.fail("output size on spatial axis " + std::to_string(i) + " would be negative");
     out.push_back(Dim(v));
   }
@@ -193,7 +217,7 @@ void batch_norm(InferContext& ctx) {
 void layer_norm(InferContext& ctx) {
   ctx.set_output(0, ctx.input_type(0));
   const Shape& x = ctx.input_shape(0);
-  const auto stash = static_cast<DType>(ctx.attr_int("stash_type", 1));
+  const DType stash = ctx.attr_dtype("stash_type", DType::kFloat32);
   if (!x.has_rank()) {
     ctx.set_output(1, stash, Shape());
     ctx.set_output(2, stash, Shape());
@@ -259,9 +283,11 @@ void resize(InferContext& ctx) {
       ctx.set_output(0, dt, rank_only);
       return;
     }
+    for (const SymInt& e : *sizes)
+      if (e.negative < 0) ctx.fail("sizes has negative entry " + std::to_string(e.negative));
     const std::string policy = ctx.attr_string("keep_aspect_ratio_policy", "stretch");
     if (policy == "stretch") {
-      for (size_t i = 0; i < axes.size(); ++i) out[axes[i]] = (*sizes)[i].negative < 0 ? Dim() : (*sizes)[i].dim;
+      for (size_t i = 0; i < axes.size(); ++i) out[axes[i]] = (*sizes)[i].dim;
     } else if (policy != "not_larger" && policy != "not_smaller") {
       ctx.fail("keep_aspect_ratio_policy is '" + policy + "', expected stretch, not_larger or not_smaller");
     } else if (!keep_aspect_ratio(axes, *sizes, policy == "not_larger", out)) {
@@ -275,12 +301,20 @@ void resize(InferContext& ctx) {
   for (size_t i = 0; i < axes.size(); ++i) {
     const size_t a = axes[i];
     const float s = (*scales)[i];
-    if (!(s > 0)) ctx.fail("scale " + std::to_string(s) + " on axis " + std::to_string(a) + " is not positive");
+    if (!(s > 0.0f) || !std::isfinite(s))
+      ctx.fail("scale " + float_text(s) + " on axis " + std::to_string(a) + " is not a positive finite number");
     if (s == 1.0f) continue;
     // The spec's output size is floor(input * scale); an integer scale keeps a symbolic dim.
-    if (x[a].is_known()) out[a] = Dim(static_cast<int64_t>(std::floor(static_cast<double>(x[a].value()) * s)));
-    else if (s == std::floor(s)) out[a] = x[a] * Dim(static_cast<int64_t>(s));
-    else out[a] = Dim();
+    if (!x[a].is_known()) {
+      out[a] = s == std::floor(s) && s < 9223372036854775808.0f ? x[a] * Dim(static_cast<int64_t>(s)) : Dim();
+      continue;
+    }
+    const double size = std::floor(static_cast<double>(x[a].value()) * s);
+    // 2^63 is the first double past int64; converting anything at or above it is undefined.
+    if (size >= 9223372036854775808.0)
+      ctx.fail("scale " + float_text(s) + " makes axis " + std::to_string(a) + " of size " + x[a].to_string() +
+               " larger than int64");
+    out[a] = Dim(static_cast<int64_t>(size));
   }
   ctx.set_output(0, dt, Shape(std::move(out)));
 }
@@ -297,13 +331,14 @@ void depth_to_space(InferContext& ctx) {
   const bool to_space = ctx.node().op_type() == "DepthToSpace";
   std::vector<Dim> out{x[0]};
   if (to_space) {
-    auto c = x[1].divide(Dim(b * b));
-    if (x[1].is_known() && !c) ctx.fail("channels " + x[1].to_string() + " are not divisible by blocksize^2 = " + std::to_string(b * b));
+    const int64_t b2 = ctx.mul(b, b, "blocksize^2");
+    auto c = x[1].divide(Dim(b2));
+    if (x[1].is_known() && !c) ctx.fail("channels " + x[1].to_string() + " are not divisible by blocksize^2 = " + std::to_string(b2));
     out.push_back(c ? *c : Dim());
     out.push_back(x[2] * Dim(b));
     out.push_back(x[3] * Dim(b));
   } else {
-    out.push_back(x[1] * Dim(b * b));
+    out.push_back(x[1] * Dim(ctx.mul(b, b, "blocksize^2")));
     for (size_t i : {2, 3}) {
       auto d = x[i].divide(Dim(b));
       if (x[i].is_known() && !d) ctx.fail("spatial dim " + x[i].to_string() + " is not divisible by blocksize " + std::to_string(b));
@@ -382,16 +417,12 @@ void attention(InferContext& ctx) {
 }
 
 void quantize(InferContext& ctx) {
-  DType dt = DType::kUInt8;
-  const int64_t out_dtype = ctx.attr_int("output_dtype", 0);
-  if (out_dtype != 0) dt = static_cast<DType>(out_dtype);
-  else if (ctx.has_input(2)) dt = ctx.input_dtype(2);
+  const DType dt = ctx.attr_dtype("output_dtype", ctx.has_input(2) ? ctx.input_dtype(2) : DType::kUInt8);
   ctx.set_output(0, dt, ctx.input_shape(0));
 }
 
 void dequantize(InferContext& ctx) {
-  const int64_t out_dtype = ctx.attr_int("output_dtype", 0);
-  ctx.set_output(0, out_dtype != 0 ? static_cast<DType>(out_dtype) : ctx.input_dtype(1), ctx.input_shape(0));
+  ctx.set_output(0, ctx.attr_dtype("output_dtype", ctx.input_dtype(1)), ctx.input_shape(0));
 }
 
 void dynamic_quantize(InferContext& ctx) {

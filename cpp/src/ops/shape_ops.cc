@@ -1,6 +1,7 @@
 // Shape inference for ops that move data or compute shapes: Shape, Reshape, Transpose,
 // Concat, Split, Slice, Gather, Squeeze, Unsqueeze, Expand, Tile, Pad, TopK, ...
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "ops/infer_context.h"
@@ -28,7 +29,7 @@ Dim sum(const std::vector<Dim>& dims) {
   if (total != 0) return Dim();
   int64_t coeff = 0;
   for (const Dim& d : dims)
-    if (d.is_symbolic()) coeff += d.coefficient();
+    if (d.is_symbolic() && __builtin_add_overflow(coeff, d.coefficient(), &coeff)) return Dim();
   auto unit = symbolic->divide(Dim(symbolic->coefficient()));
   return unit ? Dim(coeff) * *unit : Dim();
 }
@@ -71,8 +72,7 @@ void reshape(InferContext& ctx) {
   auto target = ctx.input_values(1);
   if (!target) {
     const Shape& ts = ctx.input_shape(1);
-    if (ts.has_rank() && ts.rank() == 1 && ts[0].is_known()) ctx.set_output(0, dt, Shape(std::vector<Dim>(static_cast<size_t>(ts[0].value()))));
-    else ctx.set_output(0, dt, Shape());
+    ctx.set_output(0, dt, ts.has_rank() && ts.rank() == 1 ? shape_of_rank(ts[0]) : Shape());
     return;
   }
   std::vector<Dim> out;
@@ -254,6 +254,7 @@ void split(InferContext& ctx) {
   const Shape& x = ctx.input_shape(0);
   const DType dt = ctx.input_dtype(0);
   const size_t n = ctx.num_outputs();
+  if (n == 0) ctx.fail("has no outputs; Split needs at least one");
   if (!x.has_rank()) {
     for (size_t i = 0; i < n; ++i) ctx.set_output(i, dt, Shape());
     return;
@@ -267,9 +268,8 @@ void split(InferContext& ctx) {
     if (sizes->size() != n) ctx.fail("split has " + std::to_string(sizes->size()) + " sizes for " + std::to_string(n) + " outputs");
     int64_t total = 0;
     for (size_t i = 0; i < n; ++i) {
-      if ((*sizes)[i] < 0) ctx.fail("split size " + std::to_string((*sizes)[i]) + " is negative");
-      parts[i] = Dim((*sizes)[i]);
-      total += (*sizes)[i];
+      parts[i] = ctx.dim((*sizes)[i], "split size " + std::to_string(i));
+      total = ctx.add(total, (*sizes)[i], "the sum of the split sizes");
     }
     if (x[a].is_known() && x[a].value() != total)
       ctx.fail("split sizes add up to " + std::to_string(total) + ", the axis has " + x[a].to_string());
@@ -277,10 +277,15 @@ void split(InferContext& ctx) {
     // Equal parts; with num_outputs (opset 18) the last part may be smaller.
     const int64_t len = x[a].value();
     const auto count = static_cast<int64_t>(n);
-    const int64_t chunk = ctx.has_attr("num_outputs") ? (len + count - 1) / count : len / count;
+    // Rounded up without (len + count - 1), which overflows for a dim near 2^63.
+    const int64_t chunk = ctx.has_attr("num_outputs") ? len / count + (len % count != 0 ? 1 : 0) : len / count;
     if (!ctx.has_attr("num_outputs") && len % count != 0)
       ctx.fail("axis of size " + std::to_string(len) + " cannot be split into " + std::to_string(n) + " equal parts");
-    for (size_t i = 0; i < n; ++i) parts[i] = Dim(std::max<int64_t>(0, std::min(chunk, len - chunk * static_cast<int64_t>(i))));
+    int64_t at = 0;  // where part i starts; it never passes len, so it cannot overflow
+    for (size_t i = 0; i < n; ++i) {
+      parts[i] = Dim(std::min(chunk, len - at));
+      at += std::min(chunk, len - at);
+    }
   } else if (auto q = x[a].divide(Dim(static_cast<int64_t>(n))); q && !ctx.has_attr("num_outputs")) {
     for (size_t i = 0; i < n; ++i) parts[i] = *q;
   }
@@ -291,18 +296,28 @@ void split(InferContext& ctx) {
   }
 }
 
-// Number of elements Slice takes from a dim of size `len`, following ONNX's clamping rules.
-int64_t slice_length(int64_t len, int64_t start, int64_t end, int64_t step) {
+// Where Slice starts on a dim of size `len` and how many elements it takes, following ONNX's
+// clamping rules. Precondition: step != 0. Steps are the model's numbers, so the arithmetic
+// avoids (end - start + step - 1) and -step, which overflow for steps near the int64 limits.
+struct SliceRange {
+  int64_t first = 0;
+  int64_t count = 0;
+};
+
+SliceRange slice_range(int64_t len, int64_t start, int64_t end, int64_t step) {
   if (start < 0) start += len;
   if (end < 0) end += len;
   if (step > 0) {
     start = std::clamp<int64_t>(start, 0, len);
     end = std::clamp<int64_t>(end, 0, len);
-    return end > start ? (end - start + step - 1) / step : 0;
+    return {start, end > start ? (end - start - 1) / step + 1 : 0};
   }
+  if (len == 0) return {};  // nothing to clamp to: [0, len - 1] is empty
   start = std::clamp<int64_t>(start, 0, len - 1);
   end = std::clamp<int64_t>(end, -1, len - 1);
-  return start > end ? (start - end + (-step) - 1) / (-step) : 0;
+  if (start <= end) return {start, 0};
+  const uint64_t magnitude = uint64_t{0} - static_cast<uint64_t>(step);
+  return {start, static_cast<int64_t>((static_cast<uint64_t>(start - end) - 1) / magnitude + 1)};
 }
 
 // True when Slice takes every entry of a dim whatever its size (below 2^31): x[:] forward,
@@ -352,23 +367,26 @@ void slice(InferContext& ctx) {
   if (ends->size() != starts->size() || axes->size() != starts->size() || steps->size() != starts->size())
     ctx.fail("starts, ends, axes and steps have different lengths");
   std::vector<Dim> out = x.dims();
+  std::vector<bool> sliced(x.rank(), false);
   for (size_t i = 0; i < starts->size(); ++i) {
     const size_t a = ctx.axis((*axes)[i], x.rank());
+    if (sliced[a]) ctx.fail("axes repeat axis " + std::to_string(a));
+    sliced[a] = true;
     const int64_t s = (*starts)[i], e = (*ends)[i], st = (*steps)[i];
     if (st == 0) ctx.fail("a step is 0");
-    if (x[a].is_known()) out[a] = Dim(slice_length(x[a].value(), s, e, st));
+    if (x[a].is_known()) out[a] = Dim(slice_range(x[a].value(), s, e, st).count);
     else if (!covers_whole_dim(s, e, st)) out[a] = Dim();  // a whole symbolic dim stays itself
   }
   ctx.set_output(0, dt, Shape(out));
-  // Slicing a tracked 1-D value.
-  if (x.rank() == 1 && out[0].is_known())
+  // Slicing a tracked 1-D value. The entries are sliced by their own count, and tracked only
+  // when that agrees with the shape: a model can declare a shape its constant does not have.
+  if (x.rank() == 1 && starts->size() == 1 && out[0].is_known())
     if (auto v = ctx.input_values(0)) {
-      const auto len = static_cast<int64_t>(v->size());
-      int64_t s = (*starts)[0], st = (*steps)[0];
-      if (s < 0) s += len;
-      s = st > 0 ? std::clamp<int64_t>(s, 0, len) : std::clamp<int64_t>(s, 0, len - 1);
+      const int64_t st = (*steps)[0];
+      const SliceRange r = slice_range(static_cast<int64_t>(v->size()), (*starts)[0], (*ends)[0], st);
+      if (r.count != out[0].value()) return;
       std::vector<SymInt> picked;
-      for (int64_t k = 0, at = s; k < out[0].value(); ++k, at += st) picked.push_back((*v)[static_cast<size_t>(at)]);
+      for (int64_t k = 0; k < r.count; ++k) picked.push_back((*v)[static_cast<size_t>(r.first + k * st)]);
       ctx.set_output_values(0, std::move(picked));
     }
 }
@@ -412,7 +430,11 @@ void gather_nd(InferContext& ctx) {
     return;
   }
   const int64_t last = idx[idx.rank() - 1].value();
-  if (batch + last > static_cast<int64_t>(data.rank())) ctx.fail("indices address more dims than data has");
+  const auto rank = static_cast<int64_t>(data.rank());
+  if (batch < 0 || batch >= std::min<int64_t>(rank, static_cast<int64_t>(idx.rank())))
+    ctx.fail("batch_dims is " + std::to_string(batch) + "; it must be >= 0 and below both ranks (" +
+             std::to_string(rank) + " and " + std::to_string(idx.rank()) + ")");
+  if (last > rank - batch) ctx.fail("indices address more dims than data has");
   std::vector<Dim> out(idx.dims().begin(), idx.dims().end() - 1);
   out.insert(out.end(), data.dims().begin() + batch + last, data.dims().end());
   ctx.set_output(0, ctx.input_dtype(0), Shape(std::move(out)));
@@ -426,8 +448,7 @@ void expand(InferContext& ctx) {
   if (!target) {
     const Shape& ts = ctx.input_shape(1);
     const Shape& x = ctx.input_shape(0);
-    if (ts.has_rank() && ts.rank() == 1 && ts[0].is_known() && x.has_rank())
-      ctx.set_output(0, dt, Shape(std::vector<Dim>(std::max<size_t>(x.rank(), static_cast<size_t>(ts[0].value())))));
+    if (ts.has_rank() && ts.rank() == 1 && x.has_rank()) ctx.set_output(0, dt, shape_of_rank(ts[0], x.rank()));
     else ctx.set_output(0, dt, Shape());
     return;
   }
@@ -446,7 +467,10 @@ void tile(InferContext& ctx) {
   std::vector<Dim> out(x.rank());
   if (reps) {
     if (reps->size() != x.rank()) ctx.fail("repeats has " + std::to_string(reps->size()) + " entries for rank " + std::to_string(x.rank()));
-    for (size_t i = 0; i < x.rank(); ++i) out[i] = (*reps)[i].negative < 0 ? Dim() : x[i] * (*reps)[i].dim;
+    for (size_t i = 0; i < x.rank(); ++i) {
+      if ((*reps)[i].negative < 0) ctx.fail("repeats has negative entry " + std::to_string((*reps)[i].negative));
+      out[i] = x[i] * (*reps)[i].dim;
+    }
   }
   ctx.set_output(0, ctx.input_dtype(0), Shape(std::move(out)));
 }
@@ -478,11 +502,12 @@ void pad(InferContext& ctx) {
   if (pads->size() != 2 * axes.size()) ctx.fail("pads has " + std::to_string(pads->size()) + " entries for " + std::to_string(axes.size()) + " axes");
   for (size_t i = 0; i < axes.size(); ++i) {
     const size_t a = ctx.axis(axes[i], rank);
-    const int64_t add = (*pads)[i] + (*pads)[i + axes.size()];
+    const int64_t add = ctx.add((*pads)[i], (*pads)[i + axes.size()], "the padding of axis " + std::to_string(a));
     if (add == 0) continue;
     if (x[a].is_known()) {
-      if (x[a].value() + add < 0) ctx.fail("padding makes axis " + std::to_string(a) + " negative");
-      out[a] = Dim(x[a].value() + add);
+      const int64_t size = ctx.add(x[a].value(), add, "the padded size of axis " + std::to_string(a));
+      if (size < 0) ctx.fail("padding makes axis " + std::to_string(a) + " negative");
+      out[a] = Dim(size);
     } else {
       out[a] = Dim();
     }
@@ -500,12 +525,9 @@ void topk(InferContext& ctx) {
   const size_t a = ctx.axis(ctx.attr_int("axis", -1), x.rank());
   Dim k;
   if (ctx.has_attr("k")) {
-    const int64_t kv = ctx.attr_int("k", 0);
-    if (kv < 0) ctx.fail("k is " + std::to_string(kv) + ", expected >= 0");
-    k = Dim(kv);
-  }
-  else if (auto v = ctx.input_values(1); v && v->size() == 1) {
-    if (v->front().negative < 0) ctx.fail("k is " + std::to_string(v->front().negative) + ", expected >= 0");
+    k = ctx.dim(ctx.attr_int("k", 0), "attribute 'k'");
+  } else if (auto v = ctx.input_values(1); v && v->size() == 1) {
+    if (v->front().negative < 0) ctx.fail("k is " + std::to_string(v->front().negative) + "; it must be >= 0");
     k = v->front().dim;
   }
   if (k.is_known() && x[a].is_known() && k.value() > x[a].value())
@@ -532,14 +554,16 @@ void one_hot(InferContext& ctx) {
   const size_t a = ctx.axis(ctx.attr_int("axis", -1), rank);
   Dim depth;
   if (const ir::Tensor* t = ctx.input_constant(1); t != nullptr && t->num_elements() == 1) {
-    double d = 0;
-    switch (t->dtype()) {
-      case DType::kInt64: d = static_cast<double>(t->data<int64_t>()[0]); break;
-      case DType::kInt32: d = t->data<int32_t>()[0]; break;
-      case DType::kFloat32: d = t->data<float>()[0]; break;
-      default: d = -1;
+    std::optional<int64_t> d;
+    if (auto ints = ctx.input_ints(1)) {
+      d = ints->front();
+    } else if (t->dtype() == DType::kFloat32) {
+      // A float depth is cast to int64 (ONNX); NaN, infinities and 2^63 and up have no int64.
+      const float f = t->data<float>()[0];
+      if (!(std::fabs(f) < 9223372036854775808.0f)) ctx.fail("depth " + float_text(f) + " is not an int64 number");
+      d = static_cast<int64_t>(f);
     }
-    if (d >= 0) depth = Dim(static_cast<int64_t>(d));
+    if (d) depth = ctx.dim(*d, "depth");
   }
   std::vector<Dim> out = idx.dims();
   out.insert(out.begin() + static_cast<std::ptrdiff_t>(a), depth);
