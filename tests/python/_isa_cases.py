@@ -1,4 +1,4 @@
-"""Conv, Gemm and MatMul cases with awkward sizes, checked against onnxruntime. Run as a
+"""Conv, Gemm, MatMul and pooling cases with awkward sizes, checked against onnxruntime. Run as a
 script (under a given TETHER_ISA) it prints one JSON line: the worst relative error per case
 and the kernel tether chose."""
 
@@ -69,8 +69,36 @@ def matmul_model(a_shape, b_shape, const_b, rng):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)], ir_version=10).SerializeToString(), feeds
 
 
+POOL_CASES = [
+    # (op, spatial, kernel, strides, pads, ceil_mode, count_include_pad, auto_pad)
+    ("MaxPool", (13, 11), (3, 3), (2, 2), (1, 1, 1, 1), 0, 0, "NOTSET"),
+    ("MaxPool", (112, 112), (3, 3), (2, 2), (1, 1, 1, 1), 0, 0, "NOTSET"),
+    ("MaxPool", (13, 13), (2, 3), (2, 1), (0, 0, 0, 0), 1, 0, "NOTSET"),
+    ("MaxPool", (7, 9), (3, 3), (2, 2), None, 0, 0, "SAME_UPPER"),
+    ("AveragePool", (13, 11), (3, 3), (2, 2), (1, 1, 1, 1), 0, 0, "NOTSET"),
+    ("AveragePool", (13, 11), (3, 3), (2, 2), (1, 0, 2, 1), 0, 1, "NOTSET"),
+    ("AveragePool", (9, 9), (4, 4), (3, 3), (0, 0, 0, 0), 1, 1, "NOTSET"),
+    ("AveragePool", (7, 8), (3, 2), (1, 1), None, 0, 0, "SAME_LOWER"),
+]
+
+
+def pool_model(op, spatial, kernel, strides, pads, ceil_mode, include_pad, auto_pad, rng):
+    attrs = {"kernel_shape": list(kernel), "strides": list(strides), "ceil_mode": ceil_mode, "auto_pad": auto_pad}
+    if pads is not None:
+        attrs["pads"] = list(pads)
+    if op == "AveragePool":
+        attrs["count_include_pad"] = include_pad
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"], **attrs)], "pool",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, *spatial])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    x = rng.standard_normal((2, 3, *spatial)).astype(np.float32)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)], ir_version=10).SerializeToString(), {"x": x}
+
+
 def cases():
     rng = np.random.default_rng(0)
+    for i, c in enumerate(POOL_CASES):
+        yield f"pool{i}_{c[0]}", *pool_model(*c, rng)
     for i, c in enumerate(CONV_CASES):
         yield f"conv{i}", *conv_model(*c, rng)
     for m, k, n in itertools.product(GEMM_SIZES, repeat=3):

@@ -11,6 +11,40 @@ namespace {
 
 enum class PoolKind { kMax, kAverage, kLp };
 
+// One plane of a 2-D max or average pool without dilation: each window is a clamped
+// rectangle, so no per-tap bounds checks. `padded_*` bound the window for
+// count_include_pad (the input plus explicit padding).
+TETHER_MULTIVERSION
+void pool2d_plane(bool is_max, bool include_pad, const float* x, int64_t ih, int64_t iw, float* y, int64_t oh,
+                  int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t pe_h,
+                  int64_t pe_w) {
+  for (int64_t r = 0; r < oh; ++r) {
+    const int64_t h0 = r * sh - ph, h1 = h0 + kh;
+    const int64_t a0 = std::max<int64_t>(h0, 0), a1 = std::min(h1, ih);
+    const int64_t count_h = include_pad ? std::min(h1, ih + pe_h) - std::max(h0, -ph) : a1 - a0;
+    for (int64_t c = 0; c < ow; ++c) {
+      const int64_t w0 = c * sw - pw, w1 = w0 + kw;
+      const int64_t b0 = std::max<int64_t>(w0, 0), b1 = std::min(w1, iw);
+      float acc = is_max ? -INFINITY : 0.0f;
+      for (int64_t i = a0; i < a1; ++i) {
+        const float* row = x + i * iw;
+        if (is_max) {
+          for (int64_t j = b0; j < b1; ++j) acc = row[j] > acc ? row[j] : acc;
+        } else {
+          for (int64_t j = b0; j < b1; ++j) acc += row[j];
+        }
+      }
+      if (is_max) {
+        y[r * ow + c] = acc;
+      } else {
+        const int64_t count_w = include_pad ? std::min(w1, iw + pe_w) - std::max(w0, -pw) : b1 - b0;
+        const int64_t count = count_h * count_w;
+        y[r * ow + c] = count > 0 ? acc / static_cast<float>(count) : 0.0f;
+      }
+    }
+  }
+}
+
 class PoolKernel final : public Kernel {
  public:
   PoolKernel(const KernelInit& init, PoolKind kind) : kind_(kind), node_(init.node) {}
@@ -50,6 +84,16 @@ class PoolKernel final : public Kernel {
     }
     const int64_t planes = x.dims[0] * x.dims[1];
     int64_t* indices = out.size() > 1 && out[1].data != nullptr ? out[1].as<int64_t>() : nullptr;
+    const bool fast = k == 2 && dil[0] == 1 && dil[1] == 1 && indices == nullptr && kind_ != PoolKind::kLp;
+    if (fast) {
+      parallel(ctx, planes, 1, [&](int64_t p0, int64_t p1) {
+        for (int64_t p = p0; p < p1; ++p)
+          pool2d_plane(kind_ == PoolKind::kMax, include_pad, x.as<float>() + p * in_size, x.dims[2], x.dims[3],
+                       y.as<float>() + p * out_size, y.dims[2], y.dims[3], kernel[0], kernel[1], strides[0], strides[1],
+                       pb[0], pb[1], pe[0], pe[1]);
+      });
+      return;
+    }
     parallel(ctx, planes, 1, [&](int64_t p0, int64_t p1) {
       std::vector<int64_t> opos(k), kpos(k);
       for (int64_t plane = p0; plane < p1; ++plane) {
