@@ -84,3 +84,35 @@ def test_demo_exports_and_inspects_a_network(tmp_path):
     assert f"parameters  {params:,}" in r.stdout
     assert "input       image: float32[batch, 1, 8, 8]" in r.stdout
     assert "logits: float32[batch, 10]" in r.stdout
+
+
+def test_cli_run_prints_outputs_and_latency_and_saves_what_onnxruntime_computes(exported, tmp_path):
+    import numpy as np
+    from _onnx_oracle import run_ort
+
+    feeds = exported.inputs(3, seed=7)
+    np.savez(tmp_path / "in.npz", **feeds)
+    out_file = tmp_path / "out.npz"
+    r = subprocess.run([sys.executable, "-m", "tether.cli", "run", str(exported.path), "--inputs", str(tmp_path / "in.npz"),
+                        "--threads", "1", "--repeat", "3", "--save", str(out_file)], capture_output=True, text=True, check=True)
+    expected = run_ort(exported.path, feeds)[0]
+    assert f"{list(expected.shape)}" in r.stdout
+    assert "latency: median" in r.stdout and "over 3 runs (1 threads, cpu)" in r.stdout
+    with np.load(out_file) as saved:
+        (got,) = [saved[k] for k in saved.files]
+    assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max()
+
+
+def test_cli_run_makes_random_inputs_with_given_dims(exported_models):
+    r = subprocess.run([sys.executable, "-m", "tether.cli", "run", str(exported_models["mlp"].path), "--dim", "batch=5",
+                        "--repeat", "0"], capture_output=True, text=True, check=True)
+    assert ": float32[5, 10]" in r.stdout and "latency" not in r.stdout
+
+
+def test_cli_run_reports_a_bad_input_file(exported_models, tmp_path):
+    import numpy as np
+
+    np.savez(tmp_path / "bad.npz", wrong=np.zeros((1, 64), np.float32))
+    r = subprocess.run([sys.executable, "-m", "tether.cli", "run", str(exported_models["mlp"].path), "--inputs",
+                        str(tmp_path / "bad.npz")], capture_output=True, text=True)
+    assert r.returncode == 2 and "unknown input 'wrong'" in r.stderr
