@@ -89,7 +89,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"latency: median {statistics.median(times) * 1e3:.3f} ms over {len(times)} runs "
               f"({sess.threads} threads, {sess.device})")
     if args.save:
-        np.savez(args.save, **outputs)
+        np.savez(args.save, **outputs)  # type: ignore[arg-type]  # numpy stubs mis-type savez keywords
         print(f"outputs saved to {args.save}")
     return 0
 
