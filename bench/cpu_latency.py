@@ -49,8 +49,16 @@ def export(name: str) -> Path:
     example = torch.zeros(shape, dtype=getattr(torch, dtype))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(net, (example,), str(path), input_names=["input"], dynamo=True,
-                          dynamic_shapes=({0: torch.export.Dim("batch")},), external_data=True, verbose=False)
+        torch.onnx.export(
+            net,
+            (example,),
+            str(path),
+            input_names=["input"],
+            dynamo=True,
+            dynamic_shapes=({0: torch.export.Dim("batch")},),
+            external_data=True,
+            verbose=False,
+        )
     return path
 
 
@@ -127,16 +135,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", default="1,8")
     p.add_argument("--min-time", type=float, default=2.0, help="seconds of timed runs per row and runtime")
     p.add_argument("--markdown", help="also write the table as markdown to this file")
-    p.add_argument("--cpu-time", action="store_true",
-                   help="time single-thread rows by process CPU time (steadier on a busy machine)")
+    p.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time single-thread rows by process CPU time (steadier on a busy machine)",
+    )
     args = p.parse_args(argv)
     info = tt.cpu_info()
-    machine = (f"{info['brand'] or platform.processor()}, {info['physical_cores']} physical cores, "
-               f"ISA {info['isa']} (GEMM kernel {info['gemm_kernel']}), ~{cpu_ghz():.2f} GHz; "
-               f"onnxruntime {ort.__version__}, tether {tt.__version__}")
+    machine = (
+        f"{info['brand'] or platform.processor()}, {info['physical_cores']} physical cores, "
+        f"ISA {info['isa']} (GEMM kernel {info['gemm_kernel']}), ~{cpu_ghz():.2f} GHz; "
+        f"onnxruntime {ort.__version__}, tether {tt.__version__}"
+    )
     print(f"machine: {machine}")
-    header = "| model | batch | threads | tether ms | onnxruntime ms | ratio | tether GFLOP/s | % of FP32 peak |"
-    rows = [header, "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    header = (
+        "| model | batch | threads | tether ms | onnxruntime ms | ratio | tether GFLOP/s | % of FP32 peak "
+        "| max error vs onnxruntime |"
+    )
+    rows = [header, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     print(header)
     for name in args.models.split(","):
         path = export(name)
@@ -161,8 +177,15 @@ def main(argv: list[str] | None = None) -> int:
                 ours = median_latency(lambda s=sess, f=feeds: s.run(f), args.min_time, clock=clock)
                 theirs = median_latency(lambda r=ref, f=feeds: r.run(None, f), args.min_time, clock=clock)
                 gflops = work / ours / 1e9
-                row = (f"| {name} | {batch} | {threads} | {ours * 1e3:.1f} | {theirs * 1e3:.1f} | "
-                       f"{ours / theirs:.2f} | {gflops:.1f} | {100 * gflops / peak_gflops(threads):.0f}% |")
+                got, want = sess.run(feeds), ref.run(None, feeds)
+                err = max(
+                    float(np.abs(g - w).max() / max(np.abs(w).max(), 1e-30))
+                    for g, w in zip(got.values(), want, strict=True)
+                )
+                row = (
+                    f"| {name} | {batch} | {threads} | {ours * 1e3:.1f} | {theirs * 1e3:.1f} | "
+                    f"{ours / theirs:.2f} | {gflops:.1f} | {100 * gflops / peak_gflops(threads):.0f}% | {err:.1e} |"
+                )
                 rows.append(row)
                 print(row, flush=True)
     if args.markdown:
