@@ -277,9 +277,120 @@ def test_mean_variance_normalization_matches_onnxruntime(axes):
     check_against_ort(node_model("MeanVarianceNormalization", ["x"], {"x": x}, opset=13, **attrs), {"x": x})
 
 
+# ---- Resize, Upsample -----------------------------------------------------------------------------
+
+COORDS = ["half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize"]
+RESIZE_SCALES = [[1, 1, 2.0, 3.0], [1, 1, 0.5, 0.6], [1, 1, 1.7, 0.45], [1, 1, 1.0, 2.5]]
+RESIZE_SIZES = [[2, 3, 26, 3], [2, 3, 1, 1], [2, 3, 5, 14]]
+ROI = np.array([0, 0, 0.1, -0.2, 1, 1, 0.8, 1.3], np.float32)  # partly outside: extrapolated
+
+
+def resize_model(x, mode, coord, scales=None, sizes=None, opset=19, **attrs) -> bytes:
+    consts = {"roi": ROI} if coord == "tf_crop_and_resize" else {}
+    if scales is not None:
+        consts["scales"] = np.array(scales, np.float32)
+    if sizes is not None:
+        consts["sizes"] = np.array(sizes, np.int64)
+    inputs = ["x", "roi" if "roi" in consts else "", "scales" if scales is not None else "", "sizes" if sizes is not None else ""]
+    return node_model("Resize", inputs, {"x": x}, consts, opset=opset, mode=mode, coordinate_transformation_mode=coord, **attrs)
+
+
+def mode_variants(mode):
+    if mode == "nearest":
+        return [{"nearest_mode": m} for m in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")]
+    if mode == "cubic":
+        return [{}, {"cubic_coeff_a": -0.5, "exclude_outside": 1}]
+    return [{}]
+
+
+@pytest.mark.parametrize("coord", COORDS)
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_resize_matches_onnxruntime_for_every_mode_and_coordinate_transform(mode, coord):
+    x = randn(np.random.default_rng(20), 2, 3, 13, 7)
+    for attrs in mode_variants(mode):
+        if coord == "tf_crop_and_resize":
+            attrs = {**attrs, "extrapolation_value": -7.0}
+        for scales in RESIZE_SCALES:
+            check_against_ort(resize_model(x, mode, coord, scales=scales, **attrs), {"x": x}, f"{attrs} scales={scales}")
+        for sizes in RESIZE_SIZES:
+            check_against_ort(resize_model(x, mode, coord, sizes=sizes, **attrs), {"x": x}, f"{attrs} sizes={sizes}")
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resize_axes_and_keep_aspect_ratio_match_onnxruntime(mode):
+    x = randn(np.random.default_rng(21), 2, 3, 13, 7)
+    check_against_ort(node_model("Resize", ["x", "", "s"], {"x": x}, {"s": np.array([2.0, 0.5], np.float32)},
+                                 mode=mode, axes=[2, 3]), {"x": x}, "scales on axes 2, 3")
+    check_against_ort(node_model("Resize", ["x", "", "s"], {"x": x}, {"s": np.array([1.5, 3.0], np.float32)},
+                                 mode=mode, axes=[3, -2]), {"x": x}, "scales on axes 3, -2")
+    for policy in ("stretch", "not_larger", "not_smaller"):
+        model = node_model("Resize", ["x", "", "", "sz"], {"x": x}, {"sz": np.array([20, 20], np.int64)},
+                           mode=mode, axes=[2, 3], keep_aspect_ratio_policy=policy)
+        check_against_ort(model, {"x": x}, policy)
+
+
+def test_resize_bilinear_on_nhwc_and_2d_inputs_matches_onnxruntime():
+    rng = np.random.default_rng(22)
+    for x, scales in [(randn(rng, 2, 13, 7, 3), [1, 2.0, 0.6, 1]), (randn(rng, 13, 7), [0.5, 2.5]), (randn(rng, 1, 1), [3.0, 13.0])]:
+        for mode in ("linear", "cubic", "nearest"):
+            if mode == "cubic" and x.ndim == 4:
+                continue  # onnxruntime has no NHWC bicubic
+            check_against_ort(resize_model(x, mode, "half_pixel", scales=scales), {"x": x}, f"{mode} {x.shape}")
+
+
+def test_resize_nearest_rounds_coordinates_within_1e_6_of_a_half_as_ties_like_onnxruntime():
+    # 20 -> 6 with half_pixel puts output 4 at (4 + 0.5) * (20 / 6) - 0.5, which float misses
+    # 14.5 by an ulp: still a tie for round_prefer_ceil and round_prefer_floor.
+    x = np.linspace(0, 1, 20, dtype=np.float32).reshape(1, 1, 1, 20)
+    for nearest_mode in ("round_prefer_ceil", "round_prefer_floor"):
+        model = resize_model(x, "nearest", "half_pixel", sizes=[1, 1, 1, 6], nearest_mode=nearest_mode)
+        check_against_ort(model, {"x": x}, nearest_mode)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_upsample_and_resize10_match_onnxruntime(mode):
+    x = randn(np.random.default_rng(23), 2, 3, 13, 7)
+    for scales in ([1, 1, 2.0, 3.0], [1, 1, 1.5, 2.5]):
+        s = np.array(scales, np.float32)
+        check_against_ort(node_model("Upsample", ["x", "s"], {"x": x}, {"s": s}, opset=9, mode=mode), {"x": x}, "Upsample-9")
+        check_against_ort(node_model("Upsample", ["x"], {"x": x}, opset=7, mode=mode, scales=scales), {"x": x}, "Upsample-7")
+    for scales in ([1, 1, 0.5, 2.5], [1, 1, 0.6, 1.0]):
+        model = node_model("Resize", ["x", "s"], {"x": x}, {"s": np.array(scales, np.float32)}, opset=10, mode=mode)
+        check_against_ort(model, {"x": x}, f"Resize-10 {scales}")
+
+
+def test_resize11_tf_half_pixel_for_nn_matches_onnxruntime():
+    x = randn(np.random.default_rng(24), 2, 3, 13, 7)
+    for scales in RESIZE_SCALES:
+        model = node_model("Resize", ["x", "roi", "s"], {"x": x}, {"roi": np.zeros(0, np.float32), "s": np.array(scales, np.float32)},
+                           opset=11, mode="nearest", coordinate_transformation_mode="tf_half_pixel_for_nn")
+        check_against_ort(model, {"x": x}, str(scales))
+
+
+@pytest.mark.parametrize("mode,coord,shape,scales", [
+    ("linear", "half_pixel", (13,), [2.5]),
+    ("linear", "asymmetric", (2, 3, 13, 7), [2.0, 0.5, 1.5, 2.0]),
+    ("linear", "pytorch_half_pixel", (3, 2, 5, 13, 7), [1.0, 2.0, 0.6, 1.4, 2.0]),
+    ("cubic", "half_pixel", (13,), [1.7]),
+    ("cubic", "asymmetric", (2, 13, 7), [1.5, 2.0, 0.5]),
+    ("cubic", "half_pixel", (2, 3, 5, 13, 7), [1.0, 1.0, 2.0, 0.6, 1.4]),
+])
+def test_resize_on_ranks_onnxruntime_refuses_matches_the_onnx_reference(mode, coord, shape, scales):
+    # onnxruntime interpolates only 2-D, 3-D (linear), 4-D and 5-D (linear) inputs with the
+    # batch and channels kept; the ONNX reference interpolates any rank.
+    from onnx.reference import ReferenceEvaluator
+
+    x = randn(np.random.default_rng(25), *shape)
+    model = resize_model(x, mode, coord, scales=scales)
+    ref = ReferenceEvaluator(onnx.load_from_string(model)).run(None, {"x": x})[0]
+    assert_matches(run_tether(model, {"x": x})[0], ref)
+
+
 # ---- unsupported forms are refused at compile time, by name ----------------------------------------
 
 @pytest.mark.parametrize("op,inputs,feeds,consts,attrs,reason", [
+    ("Resize", ["x", "", "s"], {"x": np.zeros((1, 1, 8, 8), np.float32)}, {"s": np.array([1, 1, 0.5, 0.5], np.float32)},
+     {"mode": "linear", "antialias": 1}, "antialias=1 is not supported"),
     ("ScatterND", ["d", "i", "u"], {"d": np.zeros(3, bool), "u": np.zeros(1, bool)}, {"i": np.zeros((1, 1), np.int64)},
      {"reduction": "add"}, "reduction 'add' on bool data"),
 ])
@@ -306,11 +417,24 @@ NODE_TEST_MODULES = {
     "hardmax": "Hardmax",
     "lrn": "LRN",
     "meanvariancenormalization": "MeanVarianceNormalization",
+    "resize": "Resize",
+    "upsample": "Upsample",
 }
 # Node tests of forms the kernels refuse, with the reason the compile error must give.
 NODE_TESTS_REFUSED = {
+    "test_resize_downsample_scales_linear_antialias": "antialias=1 is not supported",
+    "test_resize_downsample_sizes_linear_antialias": "antialias=1 is not supported",
+    "test_resize_downsample_scales_cubic_antialias": "antialias=1 is not supported",
+    "test_resize_downsample_sizes_cubic_antialias": "antialias=1 is not supported",
 }
-NODE_TESTS_FOLLOWING_ORT: set[str] = set()
+# Node tests whose expected output disagrees with onnxruntime, the peer tether follows: with
+# align_corners and given scales, the ONNX reference divides by (input * scale - 1), the
+# unrounded output length, where onnxruntime divides by (output length - 1). Here tether must
+# match onnxruntime, and the two oracles must indeed differ.
+NODE_TESTS_FOLLOWING_ORT = {
+    "test_resize_downsample_scales_cubic_align_corners",
+    "test_resize_downsample_scales_linear_align_corners",
+}
 
 
 def _node_test_cases():
@@ -338,6 +462,8 @@ def _array(v):
 SHAPE_INPUTS = {
     "TopK": (1,),
     "OneHot": (1, 2),
+    "Resize": (1, 2, 3),
+    "Upsample": (1,),
 }
 
 

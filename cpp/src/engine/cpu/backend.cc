@@ -19,6 +19,7 @@ class CpuBackend final : public Backend {
     register_shape(registry_);
     register_misc(registry_);
     register_scatter(registry_);
+    register_resize(registry_);
   }
 
   std::string_view name() const override { return "cpu"; }
