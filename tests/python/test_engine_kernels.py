@@ -386,6 +386,101 @@ def test_resize_on_ranks_onnxruntime_refuses_matches_the_onnx_reference(mode, co
     assert_matches(run_tether(model, {"x": x})[0], ref)
 
 
+# ---- RNN, GRU, LSTM --------------------------------------------------------------------------------
+
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+
+
+def recurrent_model(op, rng, seq, batch, size, hidden, direction, layout, *, bias=True, initial=True, lens=None,
+                    peepholes=False, outputs=("Y", "Y_h", "Y_c"), **attrs):
+    """A recurrent node with random weights, as (model, feeds) in the given layout and as the
+    same (model, feeds) in layout 0, which onnxruntime runs (it has no layout 1)."""
+    dirs = 2 if direction == "bidirectional" else 1
+    g = GATES[op]
+    x = randn(rng, seq, batch, size)
+    consts = {"W": randn(rng, dirs, g * hidden, size) * 0.5, "R": randn(rng, dirs, g * hidden, hidden) * 0.5}
+    names = ["x", "W", "R", "", "", "", "", ""]
+    if bias:
+        consts["B"] = randn(rng, dirs, 2 * g * hidden) * 0.5
+        names[3] = "B"
+    if lens is not None:
+        consts["lens"] = np.array(lens, np.int32)
+        names[4] = "lens"
+    states = ["h0", "c0"] if op == "LSTM" else ["h0"]
+    if initial:
+        for k, name in enumerate(states):
+            consts[name] = randn(rng, dirs, batch, hidden)
+            names[5 + k] = name
+    if peepholes:
+        consts["P"] = randn(rng, dirs, 3 * hidden) * 0.5
+        names[7] = "P"
+    while names[-1] == "":
+        names.pop()
+    outs = [o if o in outputs else "" for o in ("Y", "Y_h", "Y_c")[:3 if op == "LSTM" else 2]]
+    while outs[-1] == "":
+        outs.pop()
+
+    def build(lay):
+        c = dict(consts)
+        if lay:  # batch first: X [batch, seq, size], states [batch, dirs, hidden]
+            c.update({n: consts[n].transpose(1, 0, 2) for n in states if n in consts})
+        feeds = {"x": x.transpose(1, 0, 2).copy() if lay else x}
+        return node_model(op, names, feeds, c, outputs=outs, opset=14, hidden_size=hidden, direction=direction,
+                          layout=lay, **attrs), feeds
+
+    return build(layout), build(0)
+
+
+def check_recurrent(op, rng, *args, **kwargs):
+    (model, feeds), (model0, feeds0) = recurrent_model(op, rng, *args, **kwargs)
+    layout = args[-1]
+    expected = run_ort(model0, feeds0)
+    if layout:  # Y [seq, dirs, batch, h] -> [batch, seq, dirs, h]; states [dirs, batch, h] -> [batch, dirs, h]
+        expected = [e.transpose(2, 0, 1, 3) if e.ndim == 4 else e.transpose(1, 0, 2) for e in expected]
+    got = run_tether(model, feeds)
+    assert len(got) == len(expected)
+    for k, (a, b) in enumerate(zip(got, expected, strict=True)):
+        assert_matches(a, np.ascontiguousarray(b), f"{op} {args} {kwargs} output {k}")
+
+
+@pytest.mark.parametrize("layout", [0, 1])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+def test_recurrent_ops_match_onnxruntime(op, direction, layout):
+    rng = np.random.default_rng(30)
+    for seq, batch, size, hidden in [(1, 1, 5, 4), (3, 3, 5, 13), (13, 2, 3, 4)]:
+        check_recurrent(op, rng, seq, batch, size, hidden, direction, layout)
+    # No bias, no initial state; sequence lengths shorter than the input.
+    check_recurrent(op, rng, 13, 3, 5, 4, direction, layout, bias=False, initial=False, lens=[13, 1, 7])
+    extra = {"LSTM": {"peepholes": True}, "GRU": {"linear_before_reset": 1}, "RNN": {}}[op]
+    check_recurrent(op, rng, 7, 3, 5, 4, direction, layout, lens=[2, 7, 5], clip=0.7, **extra)
+
+
+@pytest.mark.parametrize("op,activations,alpha,beta", [
+    ("RNN", ["Relu"], [], []),
+    ("RNN", ["LeakyRelu", "ThresholdedRelu"], [0.3, 0.2], []),
+    ("RNN", ["ScaledTanh"], [1.5], [0.7]),
+    ("GRU", ["HardSigmoid", "Softsign"], [0.3], [0.6]),
+    ("GRU", ["Sigmoid", "Elu", "Affine", "Softplus"], [0.9, 0.5], [0.2]),
+    ("LSTM", ["HardSigmoid", "Tanh", "Softsign"], [0.25], [0.45]),
+    ("LSTM", ["Sigmoid", "Affine", "Elu", "Sigmoid", "Relu", "ScaledTanh"], [0.8, 1.2, 0.6], [0.1, 0.9]),
+])
+def test_recurrent_activations_with_alphas_and_betas_match_onnxruntime(op, activations, alpha, beta):
+    direction = "bidirectional" if len(activations) == 2 * {"RNN": 1, "GRU": 2, "LSTM": 3}[op] else "forward"
+    attrs = {"activations": activations}
+    if alpha:
+        attrs["activation_alpha"] = alpha
+    if beta:
+        attrs["activation_beta"] = beta
+    check_recurrent(op, np.random.default_rng(31), 5, 3, 4, 6, direction, 0, **attrs)
+
+
+@pytest.mark.parametrize("outputs", [("Y",), ("Y_h",), ("Y_c",), ("Y", "Y_c")])
+def test_lstm_input_forget_and_omitted_outputs_match_onnxruntime(outputs):
+    check_recurrent("LSTM", np.random.default_rng(32), 6, 3, 4, 5, "bidirectional", 0, peepholes=True, input_forget=1,
+                    outputs=outputs)
+
+
 # ---- unsupported forms are refused at compile time, by name ----------------------------------------
 
 @pytest.mark.parametrize("op,inputs,feeds,consts,attrs,reason", [
@@ -393,6 +488,9 @@ def test_resize_on_ranks_onnxruntime_refuses_matches_the_onnx_reference(mode, co
      {"mode": "linear", "antialias": 1}, "antialias=1 is not supported"),
     ("ScatterND", ["d", "i", "u"], {"d": np.zeros(3, bool), "u": np.zeros(1, bool)}, {"i": np.zeros((1, 1), np.int64)},
      {"reduction": "add"}, "reduction 'add' on bool data"),
+    ("LSTM", ["x", "w", "r"], {"x": np.zeros((2, 1, 3), np.float32)},
+     {"w": np.zeros((1, 8, 3), np.float32), "r": np.zeros((1, 8, 2), np.float32)},
+     {"hidden_size": 2, "activations": ["Sigmoid", "Gelu", "Tanh"]}, "activation 'Gelu' is not supported"),
 ])
 def test_unsupported_forms_are_listed_at_compile_time(op, inputs, feeds, consts, attrs, reason):
     model = node_model(op, inputs, feeds, consts, **attrs)
@@ -419,6 +517,9 @@ NODE_TEST_MODULES = {
     "meanvariancenormalization": "MeanVarianceNormalization",
     "resize": "Resize",
     "upsample": "Upsample",
+    "rnn": "RNN",
+    "gru": "GRU",
+    "lstm": "LSTM",
 }
 # Node tests of forms the kernels refuse, with the reason the compile error must give.
 NODE_TESTS_REFUSED = {

@@ -20,6 +20,7 @@ class CpuBackend final : public Backend {
     register_misc(registry_);
     register_scatter(registry_);
     register_resize(registry_);
+    register_rnn(registry_);
   }
 
   std::string_view name() const override { return "cpu"; }
