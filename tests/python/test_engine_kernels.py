@@ -481,11 +481,73 @@ def test_lstm_input_forget_and_omitted_outputs_match_onnxruntime(outputs):
                     outputs=outputs)
 
 
+# ---- Einsum --------------------------------------------------------------------------------------
+
+EINSUMS = [
+    ("ij,jk->ik", [(3, 13), (13, 5)]),
+    ("bij,bjk->bik", [(2, 3, 13), (2, 13, 1)]),
+    ("bhqd,bhkd->bhqk", [(2, 3, 7, 5), (2, 3, 13, 5)]),
+    ("bhqk,bhkd->bhqd", [(2, 3, 7, 13), (2, 3, 13, 5)]),
+    ("bid,bjd->bij", [(3, 7, 13), (3, 5, 13)]),
+    ("...ij,...jk->...ik", [(2, 3, 4, 5), (1, 3, 5, 6)]),
+    ("...ij,...jk->...ik", [(1, 3, 4, 5), (2, 1, 5, 6)]),
+    ("...ij,...jk", [(2, 4, 5), (2, 5, 3)]),
+    ("a...b,b...c->a...c", [(2, 3, 4, 5), (5, 3, 4, 6)]),
+    ("...i,...i->...", [(3, 13), (3, 13)]),
+    ("ij->ji", [(3, 13)]),
+    ("ba", [(3, 13)]),
+    ("ii->i", [(5, 5)]),
+    ("ii", [(13, 13)]),
+    ("bii->bi", [(2, 5, 5)]),
+    ("ij->", [(3, 13)]),
+    ("ij->j", [(3, 13)]),
+    ("ij,ij->ij", [(3, 13), (3, 13)]),
+    ("ij,ij->", [(3, 13), (3, 13)]),
+    ("i,j->ij", [(3,), (13,)]),
+    ("ij,j->i", [(3, 13), (13,)]),
+    ("i,i", [(127,), (127,)]),
+    ("ij,jk", [(1, 13), (13, 1)]),
+    ("abc,cd,de->abe", [(2, 3, 4), (4, 5), (5, 6)]),
+    ("bn,anm,bm->ba", [(3, 4), (2, 4, 5), (3, 5)]),
+    ("i j , j k -> i k", [(3, 4), (4, 5)]),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+@pytest.mark.parametrize("equation,shapes", EINSUMS, ids=[e for e, _ in EINSUMS])
+def test_einsum_matches_onnxruntime(equation, shapes, dtype):
+    rng = np.random.default_rng(40)
+    feeds = {f"x{i}": (rng.standard_normal(s) * 4).astype(dtype) for i, s in enumerate(shapes)}
+    check_against_ort(node_model("Einsum", list(feeds), feeds, equation=equation), feeds)
+
+
+@pytest.mark.parametrize("equation,shapes", [
+    ("...ij,...jk->...ik", [(2, 3, 4, 5), (3, 5, 6)]),
+    ("...ij,...jk", [(2, 4, 5), (5, 3)]),
+    ("...i,i->...", [(2, 3, 13), (13,)]),
+])
+def test_einsum_broadcasts_ellipses_of_different_ranks_like_numpy(equation, shapes):
+    # onnxruntime wants every '...' to stand for the same number of dims; numpy right-aligns them.
+    rng = np.random.default_rng(41)
+    feeds = {f"x{i}": randn(rng, *s) for i, s in enumerate(shapes)}
+    got = run_tether(node_model("Einsum", list(feeds), feeds, equation=equation), feeds)[0]
+    ref = np.einsum(equation, *[v.astype(np.float64) for v in feeds.values()]).astype(np.float32)
+    assert_matches(got, ref)
+
+
+def test_einsum_label_sizes_that_disagree_are_a_shape_error_naming_the_label():
+    model = node_model("Einsum", ["a", "b"], {"a": np.zeros((2, 3), np.float32), "b": np.zeros((4, 5), np.float32)},
+                       equation="ij,jk->ik")
+    with pytest.raises(tt.ShapeError, match=r"Einsum 'the_einsum': label 'j' sizes differ: 3 vs 4"):
+        run_tether(model, {"a": np.zeros((2, 3), np.float32), "b": np.zeros((4, 5), np.float32)})
+
+
 # ---- unsupported forms are refused at compile time, by name ----------------------------------------
 
 @pytest.mark.parametrize("op,inputs,feeds,consts,attrs,reason", [
     ("Resize", ["x", "", "s"], {"x": np.zeros((1, 1, 8, 8), np.float32)}, {"s": np.array([1, 1, 0.5, 0.5], np.float32)},
      {"mode": "linear", "antialias": 1}, "antialias=1 is not supported"),
+    ("Einsum", ["a"], {"a": np.zeros((2, 2), np.uint8)}, {}, {"equation": "ii->i"}, "input 0 is uint8"),
     ("ScatterND", ["d", "i", "u"], {"d": np.zeros(3, bool), "u": np.zeros(1, bool)}, {"i": np.zeros((1, 1), np.int64)},
      {"reduction": "add"}, "reduction 'add' on bool data"),
     ("LSTM", ["x", "w", "r"], {"x": np.zeros((2, 1, 3), np.float32)},
@@ -520,6 +582,7 @@ NODE_TEST_MODULES = {
     "rnn": "RNN",
     "gru": "GRU",
     "lstm": "LSTM",
+    "einsum": "Einsum",
 }
 # Node tests of forms the kernels refuse, with the reason the compile error must give.
 NODE_TESTS_REFUSED = {
@@ -527,6 +590,9 @@ NODE_TESTS_REFUSED = {
     "test_resize_downsample_sizes_linear_antialias": "antialias=1 is not supported",
     "test_resize_downsample_scales_cubic_antialias": "antialias=1 is not supported",
     "test_resize_downsample_sizes_cubic_antialias": "antialias=1 is not supported",
+    "test_einsum_batch_matmul_bfloat16": "input 0 is bfloat16",
+    "test_einsum_sum_bfloat16": "input 0 is bfloat16",
+    "test_einsum_transpose_bfloat16": "input 0 is bfloat16",
 }
 # Node tests whose expected output disagrees with onnxruntime, the peer tether follows: with
 # align_corners and given scales, the ONNX reference divides by (input * scale - 1), the

@@ -21,6 +21,7 @@ class CpuBackend final : public Backend {
     register_scatter(registry_);
     register_resize(registry_);
     register_rnn(registry_);
+    register_einsum(registry_);
   }
 
   std::string_view name() const override { return "cpu"; }
