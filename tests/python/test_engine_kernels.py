@@ -338,6 +338,12 @@ def test_resize_bilinear_on_nhwc_and_2d_inputs_matches_onnxruntime():
             check_against_ort(resize_model(x, mode, "half_pixel", scales=scales), {"x": x}, f"{mode} {x.shape}")
 
 
+def test_resize_of_an_empty_batch_matches_onnxruntime():
+    x = np.zeros((2, 0, 4, 5), np.float32)
+    for mode in ("nearest", "linear", "cubic"):
+        check_against_ort(resize_model(x, mode, "half_pixel", scales=[1, 1, 2.0, 0.6]), {"x": x}, mode)
+
+
 def test_resize_nearest_rounds_coordinates_within_1e_6_of_a_half_as_ties_like_onnxruntime():
     # 20 -> 6 with half_pixel puts output 4 at (4 + 0.5) * (20 / 6) - 0.5, which float misses
     # 14.5 by an ulp: still a tie for round_prefer_ceil and round_prefer_floor.

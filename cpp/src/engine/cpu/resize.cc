@@ -132,6 +132,8 @@ class ResizeKernel final : public Kernel {
     View& y = out[0];
     const size_t rank = x.rank();
     TETHER_CHECK(y.rank() == rank, "Resize: planned output rank differs from the input's");
+    if (y.numel() == 0) return;
+    if (x.numel() == 0) throw ArgumentError(name_ + ": an empty input cannot be resized to a non-empty output");
     const std::vector<float> scale = scales(in, y);
     std::vector<float> roi_start(rank, 0.0f), roi_end(rank, 1.0f);
     if (coord_ == Coord::kTfCropAndResize) read_roi(in, roi_start, roi_end);
