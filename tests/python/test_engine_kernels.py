@@ -338,6 +338,17 @@ def test_resize_bilinear_on_nhwc_and_2d_inputs_matches_onnxruntime():
             check_against_ort(resize_model(x, mode, "half_pixel", scales=scales), {"x": x}, f"{mode} {x.shape}")
 
 
+def test_resize_output_sizes_take_the_float_product_like_onnxruntime():
+    # floor(3 * 1.6666666f) is 5 in float (onnxruntime, onnx's shape inference, torch's
+    # 5/3 upsampling) but 4 in double; under not_larger, 51 * (91 / 78) is 59.499996f.
+    x = randn(np.random.default_rng(26), 1, 2, 3, 5)
+    check_against_ort(resize_model(x, "linear", "half_pixel", scales=[1, 1, 5 / 3, 7 / 5]), {"x": x}, "scales")
+    y = randn(np.random.default_rng(27), 1, 1, 78, 51)
+    model = node_model("Resize", ["x", "", "", "sz"], {"x": y}, {"sz": np.array([91, 200], np.int64)},
+                       mode="nearest", axes=[2, 3], keep_aspect_ratio_policy="not_larger")
+    assert check_against_ort(model, {"x": y})[0].shape == (1, 1, 91, 59)
+
+
 def test_resize_of_an_empty_batch_matches_onnxruntime():
     x = np.zeros((2, 0, 4, 5), np.float32)
     for mode in ("nearest", "linear", "cubic"):

@@ -219,17 +219,18 @@ std::optional<std::vector<float>> resize_scales(const InferContext& ctx, bool is
 
 // Output sizes from `sizes` under keep_aspect_ratio_policy (opset 18): one scale for every
 // resized axis, the smallest (not_larger) or largest (not_smaller) of sizes / input, then
-// each axis is round_half_up(scale * input).
+// each axis is round_half_up(scale * input). In float, as onnxruntime and onnx's own
+// inference compute it: double arithmetic rounds some products (59.499996f) the other way.
 bool keep_aspect_ratio(const std::vector<size_t>& axes, const std::vector<SymInt>& sizes, bool not_larger,
                        std::vector<Dim>& out) {
-  double scale = 0;
+  float scale = 0;
   for (size_t i = 0; i < axes.size(); ++i) {
     const Dim& in = out[axes[i]];
     if (!in.is_known() || in.value() == 0 || !sizes[i].known() || *sizes[i].known() < 0) return false;
-    const double s = static_cast<double>(*sizes[i].known()) / static_cast<double>(in.value());
+    const float s = static_cast<float>(*sizes[i].known()) / static_cast<float>(in.value());
     scale = i == 0 ? s : not_larger ? std::min(scale, s) : std::max(scale, s);
   }
-  for (size_t a : axes) out[a] = Dim(static_cast<int64_t>(std::floor(scale * static_cast<double>(out[a].value()) + 0.5)));
+  for (size_t a : axes) out[a] = Dim(static_cast<int64_t>(std::round(scale * static_cast<float>(out[a].value()))));
   return true;
 }
 
@@ -277,8 +278,10 @@ void resize(InferContext& ctx) {
     const float s = (*scales)[i];
     if (!(s > 0)) ctx.fail("scale " + std::to_string(s) + " on axis " + std::to_string(a) + " is not positive");
     if (s == 1.0f) continue;
-    // The spec's output size is floor(input * scale); an integer scale keeps a symbolic dim.
-    if (x[a].is_known()) out[a] = Dim(static_cast<int64_t>(std::floor(static_cast<double>(x[a].value()) * s)));
+    // The spec's output size is floor(input * scale), with the product in float as onnxruntime
+    // and onnx's own inference take it (3 * 1.6666666f is 5 there, 4 in double); an integer
+    // scale keeps a symbolic dim.
+    if (x[a].is_known()) out[a] = Dim(static_cast<int64_t>(std::floor(static_cast<float>(x[a].value()) * s)));
     else if (s == std::floor(s)) out[a] = x[a] * Dim(static_cast<int64_t>(s));
     else out[a] = Dim();
   }
