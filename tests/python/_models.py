@@ -111,6 +111,50 @@ class ViTStyle(nn.Module):
         return self.head(self.norm(self.encoder(p))[:, 0])
 
 
+class LSTMClassifier(nn.Module):
+    """Token embedding, a bidirectional two-layer LSTM, a classifier on the last step."""
+
+    VOCAB = 100
+
+    def __init__(self, dim: int = 16, hidden: int = 24, classes: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(self.VOCAB, dim)
+        self.lstm = nn.LSTM(dim, hidden, num_layers=2, batch_first=True, bidirectional=True)
+        self.fc = nn.Linear(2 * hidden, classes)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        out, _ = self.lstm(self.embed(ids))
+        return self.fc(out[:, -1])
+
+
+def _conv_bn_relu(cin: int, cout: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+
+
+class UNetStyle(nn.Module):
+    """Two down stages (Conv+BN+ReLU, MaxPool), a bottleneck, one up stage by ConvTranspose2d
+    and one by bilinear interpolation (Resize), skip connections concatenated."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down1 = _conv_bn_relu(3, 8)
+        self.down2 = _conv_bn_relu(8, 16)
+        self.pool = nn.MaxPool2d(2)
+        self.bottleneck = _conv_bn_relu(16, 32)
+        self.up2 = nn.ConvTranspose2d(32, 16, 2, stride=2)
+        self.dec2 = _conv_bn_relu(32, 16)
+        self.dec1 = _conv_bn_relu(16 + 8, 8)
+        self.head = nn.Conv2d(8, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s1 = self.down1(x)
+        s2 = self.down2(self.pool(s1))
+        m = self.bottleneck(self.pool(s2))
+        d2 = self.dec2(torch.cat([self.up2(m), s2], dim=1))
+        u1 = nn.functional.interpolate(d2, scale_factor=2, mode="bilinear", align_corners=False)
+        return self.head(self.dec1(torch.cat([u1, s1], dim=1)))
+
+
 # name -> (factory, example input shape with the batch first)
 MODELS: dict[str, tuple[type[nn.Module], tuple[int, ...]]] = {
     "resnet": (ResNetStyle, (2, 3, 32, 32)),
@@ -118,7 +162,12 @@ MODELS: dict[str, tuple[type[nn.Module], tuple[int, ...]]] = {
     "mlp": (MLP, (2, 64)),
     "transformer": (TransformerEncoderNet, (2, 7, 32)),
     "vit": (ViTStyle, (2, 3, 16, 16)),
+    "lstm": (LSTMClassifier, (2, 9)),
+    "unet": (UNetStyle, (2, 3, 16, 16)),
 }
+
+# Models whose input is int64 token ids rather than float32 features: name -> vocabulary size.
+TOKEN_VOCAB: dict[str, int] = {"lstm": LSTMClassifier.VOCAB}
 
 
 def build(name: str) -> nn.Module:

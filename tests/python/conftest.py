@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from _models import MODELS, build
+from _models import MODELS, TOKEN_VOCAB, build
 
 
 @dataclass(frozen=True)
@@ -20,10 +20,18 @@ class Exported:
     input_name: str
     input_shape: tuple[int, ...]  # example shape, batch first
     module: object = None  # the torch module that was exported, in eval mode
+    input_kind: str = "float"  # "float": standard normal float32; "tokens": int64 ids below `vocab`
+    vocab: int = 0
+
+    @property
+    def input_dtype(self) -> str:
+        return "int64" if self.input_kind == "tokens" else "float32"
 
     def inputs(self, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
         rng = np.random.default_rng(seed)
         shape = (batch, *self.input_shape[1:])
+        if self.input_kind == "tokens":
+            return {self.input_name: rng.integers(0, self.vocab, shape, dtype=np.int64)}
         return {self.input_name: rng.standard_normal(shape).astype(np.float32)}
 
 
@@ -32,11 +40,13 @@ def _export(name: str, folder: Path) -> Exported:
 
     module = build(name)
     shape = MODELS[name][1]
+    vocab = TOKEN_VOCAB.get(name, 0)
+    example = torch.zeros(shape, dtype=torch.int64 if vocab else torch.float32)
     path = folder / f"{name}.onnx"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            module, (torch.zeros(shape),), str(path), input_names=["x"], dynamo=True,
+            module, (example,), str(path), input_names=["x"], dynamo=True,
             dynamic_shapes=({0: torch.export.Dim("batch")},), verbose=False,
         )
     ext_dir = folder / "external"
@@ -44,7 +54,7 @@ def _export(name: str, folder: Path) -> Exported:
     ext_path = ext_dir / f"{name}.onnx"
     onnx.save(onnx.load(str(path)), str(ext_path), save_as_external_data=True, all_tensors_to_one_file=True,
               location=f"{name}.weights")
-    return Exported(name, path, ext_path, "x", shape, module)
+    return Exported(name, path, ext_path, "x", shape, module, "tokens" if vocab else "float", vocab)
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import onnx
 import pytest
 import tether as tt
 import torch
@@ -29,6 +30,14 @@ def test_engine_matches_onnxruntime_and_torch_at_batch_1_and_8(exported):
         assert close_to(ours, ort_out) <= 1e-4
         assert close_to(ours, torch_out) <= 1e-4
     assert sess.memory()["plans"] == 2
+
+
+def test_lstm_and_unet_exports_hold_the_ops_they_are_here_to_cover(exported_models):
+    def ops(name):
+        return {n.op_type for n in onnx.load(str(exported_models[name].path)).graph.node}
+
+    assert "LSTM" in ops("lstm")
+    assert {"Resize", "ConvTranspose", "MaxPool", "Concat"} <= ops("unet")
 
 
 def test_unoptimized_and_single_thread_sessions_agree(exported):

@@ -29,7 +29,7 @@ def test_summary_counts_match_onnx(exported):
     assert (s.num_parameters, s.weight_bytes, s.num_initializers) == (params, nbytes, count)
     assert s.num_nodes == sum(ops.values())
     text = str(s)
-    assert f"{params:,}" in text and "input       x: float32[batch" in text
+    assert f"{params:,}" in text and f"input       x: {exported.input_dtype}[batch" in text
 
 
 def test_model_properties_match_onnx(exported):

@@ -243,17 +243,18 @@ std::optional<std::vector<float>> resize_scales(const InferContext& ctx, bool is
 
 // Output sizes from `sizes` under keep_aspect_ratio_policy (opset 18): one scale for every
 // resized axis, the smallest (not_larger) or largest (not_smaller) of sizes / input, then
-// each axis is round_half_up(scale * input).
+// each axis is round_half_up(scale * input). In float, as onnxruntime and onnx's own
+// inference compute it: double arithmetic rounds some products (59.499996f) the other way.
 bool keep_aspect_ratio(const std::vector<size_t>& axes, const std::vector<SymInt>& sizes, bool not_larger,
                        std::vector<Dim>& out) {
-  double scale = 0;
+  float scale = 0;
   for (size_t i = 0; i < axes.size(); ++i) {
     const Dim& in = out[axes[i]];
     if (!in.is_known() || in.value() == 0 || !sizes[i].known() || *sizes[i].known() < 0) return false;
-    const double s = static_cast<double>(*sizes[i].known()) / static_cast<double>(in.value());
+    const float s = static_cast<float>(*sizes[i].known()) / static_cast<float>(in.value());
     scale = i == 0 ? s : not_larger ? std::min(scale, s) : std::max(scale, s);
   }
-  for (size_t a : axes) out[a] = Dim(static_cast<int64_t>(std::floor(scale * static_cast<double>(out[a].value()) + 0.5)));
+  for (size_t a : axes) out[a] = Dim(static_cast<int64_t>(std::round(scale * static_cast<float>(out[a].value()))));
   return true;
 }
 
@@ -304,14 +305,16 @@ void resize(InferContext& ctx) {
     if (!(s > 0.0f) || !std::isfinite(s))
       ctx.fail("scale " + float_text(s) + " on axis " + std::to_string(a) + " is not a positive finite number");
     if (s == 1.0f) continue;
-    // The spec's output size is floor(input * scale); an integer scale keeps a symbolic dim.
+    // The spec's output size is floor(input * scale), with the product in float as onnxruntime
+    // and onnx's own inference take it (3 * 1.6666666f is 5 there, 4 in double); an integer
+    // scale keeps a symbolic dim.
     if (!x[a].is_known()) {
       out[a] = s == std::floor(s) && s < 9223372036854775808.0f ? x[a] * Dim(static_cast<int64_t>(s)) : Dim();
       continue;
     }
-    const double size = std::floor(static_cast<double>(x[a].value()) * s);
-    // 2^63 is the first double past int64; converting anything at or above it is undefined.
-    if (size >= 9223372036854775808.0)
+    const float size = std::floor(static_cast<float>(x[a].value()) * s);
+    // 2^63 is the first float past int64; converting anything at or above it is undefined.
+    if (!(size < 9223372036854775808.0f))
       ctx.fail("scale " + float_text(s) + " makes axis " + std::to_string(a) + " of size " + x[a].to_string() +
                " larger than int64");
     out[a] = Dim(static_cast<int64_t>(size));

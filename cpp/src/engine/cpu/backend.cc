@@ -17,6 +17,11 @@ class CpuBackend final : public Backend {
     register_norm(registry_);
     register_reduce(registry_);
     register_shape(registry_);
+    register_misc(registry_);
+    register_scatter(registry_);
+    register_resize(registry_);
+    register_rnn(registry_);
+    register_einsum(registry_);
   }
 
   std::string_view name() const override { return "cpu"; }
@@ -41,6 +46,13 @@ std::string float_only(const KernelInit& init) {
   for (size_t i = 0; i < init.input_types.size(); ++i)
     if (init.node.input(i) != nullptr && init.input_dtype(i) != DType::kFloat32)
       return "input " + std::to_string(i) + " is " + std::string(ir::dtype_name(init.input_dtype(i))) + "; supported: float32";
+  return "";
+}
+
+std::string fixed_size(const KernelInit& init) {
+  const DType t = init.input_dtype(0);
+  if (t == DType::kString || ir::dtype_bits(t) % 8 != 0 || t == DType::kUndefined)
+    return "input 0 is " + std::string(ir::dtype_name(t)) + "; supported: types of whole bytes";
   return "";
 }
 

@@ -27,6 +27,11 @@ void register_pool(KernelRegistry& r);
 void register_norm(KernelRegistry& r);
 void register_reduce(KernelRegistry& r);
 void register_shape(KernelRegistry& r);
+void register_misc(KernelRegistry& r);
+void register_scatter(KernelRegistry& r);
+void register_resize(KernelRegistry& r);
+void register_rnn(KernelRegistry& r);
+void register_einsum(KernelRegistry& r);
 
 /// The activation a fused kernel applies to its output in place (ai.tether fused ops carry it
 /// in the attributes `activation` and `activation_params`).
@@ -66,6 +71,23 @@ bool dispatch_numeric(DType t, F&& f) {
     case DType::kUInt64: f(uint64_t{}); return true;
     case DType::kBool: f(uint8_t{}); return true;
     default: return false;
+  }
+}
+
+/// Support check for ops that move elements without reading them: any type of whole bytes.
+std::string fixed_size(const KernelInit& init);
+
+/// Bytes per element of `t` (a type of whole bytes).
+inline size_t elem_bytes(DType t) { return static_cast<size_t>(ir::dtype_bits(t) / 8); }
+
+/// Copies element `from` of src to element `to` of dst, for any element size.
+inline void copy_elem(std::byte* dst, int64_t to, const std::byte* src, int64_t from, size_t size) {
+  switch (size) {
+    case 1: dst[to] = src[from]; break;
+    case 2: reinterpret_cast<uint16_t*>(dst)[to] = reinterpret_cast<const uint16_t*>(src)[from]; break;
+    case 4: reinterpret_cast<uint32_t*>(dst)[to] = reinterpret_cast<const uint32_t*>(src)[from]; break;
+    case 8: reinterpret_cast<uint64_t*>(dst)[to] = reinterpret_cast<const uint64_t*>(src)[from]; break;
+    default: std::memcpy(dst + to * static_cast<int64_t>(size), src + from * static_cast<int64_t>(size), size);
   }
 }
 

@@ -1,5 +1,7 @@
 // Normalisation and softmax: BatchNormalization, LayerNormalization, InstanceNormalization,
-// GroupNormalization, Softmax, LogSoftmax. Statistics accumulate in double.
+// GroupNormalization, LRN, MeanVarianceNormalization, Softmax, LogSoftmax. Statistics
+// accumulate in double.
+#include <algorithm>
 #include <cmath>
 
 #include "engine/cpu/cpu.h"
@@ -148,6 +150,91 @@ std::unique_ptr<Kernel> softmax(const KernelInit& init, bool log) {
   });
 }
 
+// LRN: each element divided by (bias + alpha / size * the sum of squares over `size`
+// neighbouring channels) ^ beta; the window is clipped at the channel edges.
+std::unique_ptr<Kernel> lrn(const KernelInit& init) {
+  const double alpha = init.node.attr_float("alpha", 1e-4f), beta = init.node.attr_float("beta", 0.75f);
+  const double bias = init.node.attr_float("bias", 1.0f);
+  const int64_t size = init.node.attr_int("size", 1);
+  return make_kernel([=](const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) {
+    const View& x = in[0];
+    const int64_t n = x.dims[0], c = x.dims[1];
+    const int64_t spatial = n * c == 0 ? 0 : x.numel() / (n * c);
+    const int64_t before = (size - 1) / 2, after = size - 1 - before;
+    const float* xp = x.as<float>();
+    float* yp = out[0].as<float>();
+    parallel(ctx, n * c, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t b = p / c, ch = p % c;
+        const int64_t lo = std::max<int64_t>(0, ch - before), hi = std::min<int64_t>(c - 1, ch + after);
+        for (int64_t i = 0; i < spatial; ++i) {
+          double sq = 0;
+          for (int64_t k = lo; k <= hi; ++k) {
+            const double v = xp[(b * c + k) * spatial + i];
+            sq += v * v;
+          }
+          const int64_t at = p * spatial + i;
+          yp[at] = static_cast<float>(xp[at] / std::pow(bias + alpha / static_cast<double>(size) * sq, beta));
+        }
+      }
+    });
+  });
+}
+
+std::string lrn_check(const KernelInit& init) {
+  if (init.node.attr_int("size", 0) < 1) return "attribute size must be >= 1";
+  return float_only(init);
+}
+
+// MeanVarianceNormalization: (x - mean) / (std + 1e-9) over `axes` (the ONNX function's
+// definition). Opsets before 9 name the axes by across_channels and may skip the division.
+std::unique_ptr<Kernel> mean_variance_norm(const KernelInit& init) {
+  std::vector<int64_t> axes = init.node.attr_ints("axes", {0, 2, 3});
+  bool divide = true;
+  if (init.opset < 9) {
+    axes = init.node.attr_int("across_channels", 0) != 0 ? std::vector<int64_t>{1, 2, 3} : std::vector<int64_t>{2, 3};
+    divide = init.node.attr_int("normalize_variance", 1) != 0;
+  }
+  return make_kernel([axes, divide](const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) {
+    const View& x = in[0];
+    std::vector<bool> reduced(x.rank(), false);
+    for (int64_t a : axes) reduced[norm_axis(a, x.rank())] = true;
+    // Each element's group: its index with the reduced dims dropped.
+    std::vector<int64_t> group_stride(x.rank(), 0);
+    int64_t groups = 1;
+    for (size_t d = x.rank(); d-- > 0;)
+      if (!reduced[d]) {
+        group_stride[d] = groups;
+        groups *= x.dims[d];
+      }
+    const int64_t per_group = groups == 0 ? 0 : x.numel() / groups;
+    auto group_of = [&](int64_t i) {
+      int64_t g = 0;
+      for (size_t d = x.rank(); d-- > 0;) {
+        g += (i % x.dims[d]) * group_stride[d];
+        i /= x.dims[d];
+      }
+      return g;
+    };
+    const float* xp = x.as<float>();
+    float* yp = out[0].as<float>();
+    std::vector<double> mean(static_cast<size_t>(groups), 0.0), sq(static_cast<size_t>(groups), 0.0);
+    for (int64_t i = 0; i < x.numel(); ++i) mean[static_cast<size_t>(group_of(i))] += xp[i];
+    for (double& m : mean) m /= static_cast<double>(per_group);
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const double dv = xp[i] - mean[static_cast<size_t>(group_of(i))];
+      sq[static_cast<size_t>(group_of(i))] += dv * dv;
+    }
+    parallel(ctx, x.numel(), 1 << 12, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const auto g = static_cast<size_t>(group_of(i));
+        const double centred = xp[i] - mean[g];
+        yp[i] = static_cast<float>(divide ? centred / (std::sqrt(sq[g] / static_cast<double>(per_group)) + 1e-9) : centred);
+      }
+    });
+  });
+}
+
 }  // namespace
 
 void register_norm(KernelRegistry& r) {
@@ -155,6 +242,8 @@ void register_norm(KernelRegistry& r) {
   r.add("LayerNormalization", layer_norm, float_only);
   r.add("InstanceNormalization", instance_norm, float_only);
   r.add("GroupNormalization", group_norm, float_only);
+  r.add("LRN", lrn, lrn_check);
+  r.add("MeanVarianceNormalization", mean_variance_norm, float_only);
   r.add("Softmax", [](const KernelInit& i) { return softmax(i, false); }, float_only);
   r.add("LogSoftmax", [](const KernelInit& i) { return softmax(i, true); }, float_only);
 }

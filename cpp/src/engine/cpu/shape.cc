@@ -10,26 +10,6 @@ namespace tether::engine::cpu {
 
 namespace {
 
-size_t elem_bytes(DType t) { return static_cast<size_t>(ir::dtype_bits(t) / 8); }
-
-std::string fixed_size(const KernelInit& init) {
-  const DType t = init.input_dtype(0);
-  if (t == DType::kString || ir::dtype_bits(t) % 8 != 0 || t == DType::kUndefined)
-    return "input 0 is " + std::string(ir::dtype_name(t)) + "; supported: types of whole bytes";
-  return "";
-}
-
-// Copies element `from` of src to element `to` of dst, for any element size.
-inline void copy_elem(std::byte* dst, int64_t to, const std::byte* src, int64_t from, size_t size) {
-  switch (size) {
-    case 1: dst[to] = src[from]; break;
-    case 2: reinterpret_cast<uint16_t*>(dst)[to] = reinterpret_cast<const uint16_t*>(src)[from]; break;
-    case 4: reinterpret_cast<uint32_t*>(dst)[to] = reinterpret_cast<const uint32_t*>(src)[from]; break;
-    case 8: reinterpret_cast<uint64_t*>(dst)[to] = reinterpret_cast<const uint64_t*>(src)[from]; break;
-    default: std::memcpy(dst + to * static_cast<int64_t>(size), src + from * static_cast<int64_t>(size), size);
-  }
-}
-
 // Reshape, Flatten, Squeeze, Unsqueeze, Identity: the bytes do not change.
 std::unique_ptr<Kernel> copy_kernel(const KernelInit&) {
   return make_kernel([](const RunContext&, const std::vector<View>& in, std::vector<View>& out) {

@@ -1,0 +1,362 @@
+// Resize (opsets 10 to 19) and Upsample (opsets 7 and 9): nearest, n-D linear and n-D cubic
+// interpolation, separable per axis. Coordinates, rounding and weights are computed in float
+// with onnxruntime's formulas, so that indices picked at exact halves agree with it.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "engine/cpu/cpu.h"
+
+namespace tether::engine::cpu {
+
+namespace {
+
+enum class Mode { kNearest, kLinear, kCubic };
+enum class Coord { kHalfPixel, kHalfPixelSymmetric, kPytorchHalfPixel, kAlignCorners, kAsymmetric, kTfHalfPixelForNn, kTfCropAndResize };
+// kSimple: Upsample and Resize-10, before nearest_mode existed (floor when enlarging, ceil when shrinking).
+enum class Nearest { kRoundPreferFloor, kRoundPreferCeil, kFloor, kCeil, kSimple };
+
+bool parse_mode(const std::string& s, Mode* m) {
+  if (s == "nearest") *m = Mode::kNearest;
+  else if (s == "linear" || s == "bilinear") *m = Mode::kLinear;  // "bilinear": Upsample-1's spelling
+  else if (s == "cubic") *m = Mode::kCubic;
+  else return false;
+  return true;
+}
+
+bool parse_coord(const std::string& s, Coord* c) {
+  if (s == "half_pixel") *c = Coord::kHalfPixel;
+  else if (s == "half_pixel_symmetric") *c = Coord::kHalfPixelSymmetric;
+  else if (s == "pytorch_half_pixel") *c = Coord::kPytorchHalfPixel;
+  else if (s == "align_corners") *c = Coord::kAlignCorners;
+  else if (s == "asymmetric") *c = Coord::kAsymmetric;
+  else if (s == "tf_half_pixel_for_nn") *c = Coord::kTfHalfPixelForNn;
+  else if (s == "tf_crop_and_resize") *c = Coord::kTfCropAndResize;
+  else return false;
+  return true;
+}
+
+bool parse_nearest(const std::string& s, Nearest* n) {
+  if (s == "round_prefer_floor") *n = Nearest::kRoundPreferFloor;
+  else if (s == "round_prefer_ceil") *n = Nearest::kRoundPreferCeil;
+  else if (s == "floor") *n = Nearest::kFloor;
+  else if (s == "ceil") *n = Nearest::kCeil;
+  else return false;
+  return true;
+}
+
+// Whether the node is one of the forms without roi, sizes and the newer attributes.
+bool legacy_form(const KernelInit& init) { return init.node.op_type() == "Upsample" || init.opset < 11; }
+
+// Where output coordinate x of an axis resized from `in` to `out` reads from, in input
+// coordinates. The expressions (float or double) are onnxruntime's, so that points at exact
+// halves round the same way.
+float original_coordinate(Coord c, float x, float scale, int64_t in, int64_t out, float roi_start, float roi_end) {
+  const auto lin = static_cast<float>(in), lout = static_cast<float>(out);
+  switch (c) {
+    case Coord::kHalfPixel: return (x + 0.5f) / scale - 0.5f;
+    case Coord::kHalfPixelSymmetric: {
+      const float adjustment = lout / (scale * lin);
+      const float offset = lin / 2 * (1 - adjustment);
+      return static_cast<float>(offset + (x + 0.5) / scale - 0.5);
+    }
+    case Coord::kPytorchHalfPixel: return out > 1 ? (x + 0.5f) / scale - 0.5f : 0.0f;
+    case Coord::kAlignCorners: return out == 1 ? 0.0f : x * (lin - 1) / (lout - 1);
+    case Coord::kAsymmetric: return x / scale;
+    case Coord::kTfHalfPixelForNn: return (x + 0.5f) / scale;
+    case Coord::kTfCropAndResize:
+      if (out > 1) return roi_start * (lin - 1) + (x * (roi_end - roi_start) * (lin - 1)) / (lout - 1);
+      return static_cast<float>(0.5 * (roi_start + roi_end) * (lin - 1));
+  }
+  return 0.0f;
+}
+
+// A coordinate within 1e-6 of a half counts as the half: float coordinates such as
+// (4 + 0.5) * (20 / 6) - 0.5 miss 14.5 by an ulp or two, and onnxruntime (1.31) rounds them
+// as ties too.
+constexpr float kTieTolerance = 1e-6f;
+
+int64_t nearest_index(Nearest n, float x, float scale) {
+  const float fl = std::floor(x);
+  const bool tie = std::fabs(x - fl - 0.5f) <= kTieTolerance;
+  switch (n) {
+    case Nearest::kRoundPreferFloor: return static_cast<int64_t>(tie ? fl : std::round(x));
+    case Nearest::kRoundPreferCeil: return static_cast<int64_t>(tie ? fl + 1 : std::round(x));
+    case Nearest::kFloor: return static_cast<int64_t>(std::floor(x));
+    case Nearest::kCeil: return static_cast<int64_t>(std::ceil(x));
+    case Nearest::kSimple: return scale < 1 ? static_cast<int64_t>(std::ceil(x)) : static_cast<int64_t>(x);
+  }
+  return 0;
+}
+
+std::array<float, 4> cubic_coeffs(float s, float a) {
+  s = std::fabs(s);
+  return {((a * (s + 1) - 5 * a) * (s + 1) + 8 * a) * (s + 1) - 4 * a, ((a + 2) * s - (a + 3)) * s * s + 1,
+          ((a + 2) * (1 - s) - (a + 3)) * (1 - s) * (1 - s) + 1, ((a * (2 - s) - 5 * a) * (2 - s) + 8 * a) * (2 - s) - 4 * a};
+}
+
+// One axis's reads: for each output position up to 4 (input index, weight) taps, or a flag
+// that the position lies outside the crop (tf_crop_and_resize) and takes the extrapolation value.
+struct AxisTaps {
+  int count = 1;
+  std::vector<int64_t> index;  // out * 4
+  std::vector<float> weight;   // out * 4
+  std::vector<uint8_t> outside;
+};
+
+class ResizeKernel final : public Kernel {
+ public:
+  explicit ResizeKernel(const KernelInit& init) : name_(init.node.describe()) {
+    const ir::Node& n = init.node;
+    parse_mode(n.attr_string("mode", "nearest"), &mode_);
+    if (legacy_form(init)) {
+      coord_ = Coord::kAsymmetric;
+      nearest_ = Nearest::kSimple;
+      if (const ir::Attribute* a = n.attr("scales")) attr_scales_ = a->as_floats();
+      scales_input_ = n.attr("scales") != nullptr ? -1 : 1;
+    } else {
+      parse_coord(n.attr_string("coordinate_transformation_mode", "half_pixel"), &coord_);
+      parse_nearest(n.attr_string("nearest_mode", "round_prefer_floor"), &nearest_);
+      cubic_a_ = n.attr_float("cubic_coeff_a", -0.75f);
+      exclude_outside_ = n.attr_int("exclude_outside", 0) != 0;
+      extrapolation_ = n.attr_float("extrapolation_value", 0.0f);
+      axes_attr_ = n.attr_ints("axes");
+      policy_ = n.attr_string("keep_aspect_ratio_policy", "stretch");
+      scales_input_ = 2;
+    }
+  }
+
+  void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
+    const View& x = in[0];
+    View& y = out[0];
+    const size_t rank = x.rank();
+    TETHER_CHECK(y.rank() == rank, "Resize: planned output rank differs from the input's");
+    if (y.numel() == 0) return;
+    if (x.numel() == 0) throw ArgumentError(name_ + ": an empty input cannot be resized to a non-empty output");
+    const std::vector<float> scale = scales(in, y);
+    std::vector<float> roi_start(rank, 0.0f), roi_end(rank, 1.0f);
+    if (coord_ == Coord::kTfCropAndResize) read_roi(in, roi_start, roi_end);
+    std::vector<AxisTaps> taps(rank);
+    for (size_t d = 0; d < rank; ++d) taps[d] = axis_taps(x.dims[d], y.dims[d], scale[d], roi_start[d], roi_end[d]);
+    interpolate(ctx, x, y, taps);
+  }
+
+ private:
+  std::vector<size_t> axes(size_t rank) const {
+    std::vector<size_t> a;
+    for (int64_t v : axes_attr_) a.push_back(static_cast<size_t>(v < 0 ? v + static_cast<int64_t>(rank) : v));
+    if (a.empty())
+      for (size_t d = 0; d < rank; ++d) a.push_back(d);
+    return a;
+  }
+
+  // Per-axis scales: given, or from sizes (out / in, or one shared scale under a
+  // keep_aspect_ratio_policy), 1 on axes that are not resized.
+  std::vector<float> scales(const std::vector<View>& in, const View& y) const {
+    const View& x = in[0];
+    const size_t rank = x.rank();
+    const std::vector<size_t> ax = axes(rank);
+    std::vector<float> given = attr_scales_;
+    if (scales_input_ > 0 && present(in, static_cast<size_t>(scales_input_)) && in[static_cast<size_t>(scales_input_)].numel() > 0) {
+      const View& s = in[static_cast<size_t>(scales_input_)];
+      given.assign(s.as<float>(), s.as<float>() + s.numel());
+    }
+    std::vector<float> scale(rank, 1.0f);
+    if (!given.empty()) {
+      if (given.size() != ax.size())
+        throw ArgumentError(name_ + ": scales has " + std::to_string(given.size()) + " entries, expected " +
+                            std::to_string(ax.size()));
+      for (size_t i = 0; i < ax.size(); ++i) {
+        if (!(given[i] > 0)) throw ArgumentError(name_ + ": scale " + std::to_string(given[i]) + " is not positive");
+        scale[ax[i]] = given[i];
+      }
+      return scale;
+    }
+    if (!present(in, 3)) throw ArgumentError(name_ + ": neither scales nor sizes is given");
+    const std::vector<int64_t> sizes = int_values(in[3]);
+    if (sizes.size() != ax.size())
+      throw ArgumentError(name_ + ": sizes has " + std::to_string(sizes.size()) + " entries, expected " + std::to_string(ax.size()));
+    if (policy_ == "stretch") {
+      for (size_t i = 0; i < ax.size(); ++i) {
+        TETHER_CHECK(y.dims[ax[i]] == sizes[i], "Resize: planned output differs from sizes");
+        scale[ax[i]] = static_cast<float>(sizes[i]) / static_cast<float>(x.dims[ax[i]]);
+      }
+      return scale;
+    }
+    float shared = policy_ == "not_larger" ? std::numeric_limits<float>::max() : std::numeric_limits<float>::lowest();
+    for (size_t i = 0; i < ax.size(); ++i) {
+      const float s = static_cast<float>(sizes[i]) / static_cast<float>(x.dims[ax[i]]);
+      shared = policy_ == "not_larger" ? std::min(shared, s) : std::max(shared, s);
+    }
+    for (size_t a : ax) scale[a] = shared;
+    return scale;
+  }
+
+  void read_roi(const std::vector<View>& in, std::vector<float>& start, std::vector<float>& end) const {
+    if (!present(in, 1) || in[1].numel() == 0) return;
+    const size_t rank = start.size();
+    const std::vector<size_t> ax = axes(rank);
+    const View& r = in[1];
+    if (static_cast<size_t>(r.numel()) != 2 * ax.size())
+      throw ArgumentError(name_ + ": roi has " + std::to_string(r.numel()) + " entries, expected " + std::to_string(2 * ax.size()));
+    for (size_t i = 0; i < ax.size(); ++i) {
+      start[ax[i]] = r.as<float>()[i];
+      end[ax[i]] = r.as<float>()[i + ax.size()];
+    }
+  }
+
+  AxisTaps axis_taps(int64_t in, int64_t out, float scale, float roi_start, float roi_end) const {
+    AxisTaps t;
+    t.count = mode_ == Mode::kNearest ? 1 : mode_ == Mode::kLinear ? 2 : 4;
+    t.index.assign(static_cast<size_t>(out * 4), 0);
+    t.weight.assign(static_cast<size_t>(out * 4), 0.0f);
+    t.outside.assign(static_cast<size_t>(out), 0);
+    const bool extrapolate = coord_ == Coord::kTfCropAndResize;
+    // An axis with scale 1 is copied whatever the coordinate transform (roi included), as
+    // onnxruntime does; other axes whose coordinates map one to one are copied too.
+    if (scale == 1.0f && in == out) return identity_taps(out);
+    bool identity = in == out;
+    for (int64_t o = 0; o < out; ++o) {
+      const float xo = original_coordinate(coord_, static_cast<float>(o), scale, in, out, roi_start, roi_end);
+      identity = identity && xo == static_cast<float>(o);
+      if (extrapolate && (xo < 0 || xo > static_cast<float>(in - 1))) {
+        t.outside[static_cast<size_t>(o)] = 1;
+        continue;
+      }
+      int64_t* idx = &t.index[static_cast<size_t>(o * 4)];
+      float* w = &t.weight[static_cast<size_t>(o * 4)];
+      if (mode_ == Mode::kNearest) {
+        idx[0] = std::clamp<int64_t>(nearest_index(nearest_, xo, scale), 0, in - 1);
+        w[0] = 1.0f;
+      } else if (mode_ == Mode::kLinear) {
+        const float xc = std::max(0.0f, std::min(xo, static_cast<float>(in - 1)));
+        idx[0] = std::min(static_cast<int64_t>(xc), in - 1);
+        idx[1] = std::min(idx[0] + 1, in - 1);
+        w[0] = std::fabs(xc - static_cast<float>(idx[1]));
+        w[1] = std::fabs(xc - static_cast<float>(idx[0]));
+        if (idx[0] == idx[1]) w[0] = w[1] = 0.5f;
+      } else {
+        const float fl = std::floor(xo);
+        const std::array<float, 4> c = cubic_coeffs(xo - fl, cubic_a_);
+        float sum = 0;
+        for (int j = 0; j < 4; ++j) {
+          const int64_t at = static_cast<int64_t>(fl) - 1 + j;
+          const bool inside = at >= 0 && at < in;
+          w[j] = exclude_outside_ && !inside ? 0.0f : c[static_cast<size_t>(j)];
+          idx[j] = std::clamp<int64_t>(at, 0, in - 1);  // edge values stand in for outside points
+          sum += w[j];
+        }
+        if (exclude_outside_)
+          for (int j = 0; j < 4; ++j) w[j] /= sum;
+      }
+    }
+    return identity && !extrapolate ? identity_taps(out) : t;
+  }
+
+  static AxisTaps identity_taps(int64_t n) {
+    AxisTaps t;
+    t.index.assign(static_cast<size_t>(n * 4), 0);
+    t.weight.assign(static_cast<size_t>(n * 4), 0.0f);
+    t.outside.assign(static_cast<size_t>(n), 0);
+    for (int64_t o = 0; o < n; ++o) {
+      t.index[static_cast<size_t>(o * 4)] = o;
+      t.weight[static_cast<size_t>(o * 4)] = 1.0f;
+    }
+    return t;
+  }
+
+  void interpolate(const RunContext& ctx, const View& x, View& y, const std::vector<AxisTaps>& taps) const {
+    const size_t rank = x.rank();
+    const std::vector<int64_t> xs = strides_of(x.dims);
+    const float* xp = x.as<float>();
+    float* yp = y.as<float>();
+    parallel(ctx, y.numel(), 256, [&](int64_t o0, int64_t o1) {
+      std::vector<int64_t> pos(rank);
+      for (int64_t o = o0; o < o1; ++o) {
+        int64_t rem = o, total = 1;
+        bool outside = false;
+        for (size_t d = rank; d-- > 0;) {
+          pos[d] = rem % y.dims[d];
+          rem /= y.dims[d];
+          outside = outside || taps[d].outside[static_cast<size_t>(pos[d])];
+          total *= taps[d].count;
+        }
+        if (outside) {
+          yp[o] = extrapolation_;
+          continue;
+        }
+        double acc = 0;
+        for (int64_t t = 0; t < total; ++t) {
+          int64_t tr = t, off = 0;
+          double w = 1;
+          for (size_t d = rank; d-- > 0;) {
+            const AxisTaps& a = taps[d];
+            const auto k = static_cast<size_t>(pos[d] * 4 + tr % a.count);
+            tr /= a.count;
+            off += a.index[k] * xs[d];
+            w *= a.weight[k];
+          }
+          acc += w * xp[off];
+        }
+        yp[o] = static_cast<float>(acc);
+      }
+    });
+  }
+
+  std::string name_;
+  Mode mode_ = Mode::kNearest;
+  Coord coord_ = Coord::kHalfPixel;
+  Nearest nearest_ = Nearest::kRoundPreferFloor;
+  float cubic_a_ = -0.75f;
+  bool exclude_outside_ = false;
+  float extrapolation_ = 0.0f;
+  std::vector<int64_t> axes_attr_;
+  std::string policy_ = "stretch";
+  std::vector<float> attr_scales_;  // Upsample-7
+  int scales_input_ = 2;            // input index of scales, -1 when they are an attribute
+};
+
+std::string resize_check(const KernelInit& init) {
+  const ir::Node& n = init.node;
+  Mode mode;
+  const std::string m = n.attr_string("mode", "nearest");
+  if (!parse_mode(m, &mode)) return "mode is '" + m + "'; supported: nearest, linear, cubic";
+  if (legacy_form(init)) {
+    if (mode == Mode::kCubic) return "mode 'cubic' needs Resize from opset 11";
+  } else {
+    Coord c;
+    Nearest nm;
+    const std::string cm = n.attr_string("coordinate_transformation_mode", "half_pixel");
+    if (!parse_coord(cm, &c))
+      return "coordinate_transformation_mode is '" + cm +
+             "'; supported: half_pixel, half_pixel_symmetric, pytorch_half_pixel, align_corners, asymmetric, "
+             "tf_half_pixel_for_nn, tf_crop_and_resize";
+    const std::string nmode = n.attr_string("nearest_mode", "round_prefer_floor");
+    if (!parse_nearest(nmode, &nm)) return "nearest_mode is '" + nmode + "'; supported: round_prefer_floor, round_prefer_ceil, floor, ceil";
+    if (n.attr_int("antialias", 0) != 0) return "antialias=1 is not supported";
+    const std::string policy = n.attr_string("keep_aspect_ratio_policy", "stretch");
+    if (policy != "stretch" && policy != "not_larger" && policy != "not_smaller")
+      return "keep_aspect_ratio_policy is '" + policy + "'; supported: stretch, not_larger, not_smaller";
+    if (n.input(1) != nullptr && init.input_dtype(1) != DType::kFloat32)
+      return "roi is " + std::string(ir::dtype_name(init.input_dtype(1))) + "; supported: float32";
+    if (n.input(3) != nullptr && init.input_dtype(3) != DType::kInt64)
+      return "sizes is " + std::string(ir::dtype_name(init.input_dtype(3))) + "; supported: int64";
+  }
+  if (init.input_dtype(0) != DType::kFloat32)
+    return "input 0 is " + std::string(ir::dtype_name(init.input_dtype(0))) + "; supported: float32";
+  const size_t scales_at = legacy_form(init) ? 1 : 2;
+  if (n.input(scales_at) != nullptr && init.input_dtype(scales_at) != DType::kFloat32)
+    return "scales is " + std::string(ir::dtype_name(init.input_dtype(scales_at))) + "; supported: float32";
+  return "";
+}
+
+}  // namespace
+
+void register_resize(KernelRegistry& r) {
+  auto make = [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<ResizeKernel>(i); };
+  r.add("Resize", make, resize_check);
+  r.add("Upsample", make, resize_check);
+}
+
+}  // namespace tether::engine::cpu

@@ -1,0 +1,330 @@
+// Recurrent layers: RNN, GRU, LSTM. Forward, reverse and bidirectional; layout 0
+// ([seq, batch, ...]) and 1 ([batch, seq, ...]); sequence_lens; initial states; LSTM
+// peepholes and input_forget; GRU linear_before_reset; the activations attribute with its
+// alphas and betas; clip. Each (direction, batch row) runs on its own, in parallel; gate sums
+// accumulate in float, as onnxruntime's do.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include "engine/cpu/cpu.h"
+
+namespace tether::engine::cpu {
+
+namespace {
+
+enum class Cell { kRnn, kGru, kLstm };
+
+int gates_of(Cell c) { return c == Cell::kRnn ? 1 : c == Cell::kGru ? 3 : 4; }
+int activations_of(Cell c) { return c == Cell::kRnn ? 1 : c == Cell::kGru ? 2 : 3; }
+
+// The activation functions the recurrent ops accept, by their lower-cased names, with the
+// number of alphas and betas each takes and their defaults.
+struct Activation {
+  enum class Kind { kRelu, kTanh, kSigmoid, kAffine, kLeakyRelu, kThresholdedRelu, kScaledTanh, kHardSigmoid, kElu, kSoftsign, kSoftplus };
+  Kind kind = Kind::kSigmoid;
+  float alpha = 0, beta = 0;
+
+  float operator()(float x) const {
+    switch (kind) {
+      case Kind::kRelu: return x < 0 ? 0.0f : x;
+      case Kind::kTanh: return std::tanh(x);
+      case Kind::kSigmoid: return 1.0f / (1.0f + std::exp(-x));
+      case Kind::kAffine: return alpha * x + beta;
+      case Kind::kLeakyRelu: return x >= 0 ? x : alpha * x;
+      case Kind::kThresholdedRelu: return x > alpha ? x : 0.0f;
+      case Kind::kScaledTanh: return alpha * std::tanh(beta * x);
+      case Kind::kHardSigmoid: return std::max(0.0f, std::min(1.0f, alpha * x + beta));
+      case Kind::kElu: return x >= 0 ? x : alpha * std::expm1(x);
+      case Kind::kSoftsign: return x / (1.0f + std::fabs(x));
+      case Kind::kSoftplus: return x > 20.0f ? x : std::log1p(std::exp(x));
+    }
+    return x;
+  }
+};
+
+struct ActivationInfo {
+  const char* name;
+  Activation::Kind kind;
+  int uses_alpha, uses_beta;
+  float alpha, beta;
+};
+
+constexpr ActivationInfo kActivations[] = {
+    {"relu", Activation::Kind::kRelu, 0, 0, 0, 0},
+    {"tanh", Activation::Kind::kTanh, 0, 0, 0, 0},
+    {"sigmoid", Activation::Kind::kSigmoid, 0, 0, 0, 0},
+    {"affine", Activation::Kind::kAffine, 1, 1, 1.0f, 0.0f},
+    {"leakyrelu", Activation::Kind::kLeakyRelu, 1, 0, 0.01f, 0},
+    {"thresholdedrelu", Activation::Kind::kThresholdedRelu, 1, 0, 1.0f, 0},
+    {"scaledtanh", Activation::Kind::kScaledTanh, 1, 1, 1.0f, 1.0f},
+    {"hardsigmoid", Activation::Kind::kHardSigmoid, 1, 1, 0.2f, 0.5f},
+    {"elu", Activation::Kind::kElu, 1, 0, 1.0f, 0},
+    {"softsign", Activation::Kind::kSoftsign, 0, 0, 0, 0},
+    {"softplus", Activation::Kind::kSoftplus, 0, 0, 0, 0},
+};
+
+const ActivationInfo* find_activation(std::string name) {
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (const ActivationInfo& a : kActivations)
+    if (name == a.name) return &a;
+  return nullptr;
+}
+
+Cell cell_of(const std::string& op) { return op == "LSTM" ? Cell::kLstm : op == "GRU" ? Cell::kGru : Cell::kRnn; }
+
+int directions_of(const ir::Node& n) { return n.attr_string("direction", "forward") == "bidirectional" ? 2 : 1; }
+
+// The activation names of a node, one list per direction, defaults filled in.
+std::vector<std::string> activation_names(const ir::Node& n, Cell cell) {
+  std::vector<std::string> names;
+  if (const ir::Attribute* a = n.attr("activations")) names = a->as_strings();
+  const auto per = static_cast<size_t>(activations_of(cell));
+  if (names.empty()) {
+    if (cell == Cell::kRnn) names = {"Tanh"};
+    else if (cell == Cell::kGru) names = {"Sigmoid", "Tanh"};
+    else names = {"Sigmoid", "Tanh", "Tanh"};
+  }
+  // Bidirectional nodes that give one direction's list use it for both, as onnxruntime does.
+  if (directions_of(n) == 2 && names.size() == per) {
+    const std::vector<std::string> one = names;
+    names.insert(names.end(), one.begin(), one.end());
+  }
+  return names;
+}
+
+// Everything one (direction, batch row) sequence needs to read and write.
+struct Sequence {
+  const float *x, *w, *r, *wb, *rb, *p, *h0, *c0;
+  float *y, *yh, *yc;
+  int64_t len, x_step, y_step;  // elements between consecutive time steps in x and y
+  bool reverse;
+};
+
+class RecurrentKernel final : public Kernel {
+ public:
+  explicit RecurrentKernel(const KernelInit& init)
+      : cell_(cell_of(init.node.op_type())),
+        hidden_(init.node.attr_int("hidden_size", 0)),
+        dirs_(directions_of(init.node)),
+        reverse_(init.node.attr_string("direction", "forward") == "reverse"),
+        batch_first_(init.node.attr_int("layout", 0) != 0),
+        clip_(init.node.attr_float("clip", 0.0f)),
+        has_clip_(init.node.attr("clip") != nullptr),
+        linear_before_reset_(init.node.attr_int("linear_before_reset", 0) != 0),
+        input_forget_(init.node.attr_int("input_forget", 0) != 0),
+        name_(init.node.describe()) {
+    std::vector<float> alphas, betas;
+    if (const ir::Attribute* a = init.node.attr("activation_alpha")) alphas = a->as_floats();
+    if (const ir::Attribute* a = init.node.attr("activation_beta")) betas = a->as_floats();
+    size_t ai = 0, bi = 0;
+    for (const std::string& n : activation_names(init.node, cell_)) {
+      const ActivationInfo* info = find_activation(n);
+      Activation act{info->kind, info->alpha, info->beta};
+      if (info->uses_alpha && ai < alphas.size()) act.alpha = alphas[ai++];
+      if (info->uses_beta && bi < betas.size()) act.beta = betas[bi++];
+      acts_.push_back(act);
+    }
+  }
+
+  int64_t scratch_bytes(const std::vector<View>& in, const std::vector<View>&) const override {
+    const int64_t batch = in[0].dims[batch_first_ ? 0 : 1];
+    return dirs_ * batch * per_task_floats() * static_cast<int64_t>(sizeof(float));
+  }
+
+  void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
+    const View& x = in[0];
+    const int64_t seq = x.dims[batch_first_ ? 1 : 0], batch = x.dims[batch_first_ ? 0 : 1], input = x.dims[2];
+    const int64_t h = hidden_, g = gates_of(cell_);
+    TETHER_CHECK(in[1].dims == (std::vector<int64_t>{dirs_, g * h, input}), "recurrent op: W has an unexpected shape");
+    TETHER_CHECK(in[2].dims == (std::vector<int64_t>{dirs_, g * h, h}), "recurrent op: R has an unexpected shape");
+    check_optional(in, 3, {dirs_, 2 * g * h}, "B");
+    check_optional(in, 4, {batch}, "sequence_lens");
+    const std::vector<int64_t> state = batch_first_ ? std::vector<int64_t>{batch, dirs_, h} : std::vector<int64_t>{dirs_, batch, h};
+    check_optional(in, 5, state, "initial_h");
+    if (cell_ == Cell::kLstm) {
+      check_optional(in, 6, state, "initial_c");
+      check_optional(in, 7, {dirs_, 3 * h}, "P");
+    }
+    std::vector<int64_t> lens(static_cast<size_t>(batch), seq);
+    if (present(in, 4)) {
+      lens = int_values(in[4]);
+      for (int64_t l : lens)
+        if (l < 0 || l > seq)
+          throw ArgumentError(name_ + ": sequence_lens holds " + std::to_string(l) + ", expected 0 to " + std::to_string(seq));
+    }
+    float* y = out.size() > 0 && out[0].data != nullptr ? out[0].as<float>() : nullptr;
+    float* yh = out.size() > 1 && out[1].data != nullptr ? out[1].as<float>() : nullptr;
+    float* yc = out.size() > 2 && out[2].data != nullptr ? out[2].as<float>() : nullptr;
+    // Y is [seq, dirs, batch, h] or [batch, seq, dirs, h]; states [dirs, batch, h] or [batch, dirs, h].
+    const int64_t x_step = batch_first_ ? input : batch * input;
+    const int64_t y_step = batch_first_ ? dirs_ * h : dirs_ * batch * h;
+    auto state_at = [&](int64_t d, int64_t b) { return (batch_first_ ? b * dirs_ + d : d * batch + b) * h; };
+    auto* scratch = reinterpret_cast<float*>(ctx.scratch);
+    parallel(ctx, dirs_ * batch, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t d = t / batch, b = t % batch;
+        Sequence s{};
+        s.x = x.as<float>() + (batch_first_ ? b * seq * input : b * input);
+        s.w = in[1].as<float>() + d * g * h * input;
+        s.r = in[2].as<float>() + d * g * h * h;
+        s.wb = present(in, 3) ? in[3].as<float>() + d * 2 * g * h : nullptr;
+        s.rb = s.wb != nullptr ? s.wb + g * h : nullptr;
+        s.p = cell_ == Cell::kLstm && present(in, 7) ? in[7].as<float>() + d * 3 * h : nullptr;
+        s.h0 = present(in, 5) ? in[5].as<float>() + state_at(d, b) : nullptr;
+        s.c0 = cell_ == Cell::kLstm && present(in, 6) ? in[6].as<float>() + state_at(d, b) : nullptr;
+        s.y = y != nullptr ? y + (batch_first_ ? (b * seq * dirs_ + d) * h : (d * batch + b) * h) : nullptr;
+        s.yh = yh != nullptr ? yh + state_at(d, b) : nullptr;
+        s.yc = yc != nullptr ? yc + state_at(d, b) : nullptr;
+        s.len = lens[static_cast<size_t>(b)];
+        s.x_step = x_step;
+        s.y_step = y_step;
+        s.reverse = reverse_ || d == 1;
+        if (s.y != nullptr)  // steps past the row's length stay zero
+          for (int64_t k = s.len; k < seq; ++k) std::fill_n(s.y + k * y_step, h, 0.0f);
+        run_sequence(s, input, d, scratch + t * per_task_floats());
+      }
+    });
+  }
+
+ private:
+  // gx and gh (a row per gate), the hidden and cell states, and GRU's reset state.
+  int64_t per_task_floats() const { return 2 * gates_of(cell_) * hidden_ + 3 * hidden_; }
+
+  void check_optional(const std::vector<View>& in, size_t i, const std::vector<int64_t>& dims, const char* what) const {
+    auto text = [](const std::vector<int64_t>& v) {
+      std::string s;
+      for (int64_t e : v) s += (s.empty() ? "" : ", ") + std::to_string(e);
+      return "[" + s + "]";
+    };
+    if (present(in, i) && in[i].dims != dims)
+      throw ArgumentError(name_ + ": " + what + " has shape " + text(in[i].dims) + ", expected " + text(dims));
+  }
+
+  float clipped(float v) const { return has_clip_ ? std::clamp(v, -clip_, clip_) : v; }
+
+  // gx = W x + Wb and gh = R h + Rb for every gate row; float sums, in index order.
+  static void affine(const float* m, int64_t rows, int64_t cols, const float* v, const float* bias, float* out) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = m + r * cols;
+      float acc = 0;
+      for (int64_t c = 0; c < cols; ++c) acc += row[c] * v[c];
+      out[r] = bias != nullptr ? acc + bias[r] : acc;
+    }
+  }
+
+  void run_sequence(const Sequence& s, int64_t input, int64_t d, float* scratch) const {
+    const int64_t h = hidden_, g = gates_of(cell_);
+    float* gx = scratch;
+    float* gh = gx + g * h;
+    float* hs = gh + g * h;
+    float* cs = hs + h;
+    float* reset = cs + h;
+    if (s.h0 != nullptr) std::copy_n(s.h0, h, hs);
+    else std::fill_n(hs, h, 0.0f);
+    if (s.c0 != nullptr) std::copy_n(s.c0, h, cs);
+    else std::fill_n(cs, h, 0.0f);
+    const Activation* act = &acts_[static_cast<size_t>(d * activations_of(cell_))];
+    // GRU's candidate without linear_before_reset multiplies R_h by the reset state, not h.
+    const int64_t recurrent_rows = cell_ == Cell::kGru && !linear_before_reset_ ? 2 * h : g * h;
+    for (int64_t k = 0; k < s.len; ++k) {
+      const int64_t t = s.reverse ? s.len - 1 - k : k;
+      affine(s.w, g * h, input, s.x + t * s.x_step, s.wb, gx);
+      affine(s.r, recurrent_rows, h, hs, s.rb, gh);
+      if (cell_ == Cell::kRnn) {
+        for (int64_t j = 0; j < h; ++j) hs[j] = act[0](clipped(gx[j] + gh[j]));
+      } else if (cell_ == Cell::kGru) {
+        gru_step(gx, gh, hs, reset, s, act);
+      } else {
+        lstm_step(gx, gh, hs, cs, s.p, act);
+      }
+      if (s.y != nullptr) std::copy_n(hs, h, s.y + t * s.y_step);
+    }
+    if (s.yh != nullptr) std::copy_n(hs, h, s.yh);
+    if (s.yc != nullptr) std::copy_n(cs, h, s.yc);
+  }
+
+  // Gates z, r, h; gh's z and r rows become the activated gates in place.
+  void gru_step(const float* gx, float* gh, float* hs, float* reset, const Sequence& s, const Activation* act) const {
+    const int64_t h = hidden_;
+    for (int64_t j = 0; j < h; ++j) {
+      gh[j] = act[0](clipped(gx[j] + gh[j]));              // z
+      gh[h + j] = act[0](clipped(gx[h + j] + gh[h + j]));  // r
+    }
+    float* cand = gh + 2 * h;
+    if (linear_before_reset_) {
+      for (int64_t j = 0; j < h; ++j) cand[j] = act[1](clipped(gx[2 * h + j] + gh[h + j] * cand[j]));
+    } else {
+      for (int64_t j = 0; j < h; ++j) reset[j] = gh[h + j] * hs[j];
+      affine(s.r + 2 * h * h, h, h, reset, s.rb != nullptr ? s.rb + 2 * h : nullptr, cand);
+      for (int64_t j = 0; j < h; ++j) cand[j] = act[1](clipped(gx[2 * h + j] + cand[j]));
+    }
+    for (int64_t j = 0; j < h; ++j) hs[j] = (1.0f - gh[j]) * cand[j] + gh[j] * hs[j];
+  }
+
+  // Gates i, o, f, c; peepholes P = (i, o, f).
+  void lstm_step(const float* gx, const float* gh, float* hs, float* cs, const float* p, const Activation* act) const {
+    const int64_t h = hidden_;
+    for (int64_t j = 0; j < h; ++j) {
+      float i = gx[j] + gh[j];
+      float f = gx[2 * h + j] + gh[2 * h + j];
+      if (p != nullptr) {
+        i += p[j] * cs[j];
+        f += p[2 * h + j] * cs[j];
+      }
+      i = act[0](clipped(i));
+      f = input_forget_ ? 1.0f - i : act[0](clipped(f));
+      const float c = act[1](clipped(gx[3 * h + j] + gh[3 * h + j]));
+      cs[j] = f * cs[j] + i * c;
+      float o = gx[h + j] + gh[h + j];
+      if (p != nullptr) o += p[h + j] * cs[j];
+      o = act[0](clipped(o));
+      hs[j] = o * act[2](cs[j]);
+    }
+  }
+
+  Cell cell_;
+  int64_t hidden_;
+  int64_t dirs_;
+  bool reverse_, batch_first_;
+  float clip_;
+  bool has_clip_, linear_before_reset_, input_forget_;
+  std::vector<Activation> acts_;  // per direction, activations_of(cell_) each
+  std::string name_;
+};
+
+std::string recurrent_check(const KernelInit& init) {
+  const ir::Node& n = init.node;
+  const Cell cell = cell_of(n.op_type());
+  if (n.attr_int("hidden_size", 0) < 1) return "attribute hidden_size is missing or < 1";
+  const std::string dir = n.attr_string("direction", "forward");
+  if (dir != "forward" && dir != "reverse" && dir != "bidirectional")
+    return "direction is '" + dir + "'; supported: forward, reverse, bidirectional";
+  const std::vector<std::string> names = activation_names(n, cell);
+  const size_t want = static_cast<size_t>(activations_of(cell) * directions_of(n));
+  if (names.size() != want)
+    return "activations has " + std::to_string(names.size()) + " entries, expected " + std::to_string(want);
+  for (const std::string& a : names)
+    if (find_activation(a) == nullptr)
+      return "activation '" + a + "' is not supported (Relu, Tanh, Sigmoid, Affine, LeakyRelu, ThresholdedRelu, "
+             "ScaledTanh, HardSigmoid, Elu, Softsign, Softplus are)";
+  if (n.attr("clip") != nullptr && !(n.attr_float("clip", 0.0f) > 0)) return "clip must be positive";
+  for (size_t i = 0; i < init.input_types.size(); ++i) {
+    if (n.input(i) == nullptr) continue;
+    if (i == 4) {
+      if (std::string why = require_dtype(init, 4, {DType::kInt32, DType::kInt64}); !why.empty()) return why;
+    } else if (init.input_dtype(i) != DType::kFloat32) {
+      return "input " + std::to_string(i) + " is " + std::string(ir::dtype_name(init.input_dtype(i))) + "; supported: float32";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+void register_rnn(KernelRegistry& r) {
+  auto make = [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<RecurrentKernel>(i); };
+  for (const char* op : {"RNN", "GRU", "LSTM"}) r.add(op, make, recurrent_check);
+}
+
+}  // namespace tether::engine::cpu
