@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "engine/cpu/cpu.h"
+#include "util/fastmath.h"
 #include "util/float16.h"
 
 namespace tether::engine::cpu {
@@ -43,29 +44,29 @@ std::unique_ptr<Kernel> unary_kernel(UnaryParams p) {
 float clamp01(float v) { return v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v); }
 float relu(float x, const UnaryParams&) { return x < 0 ? 0.0f : x; }
 float leaky_relu(float x, const UnaryParams& p) { return x >= 0 ? x : p.alpha * x; }
-float sigmoid(float x, const UnaryParams&) { return 1.0f / (1.0f + std::exp(-x)); }
-float tanh_(float x, const UnaryParams&) { return std::tanh(x); }
+// Exp, Erf, Tanh, Sigmoid and Gelu use tether's vectorisable approximations (errors below
+// 5e-7, util/fastmath.h), as onnxruntime uses its own; Log and the rest use the C library.
+float sigmoid(float x, const UnaryParams&) { return util::fast_sigmoid(x); }
+float tanh_(float x, const UnaryParams&) { return util::fast_tanh(x); }
 float hard_sigmoid(float x, const UnaryParams& p) { return clamp01(p.alpha * x + p.beta); }
 float hard_swish(float x, const UnaryParams&) { return x * clamp01(x / 6.0f + 0.5f); }
 float gelu(float x, const UnaryParams& p) {
-  if (p.flag) {  // approximate = "tanh"
-    const double xd = x;
-    return static_cast<float>(0.5 * xd * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (xd + 0.044715 * xd * xd * xd))));
-  }
-  return static_cast<float>(0.5 * x * (1.0 + std::erf(static_cast<double>(x) * M_SQRT1_2)));
+  if (p.flag)  // approximate = "tanh"
+    return 0.5f * x * (1.0f + util::fast_tanh(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+  return 0.5f * x * (1.0f + util::fast_erf(x * 0.70710678118654752f));
 }
 float softplus(float x, const UnaryParams&) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 float softsign(float x, const UnaryParams&) { return x / (1.0f + std::fabs(x)); }
 float elu(float x, const UnaryParams& p) { return x >= 0 ? x : p.alpha * std::expm1(x); }
 float selu(float x, const UnaryParams& p) { return p.gamma * (x > 0 ? x : p.alpha * std::expm1(x)); }
 float celu(float x, const UnaryParams& p) { return x >= 0 ? x : p.alpha * std::expm1(x / p.alpha); }
-float mish(float x, const UnaryParams& p) { return x * std::tanh(softplus(x, p)); }
+float mish(float x, const UnaryParams& p) { return x * util::fast_tanh(softplus(x, p)); }
 float thresholded_relu(float x, const UnaryParams& p) { return x > p.alpha ? x : 0.0f; }
 float sqrt_(float x, const UnaryParams&) { return std::sqrt(x); }
-float exp_(float x, const UnaryParams&) { return std::exp(x); }
+float exp_(float x, const UnaryParams&) { return util::fast_exp(x); }
 float log_(float x, const UnaryParams&) { return std::log(x); }
 float reciprocal(float x, const UnaryParams&) { return 1.0f / x; }
-float erf_(float x, const UnaryParams&) { return std::erf(x); }
+float erf_(float x, const UnaryParams&) { return util::fast_erf(x); }
 float floor_(float x, const UnaryParams&) { return std::floor(x); }
 float ceil_(float x, const UnaryParams&) { return std::ceil(x); }
 float round_(float x, const UnaryParams&) { return std::nearbyint(x); }  // half to even

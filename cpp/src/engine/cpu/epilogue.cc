@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "engine/cpu/cpu.h"
+#include "util/fastmath.h"
 
 namespace tether::engine::cpu {
 
@@ -67,20 +68,20 @@ void apply_activation(Epilogue::Act act, float alpha, float beta, float* __restr
     case Act::kRelu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] < 0 ? 0.0f : y[i]; return;
     case Act::kLeakyRelu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] < 0 ? alpha * y[i] : y[i]; return;
     case Act::kClip: for (int64_t i = 0; i < n; ++i) y[i] = clamp(y[i], alpha, beta); return;
-    case Act::kSigmoid: for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + std::exp(-y[i])); return;
+    case Act::kSigmoid: for (int64_t i = 0; i < n; ++i) y[i] = util::fast_sigmoid(y[i]); return;
     case Act::kHardSigmoid: for (int64_t i = 0; i < n; ++i) y[i] = clamp(alpha * y[i] + beta, 0.0f, 1.0f); return;
     case Act::kHardSwish: for (int64_t i = 0; i < n; ++i) y[i] *= clamp(y[i] / 6.0f + 0.5f, 0.0f, 1.0f); return;
     case Act::kGelu:
-      for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(0.5 * y[i] * (1.0 + std::erf(static_cast<double>(y[i]) * M_SQRT1_2)));
+      for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * y[i] * (1.0f + util::fast_erf(y[i] * 0.70710678118654752f));
       return;
     case Act::kGeluTanh:
       for (int64_t i = 0; i < n; ++i) {
-        const double x = y[i];
-        y[i] = static_cast<float>(0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))));
+        const float x = y[i];
+        y[i] = 0.5f * x * (1.0f + util::fast_tanh(0.79788456080286536f * (x + 0.044715f * x * x * x)));
       }
       return;
-    case Act::kSilu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] / (1.0f + std::exp(-y[i])); return;
-    case Act::kTanh: for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(y[i]); return;
+    case Act::kSilu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] * util::fast_sigmoid(y[i]); return;
+    case Act::kTanh: for (int64_t i = 0; i < n; ++i) y[i] = util::fast_tanh(y[i]); return;
   }
 }
 

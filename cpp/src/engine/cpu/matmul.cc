@@ -1,6 +1,8 @@
 // MatMul (numpy semantics, batched, broadcasting), Gemm, and the fused FusedMatMul and
 // FusedGemm, float32, on the packed GEMM. Constant right-hand sides are packed once when the
 // kernel is made; the packed copy is all the kernel keeps.
+#include <algorithm>
+
 #include "engine/cpu/cpu.h"
 #include "engine/cpu/gemm.h"
 
@@ -23,8 +25,9 @@ class MatMulKernel final : public Kernel {
   int64_t scratch_bytes(const std::vector<View>& in, const std::vector<View>&) const override {
     const View& b = in[1];
     const int64_t k = b.rank() == 1 ? b.dims[0] : b.dims[b.rank() - 2], n = b.rank() == 1 ? 1 : b.dims.back();
-    return sgemm_scratch_floats(in[0].rank() >= 2 ? in[0].dims[in[0].rank() - 2] : 1, n, k) *
-           static_cast<int64_t>(sizeof(float));
+    // Rows of A: all of them when its batches fold into one GEMM (a bound for the other case).
+    const int64_t rows = in[0].rank() >= 2 ? in[0].numel() / std::max<int64_t>(k, 1) : 1;
+    return sgemm_scratch_floats(rows, n, k) * static_cast<int64_t>(sizeof(float));
   }
 
   void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
@@ -51,6 +54,25 @@ class MatMulKernel final : public Kernel {
     ep.col_bias = present(in, 2) ? in[2].as<float>() : nullptr;
     ep.act = epilogue_;
     auto* scratch = reinterpret_cast<float*>(ctx.scratch);
+    // One B for every batch: the batches of A are consecutive rows, so they form one GEMM with
+    // batches * m rows (B is packed and streamed once instead of once per batch).
+    const bool shared_b = std::all_of(b_batch.begin(), b_batch.end(), [](int64_t d) { return d == 1; });
+    if (shared_b && batches > 1) {
+      GemmB source;
+      if (has_packed_) {
+        source.packed = packed_.data();
+      } else {
+        const float* b = in[1].as<float>();
+        source.pack = [b, n](const RunContext&, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) {
+          PackedMatrix::pack_into(dst, b + k0 * n + n0, kc, nc, n, 1, gemm_isa().nr);
+        };
+      }
+      GemmA lhs;
+      lhs.data = in[0].as<float>();
+      lhs.lda = k;
+      sgemm(ctx, batches * m, n, k, lhs, source, out[0].as<float>(), n, ep, scratch);
+      return;
+    }
     for (int64_t bi = 0; bi < batches; ++bi) {
       GemmB source;
       if (has_packed_) {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "engine/cpu/cpu.h"
+#include "util/fastmath.h"
 
 namespace tether::engine::cpu {
 
@@ -118,6 +119,25 @@ std::unique_ptr<Kernel> group_norm(const KernelInit& init) {
   });
 }
 
+// Softmax (or LogSoftmax) of one contiguous row: max, exponentials, sum, scale.
+TETHER_MULTIVERSION
+void softmax_row(const float* x, float* y, int64_t len, bool log) {
+  float m = -INFINITY;
+  for (int64_t j = 0; j < len; ++j) m = x[j] > m ? x[j] : m;
+  float sum = 0.0f;
+  for (int64_t j = 0; j < len; ++j) {
+    y[j] = util::fast_exp(x[j] - m);
+    sum += y[j];
+  }
+  if (log) {
+    const float log_sum = std::log(sum);
+    for (int64_t j = 0; j < len; ++j) y[j] = x[j] - m - log_sum;
+  } else {
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < len; ++j) y[j] *= inv;
+  }
+}
+
 // Softmax over `axis` (opset >= 13), or over the flattened dims from `axis` on (older opsets).
 std::unique_ptr<Kernel> softmax(const KernelInit& init, bool log) {
   const bool coerce = init.opset < 13;
@@ -130,6 +150,12 @@ std::unique_ptr<Kernel> softmax(const KernelInit& init, bool log) {
       if (d < a) outer *= x.dims[d];
       else if (d == a || coerce) len *= x.dims[d];
       else inner *= x.dims[d];
+    }
+    if (inner == 1) {  // rows are contiguous: the common case, vectorised
+      parallel(ctx, outer, 1, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) softmax_row(x.as<float>() + r * len, out[0].as<float>() + r * len, len, log);
+      });
+      return;
     }
     parallel(ctx, outer * inner, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
