@@ -9,6 +9,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "engine/evaluate.h"
 #include "engine/kernel.h"
 #include "engine/planner.h"
 #include "passes/passes.h"
@@ -59,34 +60,6 @@ std::string dims_text(const Dims& d) {
   std::string s = "[";
   for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
   return s + "]";
-}
-
-// The tensor a Constant node holds.
-ir::Tensor constant_value(const ir::Node& n) {
-  using ir::DType;
-  if (const ir::Attribute* a = n.attr("value")) return a->as_tensor();
-  if (const ir::Attribute* a = n.attr("value_float")) {
-    float v = a->as_float();
-    return ir::Tensor::copy_of(DType::kFloat32, {}, &v, sizeof v);
-  }
-  if (const ir::Attribute* a = n.attr("value_int")) {
-    int64_t v = a->as_int();
-    return ir::Tensor::copy_of(DType::kInt64, {}, &v, sizeof v);
-  }
-  if (const ir::Attribute* a = n.attr("value_floats")) {
-    const auto& v = a->as_floats();
-    return ir::Tensor::copy_of(DType::kFloat32, {static_cast<int64_t>(v.size())}, v.data(),
-                               static_cast<int64_t>(v.size() * sizeof(float)));
-  }
-  if (const ir::Attribute* a = n.attr("value_ints")) {
-    const auto& v = a->as_ints();
-    return ir::Tensor::copy_of(DType::kInt64, {static_cast<int64_t>(v.size())}, v.data(),
-                               static_cast<int64_t>(v.size() * sizeof(int64_t)));
-  }
-  if (const ir::Attribute* a = n.attr("value_string")) return ir::Tensor::strings({}, {a->as_string()});
-  if (const ir::Attribute* a = n.attr("value_strings"))
-    return ir::Tensor::strings({static_cast<int64_t>(a->as_strings().size())}, a->as_strings());
-  throw UnsupportedError(n.describe() + ": Constant with a sparse value is not supported");
 }
 
 class CpuSession final : public Session {
@@ -211,7 +184,7 @@ void CpuSession::create_steps(const Backend& backend) {
   std::vector<std::string> unsupported;
   for (const ir::Node* n : order) {
     if (n->op_type() == "Constant" && (n->domain().empty() || n->domain() == "ai.onnx")) {
-      constants_.push_back(constant_value(*n));
+      constants_.push_back(constant_node_value(*n));
       ValueEntry& e = values_[static_cast<size_t>(index_.at(n->output(0)))];
       e.constant = &constants_.back();
       e.constant_dims = e.constant->dims();
