@@ -66,7 +66,39 @@ def main(argv: list[str] | None = None) -> int:
             verbose=False,
         )
     print(f"exported {type(net).__name__} to {path}\n")
-    return cli.main(["inspect", str(path), "--shapes"])
+    status = cli.main(["inspect", str(path), "--shapes"])
+    if status != 0:
+        return status
+    _run_in_tether(path, net)
+    return 0
+
+
+def _run_in_tether(path: Path, net) -> None:  # type: ignore[no-untyped-def]
+    """Runs the exported model in tether's engine and compares it with torch and onnxruntime."""
+    import time
+
+    import numpy as np
+    import torch
+
+    import tether
+
+    x = np.random.default_rng(0).standard_normal((4, 1, 8, 8)).astype(np.float32)
+    sess = tether.compile(str(path), threads=1)
+    ours = sess(x)
+    start = time.perf_counter()
+    for _ in range(20):
+        sess(x)
+    latency = (time.perf_counter() - start) / 20
+    with torch.no_grad():
+        ref = net(torch.from_numpy(x)).numpy()
+    print(f"\ntether cpu ({tether.cpu_info()['isa']}), batch 4: {latency * 1e3:.3f} ms per run")
+    print(f"  max |tether - torch|       = {np.abs(ours - ref).max():.2e}")
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return
+    theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"image": x})[0]
+    print(f"  max |tether - onnxruntime| = {np.abs(ours - theirs).max():.2e}")
 
 
 if __name__ == "__main__":

@@ -84,6 +84,9 @@ def test_demo_exports_and_inspects_a_network(tmp_path):
     assert f"parameters  {params:,}" in r.stdout
     assert "input       image: float32[batch, 1, 8, 8]" in r.stdout
     assert "logits: float32[batch, 10]" in r.stdout
+    # The engine run is checked against torch and onnxruntime; both errors must be tiny.
+    errors = [float(line.split("=")[1]) for line in r.stdout.splitlines() if line.strip().startswith("max |tether")]
+    assert len(errors) == 2 and max(errors) < 1e-5
 
 
 def test_cli_run_prints_outputs_and_latency_and_saves_what_onnxruntime_computes(exported, tmp_path):
