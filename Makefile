@@ -57,7 +57,7 @@ $(STAMPS)/build: $(STAMPS)/venv $(CORE_SOURCES)
 	touch $@
 
 lint: setup
-	$(VPY) -m ruff check python tests/python bench
+	$(VPY) -m ruff check python tests/python bench tools
 	$(VPY) -m mypy python/tether
 
 clean:

@@ -78,12 +78,21 @@ pyb::object tensor_to_numpy(const ir::Tensor& t, bool writeable) {
     return std::move(out);
   }
   const char* fmt = numpy_format(t.dtype());
-  if (fmt == nullptr)
+  pyb::dtype dt;
+  if (t.dtype() == ir::DType::kBFloat16) {  // numpy's bfloat16 comes from ml_dtypes (an onnx dependency)
+    try {
+      dt = pyb::dtype::from_args(pyb::module_::import("ml_dtypes").attr("bfloat16"));
+    } catch (const pyb::error_already_set&) {
+      throw ArgumentError("tensor '" + t.name() + "' is bfloat16; numpy arrays of it need the ml_dtypes package (pip install ml_dtypes)");
+    }
+  } else if (fmt != nullptr)
+    dt = pyb::dtype(fmt);
+  else
     throw ArgumentError("tensor '" + t.name() + "' has dtype " + std::string(ir::dtype_name(t.dtype())) +
                         ", which numpy has no type for; read its raw bytes instead");
   auto* keep = new std::shared_ptr<ir::Buffer>(t.buffer());
   pyb::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<ir::Buffer>*>(p); });
-  pyb::array out(pyb::dtype(fmt), shape, t.raw_data(), owner);
+  pyb::array out(dt, shape, t.raw_data(), owner);
   if (!writeable) out.attr("flags").attr("writeable") = false;
   return std::move(out);
 }

@@ -14,6 +14,7 @@ ir::DType numpy_dtype(const pyb::dtype& dt, const std::string& name) {
   if (kind == 'f' && size == 4) return ir::DType::kFloat32;
   if (kind == 'f' && size == 8) return ir::DType::kFloat64;
   if (kind == 'f' && size == 2) return ir::DType::kFloat16;
+  if (kind == 'V' && size == 2 && std::string(pyb::str(dt)) == "bfloat16") return ir::DType::kBFloat16;  // ml_dtypes
   if (kind == 'b' && size == 1) return ir::DType::kBool;
   if (kind == 'c' && size == 8) return ir::DType::kComplex64;
   if (kind == 'c' && size == 16) return ir::DType::kComplex128;
@@ -112,6 +113,8 @@ void register_session(pyb::module_& m) {
     d["physical_cores"] = util::ThreadPool::physical_cores();
     return d;
   });
+
+  m.def("supported_ops", &engine::supported_ops, pyb::arg("device") = "cpu");
 
   m.def(
       "compile",

@@ -23,7 +23,7 @@ from tether._core import (
 )
 from tether._model import Model, Node, Summary, ValueInfo, load
 from tether._passes import optimize
-from tether._session import Session, compile, cpu_info
+from tether._session import Session, compile, cpu_info, supported_ops
 
 __version__ = "0.1.0"
 
@@ -46,6 +46,7 @@ __all__ = [
     "WriteError",
     "compile",
     "cpu_info",
+    "supported_ops",
     "load",
     "optimize",
 ]

@@ -135,3 +135,15 @@ def cpu_info() -> dict[str, Any]:
         'avx512'
     """
     return dict(_core.cpu_info())
+
+
+def supported_ops(device: str = "cpu") -> list[tuple[str, str]]:
+    """The ops ``device`` has kernels for, as sorted ``(domain, op_type)`` pairs, with ``""``
+    for the ONNX domain. A listed op may still reject some dtypes or attributes:
+    :func:`compile` names every such node.
+
+    Example:
+        >>> ("", "Conv") in tt.supported_ops()
+        True
+    """
+    return [tuple(op.split(":", 1)) for op in _core.supported_ops(device)]  # type: ignore[misc]

@@ -82,4 +82,9 @@ class Session {
 /// model that is wrong.
 std::unique_ptr<Session> compile(const ir::Model& model, const CompileOptions& options = {});
 
+/// The ops `device` has kernels for, as "domain:op_type" with "" for the ONNX domain
+/// ("ai.tether:FusedConv", ":Conv"), sorted. A listed op may still reject some dtypes or
+/// attributes; compile() names those nodes. Throws ArgumentError for an unknown device.
+std::vector<std::string> supported_ops(const std::string& device = "cpu");
+
 }  // namespace tether::engine

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "tether/model.h"
@@ -22,6 +23,10 @@ namespace tether::ops {
 struct InferenceOptions {
   /// Replace types already on values instead of merging with them.
   bool overwrite = false;
+  /// Values of graph inputs known for this inference (by input name), used like constants:
+  /// an engine binding a run's shape-carrying inputs ("shape tensors") passes them here. The
+  /// tensors must outlive the call.
+  std::unordered_map<std::string, const ir::Tensor*> input_values;
 };
 
 struct InferenceReport {

@@ -1,5 +1,7 @@
 #include "engine/kernel.h"
 
+#include <algorithm>
+
 namespace tether::engine {
 
 namespace {
@@ -16,6 +18,14 @@ void KernelRegistry::add(std::string_view op_type, KernelFactory create, Support
 const KernelRegistry::Entry* KernelRegistry::find(std::string_view domain, std::string_view op_type) const {
   auto it = entries_.find(key(domain, op_type));
   return it == entries_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> KernelRegistry::op_types() const {
+  std::vector<std::string> out;
+  out.reserve(entries_.size());
+  for (const auto& [k, e] : entries_) out.push_back(k);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 std::string require_dtype(const KernelInit& init, size_t i, std::initializer_list<ir::DType> allowed) {

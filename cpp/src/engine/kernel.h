@@ -88,6 +88,8 @@ class KernelRegistry {
   };
   void add(std::string_view op_type, KernelFactory create, SupportCheck check, std::string_view domain = "");
   const Entry* find(std::string_view domain, std::string_view op_type) const;
+  /// Every registered op as "domain:op_type" ("" for the ONNX domain), sorted.
+  std::vector<std::string> op_types() const;
 
  private:
   std::unordered_map<std::string, Entry> entries_;
@@ -102,6 +104,8 @@ class Backend {
   virtual std::string supports(const KernelInit& init) const = 0;
   /// Precondition: supports(init) is "".
   virtual std::unique_ptr<Kernel> create(const KernelInit& init) const = 0;
+  /// The ops it has kernels for, as "domain:op_type" ("" for the ONNX domain), sorted.
+  virtual std::vector<std::string> op_types() const = 0;
 };
 
 /// The CPU backend.

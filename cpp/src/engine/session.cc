@@ -91,8 +91,9 @@ class CpuSession final : public Session {
   void create_steps(const Backend& backend);
   int64_t release_packed_constants();
   std::vector<const ir::Tensor*> bind_inputs(const std::vector<std::pair<std::string, ir::Tensor>>& named) const;
-  std::shared_ptr<Plan> plan_for(const std::vector<Dims>& input_dims) const;
-  std::shared_ptr<Plan> make_plan(const std::vector<Dims>& input_dims) const;
+  void find_shape_inputs();
+  std::shared_ptr<Plan> plan_for(const std::vector<const ir::Tensor*>& bound) const;
+  std::shared_ptr<Plan> make_plan(const std::vector<const ir::Tensor*>& bound) const;
 
   ir::Model model_;  // the compiled copy: owns the constants kernels read
   std::vector<ValueEntry> values_;
@@ -100,6 +101,7 @@ class CpuSession final : public Session {
   std::deque<Step> steps_;  // a deque: steps hold atomics, so they never move
   std::vector<TensorInfo> inputs_, outputs_;
   std::vector<int> input_values_, output_values_;
+  std::vector<bool> shape_input_;  // per session input: its values decide shapes (a "shape tensor")
   std::vector<ir::Tensor> constants_;  // Constant-node values
   std::unique_ptr<util::ThreadPool> pool_;
   std::string report_;
@@ -117,6 +119,7 @@ CpuSession::CpuSession(const ir::Model& model, const CompileOptions& options)
   if (options.optimize) report << passes::optimize(model_);
   ops::infer_shapes(model_);
   index_values();
+  find_shape_inputs();
   pool_ = std::make_unique<util::ThreadPool>(options.threads);
   create_steps(cpu_backend());
   if (const int64_t freed = release_packed_constants(); freed > 0)
@@ -152,6 +155,48 @@ void CpuSession::index_values() {
     output_values_.push_back(index_.at(v));
     outputs_.push_back({v->name(), v->type().dtype(), v->type().shape()});
   }
+}
+
+namespace {
+
+// True when input i of `n` is read by value to decide an output's shape.
+bool is_shape_slot(const ir::Node& n, size_t i) {
+  if (!(n.domain().empty() || n.domain() == "ai.onnx")) return false;
+  const std::string& op = n.op_type();
+  if (op == "Reshape" || op == "Expand" || op == "Tile" || op == "Squeeze" || op == "Unsqueeze" || op == "Split" ||
+      op == "TopK" || op == "Upsample" || op == "OneHot" || op == "CenterCropPad")
+    return i == 1;
+  if (op == "ConstantOfShape") return i == 0;
+  if (op == "Range") return i <= 2;
+  if (op == "Slice") return i >= 1;
+  if (op == "Resize") return i == 2 || i == 3;
+  if (op == "Pad") return i == 1 || i == 3;
+  if (op.rfind("Reduce", 0) == 0) return i == 1;
+  return false;
+}
+
+}  // namespace
+
+// A session input is a shape tensor when its values reach a shape slot (directly, or through
+// nodes computing on it other than Shape and Size, which read only shapes). Plans are then
+// keyed by its values as well as by the input shapes.
+void CpuSession::find_shape_inputs() {
+  const ir::Graph& g = model_.graph();
+  std::unordered_map<const ir::Value*, bool> decides;
+  const std::vector<ir::Node*> order = g.topological_order();
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const ir::Node& n = **it;
+    const bool reads_shape_only = (n.domain().empty() || n.domain() == "ai.onnx") && (n.op_type() == "Shape" || n.op_type() == "Size");
+    bool output_decides = false;
+    for (const ir::Value* o : n.outputs()) output_decides = output_decides || (o != nullptr && decides[o]);
+    for (size_t i = 0; i < n.inputs().size(); ++i) {
+      const ir::Value* in = n.input(i);
+      if (in == nullptr) continue;
+      if (is_shape_slot(n, i) || (output_decides && !reads_shape_only)) decides[in] = true;
+    }
+  }
+  shape_input_.assign(inputs_.size(), false);
+  for (size_t k = 0; k < inputs_.size(); ++k) shape_input_[k] = decides[values_[static_cast<size_t>(input_values_[k])].value];
 }
 
 // Weights a kernel packed are kept only in packed form: the original buffer is dropped when
@@ -269,12 +314,35 @@ std::vector<const ir::Tensor*> CpuSession::bind_inputs(
   return bound;
 }
 
-std::shared_ptr<Plan> CpuSession::plan_for(const std::vector<Dims>& input_dims) const {
+// Shape tensors longer than this are refused: a plan per value of a large input would be data,
+// not shape, dependence.
+constexpr int64_t kMaxShapeTensorElements = 4096;
+
+std::shared_ptr<Plan> CpuSession::plan_for(const std::vector<const ir::Tensor*>& bound) const {
+  // The key: every input's dims, then the bytes of each shape tensor (as int64 words, after
+  // its dtype and byte count).
+  std::vector<Dims> key;
+  key.reserve(bound.size() * 2);
+  for (const ir::Tensor* t : bound) key.push_back(t->dims());
+  for (size_t k = 0; k < bound.size(); ++k) {
+    if (!shape_input_[k]) continue;
+    const ir::Tensor& t = *bound[k];
+    if (t.dtype() == ir::DType::kString || t.num_elements() > kMaxShapeTensorElements)
+      throw UnsupportedError("input '" + inputs_[k].name + "' decides output shapes by its values, and has " +
+                             std::to_string(t.num_elements()) + " elements; the cpu engine takes such inputs up to " +
+                             std::to_string(kMaxShapeTensorElements) + " elements of a numeric type");
+    const auto nbytes = static_cast<size_t>(t.nbytes());
+    Dims words(2 + (nbytes + 7) / 8, 0);
+    words[0] = static_cast<int64_t>(t.dtype());
+    words[1] = static_cast<int64_t>(nbytes);
+    if (nbytes > 0) std::memcpy(words.data() + 2, t.raw_data(), nbytes);
+    key.push_back(std::move(words));
+  }
   std::lock_guard<std::mutex> lock(plans_mutex_);
-  auto it = plans_.find(input_dims);
+  auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
-  std::shared_ptr<Plan> plan = make_plan(input_dims);
-  plans_.emplace(input_dims, plan);
+  std::shared_ptr<Plan> plan = make_plan(bound);
+  plans_.emplace(std::move(key), plan);
   last_.arena_bytes = plan->arena_bytes;
   last_.intermediate_bytes = plan->intermediate_bytes;
   last_.scratch_bytes = plan->scratch_bytes;
@@ -282,8 +350,11 @@ std::shared_ptr<Plan> CpuSession::plan_for(const std::vector<Dims>& input_dims) 
   return plan;
 }
 
-// Concrete shapes come from shape inference on a copy whose inputs have the given sizes.
-std::shared_ptr<Plan> CpuSession::make_plan(const std::vector<Dims>& input_dims) const {
+// Concrete shapes come from shape inference on a copy whose inputs have the given sizes (and,
+// for shape tensors, the given values).
+std::shared_ptr<Plan> CpuSession::make_plan(const std::vector<const ir::Tensor*>& bound) const {
+  std::vector<Dims> input_dims;
+  for (const ir::Tensor* t : bound) input_dims.push_back(t->dims());
   ir::Model work = model_.clone();
   for (size_t k = 0; k < inputs_.size(); ++k) {
     ir::Value* v = work.graph().find(inputs_[k].name);
@@ -298,6 +369,8 @@ std::shared_ptr<Plan> CpuSession::make_plan(const std::vector<Dims>& input_dims)
       work.graph().find(e.value->name())->set_type(ir::ValueType::tensor(e.value->type().dtype(), ir::Shape::of(e.constant_dims)));
   ops::InferenceOptions opts;
   opts.overwrite = true;
+  for (size_t k = 0; k < inputs_.size(); ++k)
+    if (shape_input_[k]) opts.input_values.emplace(inputs_[k].name, bound[k]);
   ops::infer_shapes(work, opts);
 
   auto plan = std::make_shared<Plan>();
@@ -317,7 +390,8 @@ std::shared_ptr<Plan> CpuSession::make_plan(const std::vector<Dims>& input_dims)
       throw UnsupportedError("value '" + e.value->name() + "'" +
                              (e.value->producer() ? " (output of " + e.value->producer()->describe() + ")" : "") +
                              " has a shape that depends on data (" + (w ? w->type().to_string() : "?") +
-                             "); the cpu engine needs every shape to follow from the input shapes");
+                             "); the cpu engine needs every shape to follow from the input shapes and the values of "
+                             "shape-carrying inputs");
     }
     plan->dims[i] = *sizes;
   }
@@ -357,9 +431,7 @@ std::shared_ptr<Plan> CpuSession::make_plan(const std::vector<Dims>& input_dims)
 
 std::vector<ir::Tensor> CpuSession::run(const std::vector<std::pair<std::string, ir::Tensor>>& named) const {
   const std::vector<const ir::Tensor*> bound = bind_inputs(named);
-  std::vector<Dims> input_dims;
-  for (const ir::Tensor* t : bound) input_dims.push_back(t->dims());
-  std::shared_ptr<Plan> plan = plan_for(input_dims);
+  std::shared_ptr<Plan> plan = plan_for(bound);
 
   // An arena for this run: a free one of this plan, or a new one.
   std::shared_ptr<ir::Buffer> arena;
@@ -451,6 +523,14 @@ std::unique_ptr<Session> compile(const ir::Model& model, const CompileOptions& o
     throw ArgumentError("unknown device '" + options.device + "'; available: cpu");
   if (options.threads < 0) throw ArgumentError("threads must be >= 0 (0: one per physical core)");
   return std::make_unique<CpuSession>(model, options);
+}
+
+std::vector<std::string> supported_ops(const std::string& device) {
+  if (device != "cpu") throw ArgumentError("unknown device '" + device + "'; available: cpu");
+  std::vector<std::string> ops = cpu_backend().op_types();
+  ops.push_back(":Constant");  // the session itself turns Constant nodes into constants
+  std::sort(ops.begin(), ops.end());
+  return ops;
 }
 
 }  // namespace tether::engine

@@ -318,6 +318,11 @@ InferenceReport infer_shapes(ir::Model& model, const InferenceOptions& options) 
   InferState state;
   state.opset = model.opset("");
   if (state.opset < 0) state.opset = 1;
+  for (const auto& [name, tensor] : options.input_values) {
+    const ir::Value* v = model.graph().find(name);
+    if (v == nullptr || !v->is_input()) throw ArgumentError("input_values: '" + name + "' is not a graph input");
+    state.constants[v] = tensor;
+  }
   InferenceReport report;
   std::set<std::string> missing;
   infer_graph(model.graph(), state, options, report, missing);

@@ -264,7 +264,9 @@ void split(InferContext& ctx) {
   if (ctx.has_attr("split")) sizes = ctx.attr_ints("split");
   else if (ctx.has_input(1)) sizes = ctx.input_ints(1);
   std::vector<Dim> parts(n);
-  if (sizes) {
+  if (!sizes && ctx.has_input(1)) {
+    // Sizes given by a tensor not known here: each part's length is unknown.
+  } else if (sizes) {
     if (sizes->size() != n) ctx.fail("split has " + std::to_string(sizes->size()) + " sizes for " + std::to_string(n) + " outputs");
     int64_t total = 0;
     for (size_t i = 0; i < n; ++i) {

@@ -36,6 +36,8 @@ class CpuBackend final : public Backend {
     return registry_.find(init.node.domain(), init.node.op_type())->create(init);
   }
 
+  std::vector<std::string> op_types() const override { return registry_.op_types(); }
+
  private:
   KernelRegistry registry_;
 };

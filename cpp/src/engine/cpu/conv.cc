@@ -50,7 +50,9 @@ ConvGeometry geometry(const ir::Node& n, const std::vector<int64_t>& x, const st
       const std::vector<int64_t> out_pad = ints_or(n, "output_padding", k, 0);
       const int64_t total = g.strides[i] * (x[i + 2] - 1) + out_pad[i] + ek - y[i + 2];
       if (n.attr("output_shape") != nullptr || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER")
-        g.pad_begin[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+        // Rounded down, as ONNX defines it: a negative total (output_shape past the natural
+        // size) puts no padding before and lets the extra rows and columns stay zero.
+        g.pad_begin[i] = auto_pad == "SAME_UPPER" ? floor_div(total, 2) : total - floor_div(total, 2);
       else if (auto_pad != "VALID")
         g.pad_begin[i] = pads[i];
     }

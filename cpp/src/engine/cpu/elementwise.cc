@@ -352,9 +352,16 @@ std::string where_types(const KernelInit& init) {
   return "";
 }
 
-// A NaN fails both comparisons and passes through, as in onnxruntime.
+// min(max(x, lo), hi): with lo > hi every element becomes hi, as ONNX defines. A NaN fails
+// both comparisons and passes through, as in onnxruntime.
+template <typename T>
+inline T clip_one(T x, T lo, T hi) {
+  const T t = x < lo ? lo : x;
+  return t > hi ? hi : t;
+}
+
 TETHER_MULTIVERSION void clip_floats(const float* x, float* y, int64_t n, float lo, float hi) {
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] < lo ? lo : (x[i] > hi ? hi : x[i]);
+  for (int64_t i = 0; i < n; ++i) y[i] = clip_one(x[i], lo, hi);
 }
 
 std::unique_ptr<Kernel> clip_kernel(const KernelInit& init) {
@@ -379,7 +386,7 @@ std::unique_ptr<Kernel> clip_kernel(const KernelInit& init) {
         if constexpr (std::is_same_v<T, float>) {
           clip_floats(x + b, y + b, e - b, lo, hi);
         } else {
-          for (int64_t i = b; i < e; ++i) y[i] = x[i] < lo ? lo : (x[i] > hi ? hi : x[i]);
+          for (int64_t i = b; i < e; ++i) y[i] = clip_one(x[i], lo, hi);
         }
       });
     });
@@ -572,6 +579,7 @@ void register_elementwise(KernelRegistry& r) {
   r.add("IsNaN", isnan_kernel, float_only);
   r.add("IsInf", isinf_kernel, float_only);
   r.add("Cast", cast_kernel, cast_types);
+  r.add("CastLike", cast_kernel, cast_types);  // the output type (input 1's) is all the kernel reads
   r.add("Dropout", dropout_kernel, dropout_types);
 }
 

@@ -21,7 +21,11 @@ constexpr Named kActivations[] = {
 };
 
 // NaN propagates: each branch that compares returns the input when it is NaN.
-inline float clamp(float v, float lo, float hi) { return v < lo ? lo : (v > hi ? hi : v); }
+// min(max(v, lo), hi), as Clip defines it (hi wins when lo > hi); NaN passes through.
+inline float clamp(float v, float lo, float hi) {
+  const float t = v < lo ? lo : v;
+  return t > hi ? hi : t;
+}
 
 }  // namespace
 
