@@ -40,13 +40,14 @@ CACHE = Path(os.environ.get("TETHER_BENCH_CACHE", Path(__file__).resolve().paren
 def export(name: str) -> Path:
     """The net exported once to ONNX (weights in external data), cached across runs."""
     CACHE.mkdir(parents=True, exist_ok=True)
-    path = CACHE / f"{name}.onnx"
+    path = CACHE / f"{name}-b2.onnx"
     if path.exists():
         return path
     factory, shape, dtype = NETS[name]
     torch.manual_seed(0)
     net = factory().eval()
-    example = torch.zeros(shape, dtype=getattr(torch, dtype))
+    # A batch of 2, not 1: the exporter may bake a batch of 1 into reshapes as a constant.
+    example = torch.zeros((2, *shape[1:]), dtype=getattr(torch, dtype))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
@@ -59,6 +60,14 @@ def export(name: str) -> Path:
             external_data=True,
             verbose=False,
         )
+    # The batch must really be dynamic: compare with torch at a batch the export never saw.
+    probe = torch.randint(0, 100, (3, *shape[1:])) if dtype == "int64" else torch.randn(3, *shape[1:])
+    with torch.no_grad():
+        want = net(probe).numpy()
+    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"input": probe.numpy()})[0]
+    if got.shape != want.shape or not np.allclose(got, want, rtol=1e-3, atol=1e-3 * float(np.abs(want).max())):
+        path.unlink()
+        raise SystemExit(f"{name}: the exported model does not match torch at batch 3; its batch is not dynamic")
     return path
 
 

@@ -217,6 +217,113 @@ void depthwise_2d(const RunContext& ctx, const View& x, const View& w, const flo
   });
 }
 
+// Channels per vector block of the channels-last depthwise path.
+constexpr int64_t kDwLanes = 16;
+// Below this output width, rows are too short to vectorise along: depthwise runs channels last.
+constexpr int64_t kDwChannelsLastWidth = 32;
+
+// 16 floats as one value: one ZMM register, two YMM or four XMM, per the clone compiled.
+typedef float Lanes __attribute__((vector_size(kDwLanes * sizeof(float))));
+
+[[gnu::always_inline]] inline Lanes load_lanes(const float* p) {
+  Lanes v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// Channels [c0, c0 + 16 * kVectors) of one output position: the bias plus every tap,
+// accumulated in kVectors independent registers (several hide the FMA latency).
+template <int kVectors>
+[[gnu::always_inline]] inline void depthwise_block(float* yt, const float* xt, const float* wt, const float* bias,
+                                                   const int64_t* src, const int64_t* tap, int64_t taps, int64_t c0) {
+  Lanes acc[kVectors];
+  for (int v = 0; v < kVectors; ++v) acc[v] = load_lanes(bias + c0 + v * kDwLanes);
+  for (int64_t q = 0; q < taps; ++q) {
+    const float* xs = xt + src[q] + c0;
+    const float* ws = wt + tap[q] + c0;
+    for (int v = 0; v < kVectors; ++v) acc[v] += load_lanes(ws + v * kDwLanes) * load_lanes(xs + v * kDwLanes);
+  }
+  for (int v = 0; v < kVectors; ++v) std::memcpy(yt + c0 + v * kDwLanes, &acc[v], sizeof(Lanes));
+}
+
+// One output position of a channels-last depthwise convolution, 64 channels at a time, then
+// 16 at a time.
+TETHER_MULTIVERSION
+void depthwise_position(float* yt, const float* xt, const float* wt, const float* bias, const int64_t* src,
+                        const int64_t* tap, int64_t taps, int64_t cp) {
+  int64_t c0 = 0;
+  for (; c0 + 4 * kDwLanes <= cp; c0 += 4 * kDwLanes) depthwise_block<4>(yt, xt, wt, bias, src, tap, taps, c0);
+  for (; c0 < cp; c0 += kDwLanes) depthwise_block<1>(yt, xt, wt, bias, src, tap, taps, c0);
+}
+
+int64_t round_lanes(int64_t c) { return (c + kDwLanes - 1) / kDwLanes * kDwLanes; }
+
+int64_t depthwise_channels_last_floats(const View& x, const View& y, const ConvGeometry& g) {
+  const int64_t cp = round_lanes(x.dims[1]);
+  return (g.kernel[0] * g.kernel[1] + 1 + x.dims[2] * x.dims[3] + y.dims[2] * y.dims[3]) * cp;
+}
+
+// Depthwise 2-D convolution of small planes: each image is transposed to channels last (16
+// channels a vector), convolved one output position at a time, and transposed back through
+// the epilogue. Channels past C (up to a multiple of 16) are zero and dropped.
+void depthwise_2d_channels_last(const RunContext& ctx, const View& x, const View& w, const float* bias, View& y,
+                                const ConvGeometry& g, const Epilogue& ep, float* scratch) {
+  const int64_t batch = x.dims[0], c = x.dims[1], cp = round_lanes(c);
+  const int64_t ih = x.dims[2], iw = x.dims[3], oh = y.dims[2], ow = y.dims[3];
+  const int64_t kh = g.kernel[0], kw = g.kernel[1], in_size = ih * iw, out_size = oh * ow;
+  float* wt = scratch;             // [kh * kw][cp]
+  float* bt = wt + kh * kw * cp;   // [cp]
+  float* xt = bt + cp;             // [ih * iw][cp]
+  float* yt = xt + in_size * cp;   // [oh * ow][cp]
+  for (int64_t q = 0; q < kh * kw; ++q) {
+    for (int64_t ch = 0; ch < c; ++ch) wt[q * cp + ch] = w.as<float>()[ch * kh * kw + q];
+    std::fill(wt + q * cp + c, wt + (q + 1) * cp, 0.0f);
+  }
+  for (int64_t ch = 0; ch < cp; ++ch) bt[ch] = bias != nullptr && ch < c ? bias[ch] : 0.0f;
+  for (int64_t b = 0; b < batch; ++b) {
+    const float* xb = x.as<float>() + b * c * in_size;
+    // Transposed 16 positions at a time: each channel's 16 floats are one cache line read.
+    parallel(ctx, (in_size + 15) / 16, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t p0 = t0 * 16; p0 < std::min(in_size, t1 * 16); p0 += 16) {
+        const int64_t p1 = std::min(in_size, p0 + 16);
+        for (int64_t ch = 0; ch < c; ++ch)
+          for (int64_t p = p0; p < p1; ++p) xt[p * cp + ch] = xb[ch * in_size + p];
+        for (int64_t p = p0; p < p1; ++p) std::fill(xt + p * cp + c, xt + (p + 1) * cp, 0.0f);
+      }
+    });
+    parallel(ctx, out_size, 4, [&](int64_t o0, int64_t o1) {
+      std::vector<int64_t> src(static_cast<size_t>(kh * kw)), tap(static_cast<size_t>(kh * kw));
+      for (int64_t o = o0; o < o1; ++o) {
+        const int64_t r = o / ow, col = o % ow;
+        int64_t taps = 0;
+        for (int64_t i = 0; i < kh; ++i) {
+          const int64_t yy = r * g.strides[0] - g.pad_begin[0] + i * g.dilations[0];
+          if (yy < 0 || yy >= ih) continue;
+          for (int64_t j = 0; j < kw; ++j) {
+            const int64_t xx = col * g.strides[1] - g.pad_begin[1] + j * g.dilations[1];
+            if (xx < 0 || xx >= iw) continue;
+            src[static_cast<size_t>(taps)] = (yy * iw + xx) * cp;
+            tap[static_cast<size_t>(taps)] = (i * kw + j) * cp;
+            ++taps;
+          }
+        }
+        depthwise_position(yt + o * cp, xt, wt, bt, src.data(), tap.data(), taps, cp);
+      }
+    });
+    float* yb = y.as<float>() + b * c * out_size;
+    // Back to channels first 16 channels at a time (one cache line of each position), then
+    // the epilogue over each channel's plane.
+    parallel(ctx, (c + 15) / 16, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t c0 = t0 * 16; c0 < std::min(c, t1 * 16); c0 += 16) {
+        const int64_t c1 = std::min(c, c0 + 16);
+        for (int64_t o = 0; o < out_size; ++o)
+          for (int64_t ch = c0; ch < c1; ++ch) yb[ch * out_size + o] = yt[o * cp + ch];
+        for (int64_t ch = c0; ch < c1; ++ch) ep.apply(yb + ch * out_size, out_size);
+      }
+    });
+  }
+}
+
 int64_t padded_plane_floats(const View& x, const View& y, const ConvGeometry& g) {
   const int64_t ph_n = std::max(x.dims[2] + g.pad_begin[0], (y.dims[2] - 1) * g.strides[0] + (g.kernel[0] - 1) * g.dilations[0] + 1);
   const int64_t pw_n = std::max(x.dims[3] + g.pad_begin[1], (y.dims[3] - 1) * g.strides[1] + (g.kernel[1] - 1) * g.dilations[1] + 1);
@@ -243,7 +350,10 @@ class ConvKernel final : public Kernel {
 
   int64_t scratch_bytes(const std::vector<View>& in, const std::vector<View>& out) const override {
     const ConvGeometry g = geometry(node_, in[0].dims, in[1].dims, out[0].dims, false);
-    if (is_depthwise(in[0], out[0], g)) return in[0].dims[0] * in[0].dims[1] * padded_plane_floats(in[0], out[0], g) * 4;
+    if (is_depthwise(in[0], out[0], g))
+      return (out[0].dims[3] < kDwChannelsLastWidth ? depthwise_channels_last_floats(in[0], out[0], g)
+                                                    : in[0].dims[0] * in[0].dims[1] * padded_plane_floats(in[0], out[0], g)) *
+             4;
     const Shape s = shape_of(in[0], out[0], g);
     return sgemm_scratch_floats(out[0].dims[1] / g.group, s.out_size, s.rows) * 4;
   }
@@ -256,7 +366,10 @@ class ConvKernel final : public Kernel {
     const float* bias = present(in, 2) ? in[2].as<float>() : nullptr;
     auto* scratch = reinterpret_cast<float*>(ctx.scratch);
     if (is_depthwise(x, y, g)) {
-      depthwise_2d(ctx, x, w, bias, y, g, epilogue_, scratch);
+      if (y.dims[3] < kDwChannelsLastWidth)
+        depthwise_2d_channels_last(ctx, x, w, bias, y, g, epilogue_, scratch);
+      else
+        depthwise_2d(ctx, x, w, bias, y, g, epilogue_, scratch);
       return;
     }
     const Shape s = shape_of(x, y, g);
