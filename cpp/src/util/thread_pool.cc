@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <exception>
 #include <fstream>
 #include <set>
@@ -9,6 +10,32 @@
 #include <utility>
 
 namespace tether::util {
+
+namespace {
+
+// How long an idle thread spins before sleeping on a condition variable. Waking a sleeping
+// thread takes tens of microseconds (more in a VM), longer than many kernels; a run posts a
+// job per parallel kernel, so workers that spin between them keep up with the caller.
+constexpr auto kSpin = std::chrono::microseconds(200);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Spins until done() or kSpin has passed; true when done() held.
+template <typename Done>
+bool spin_until(Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 1;; ++i) {
+    if (done()) return true;
+    cpu_relax();
+    if (i % 64 == 0 && std::chrono::steady_clock::now() >= deadline) return done();
+  }
+}
+
+}  // namespace
 
 struct ThreadPool::Job {
   const std::function<void(int, int64_t, int64_t)>* fn;
@@ -32,6 +59,7 @@ ThreadPool::~ThreadPool() {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
+  posted_.fetch_add(1, std::memory_order_release);
   wake_.notify_all();
   for (auto& t : workers_) t.join();
 }
@@ -77,6 +105,12 @@ void ThreadPool::worker(int index) {
     std::shared_ptr<Job> job;
     {
       std::unique_lock<std::mutex> lock(mutex_);
+      if (jobs_.empty() && !stopping_) {
+        const uint64_t seen = posted_.load(std::memory_order_acquire);
+        lock.unlock();
+        spin_until([&] { return posted_.load(std::memory_order_acquire) != seen; });
+        lock.lock();
+      }
       wake_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
       if (stopping_ && jobs_.empty()) return;
       job = jobs_.front();
@@ -113,9 +147,10 @@ void ThreadPool::parallel_for_indexed(int64_t n, int64_t grain, const std::funct
     std::lock_guard<std::mutex> lock(mutex_);
     jobs_.push_back(job);
   }
+  posted_.fetch_add(1, std::memory_order_release);
   wake_.notify_all();
   run_chunks(*job, 0);
-  {
+  if (!spin_until([&] { return job->done.load(std::memory_order_acquire) == job->chunks; })) {
     std::unique_lock<std::mutex> lock(job->mutex);
     job->finished.wait(lock, [&] { return job->done.load() == job->chunks; });
   }

@@ -1,6 +1,7 @@
 // A thread pool for data-parallel loops.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -47,6 +48,9 @@ class ThreadPool {
   std::condition_variable wake_;
   std::deque<std::shared_ptr<Job>> jobs_;
   bool stopping_ = false;
+  // Bumped (after the queue changes) for every job posted and at shutdown: idle workers spin
+  // on it for a while before sleeping on wake_.
+  std::atomic<uint64_t> posted_{0};
 };
 
 }  // namespace tether::util
