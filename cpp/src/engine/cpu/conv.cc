@@ -231,17 +231,26 @@ typedef float Lanes __attribute__((vector_size(kDwLanes * sizeof(float))));
   return v;
 }
 
+// The taps of one output position that fall inside the image: kernel rows [i0, i1) and
+// columns [j0, j1). Tap (i, j) reads xt at base + i * row_step + j * col_step and the
+// weights at (i * kw + j) * cp.
+struct DwTaps {
+  int64_t i0, i1, j0, j1, kw, base, row_step, col_step;
+};
+
 // Channels [c0, c0 + 16 * kVectors) of one output position: the bias plus every tap,
 // accumulated in kVectors independent registers (several hide the FMA latency).
 template <int kVectors>
 [[gnu::always_inline]] inline void depthwise_block(float* yt, const float* xt, const float* wt, const float* bias,
-                                                   const int64_t* src, const int64_t* tap, int64_t taps, int64_t c0) {
+                                                   const DwTaps& t, int64_t cp, int64_t c0) {
   Lanes acc[kVectors];
   for (int v = 0; v < kVectors; ++v) acc[v] = load_lanes(bias + c0 + v * kDwLanes);
-  for (int64_t q = 0; q < taps; ++q) {
-    const float* xs = xt + src[q] + c0;
-    const float* ws = wt + tap[q] + c0;
-    for (int v = 0; v < kVectors; ++v) acc[v] += load_lanes(ws + v * kDwLanes) * load_lanes(xs + v * kDwLanes);
+  for (int64_t i = t.i0; i < t.i1; ++i) {
+    for (int64_t j = t.j0; j < t.j1; ++j) {
+      const float* xs = xt + (t.base + i * t.row_step + j * t.col_step + c0);  // in bounds: (i, j) is a valid tap
+      const float* ws = wt + (i * t.kw + j) * cp + c0;
+      for (int v = 0; v < kVectors; ++v) acc[v] += load_lanes(ws + v * kDwLanes) * load_lanes(xs + v * kDwLanes);
+    }
   }
   for (int v = 0; v < kVectors; ++v) std::memcpy(yt + c0 + v * kDwLanes, &acc[v], sizeof(Lanes));
 }
@@ -249,11 +258,10 @@ template <int kVectors>
 // One output position of a channels-last depthwise convolution, 64 channels at a time, then
 // 16 at a time.
 TETHER_MULTIVERSION
-void depthwise_position(float* yt, const float* xt, const float* wt, const float* bias, const int64_t* src,
-                        const int64_t* tap, int64_t taps, int64_t cp) {
+void depthwise_position(float* yt, const float* xt, const float* wt, const float* bias, const DwTaps& t, int64_t cp) {
   int64_t c0 = 0;
-  for (; c0 + 4 * kDwLanes <= cp; c0 += 4 * kDwLanes) depthwise_block<4>(yt, xt, wt, bias, src, tap, taps, c0);
-  for (; c0 < cp; c0 += kDwLanes) depthwise_block<1>(yt, xt, wt, bias, src, tap, taps, c0);
+  for (; c0 + 4 * kDwLanes <= cp; c0 += 4 * kDwLanes) depthwise_block<4>(yt, xt, wt, bias, t, cp, c0);
+  for (; c0 < cp; c0 += kDwLanes) depthwise_block<1>(yt, xt, wt, bias, t, cp, c0);
 }
 
 int64_t round_lanes(int64_t c) { return (c + kDwLanes - 1) / kDwLanes * kDwLanes; }
@@ -292,22 +300,20 @@ void depthwise_2d_channels_last(const RunContext& ctx, const View& x, const View
       }
     });
     parallel(ctx, out_size, 4, [&](int64_t o0, int64_t o1) {
-      std::vector<int64_t> src(static_cast<size_t>(kh * kw)), tap(static_cast<size_t>(kh * kw));
       for (int64_t o = o0; o < o1; ++o) {
-        const int64_t r = o / ow, col = o % ow;
-        int64_t taps = 0;
-        for (int64_t i = 0; i < kh; ++i) {
-          const int64_t yy = r * g.strides[0] - g.pad_begin[0] + i * g.dilations[0];
-          if (yy < 0 || yy >= ih) continue;
-          for (int64_t j = 0; j < kw; ++j) {
-            const int64_t xx = col * g.strides[1] - g.pad_begin[1] + j * g.dilations[1];
-            if (xx < 0 || xx >= iw) continue;
-            src[static_cast<size_t>(taps)] = (yy * iw + xx) * cp;
-            tap[static_cast<size_t>(taps)] = (i * kw + j) * cp;
-            ++taps;
-          }
-        }
-        depthwise_position(yt + o * cp, xt, wt, bt, src.data(), tap.data(), taps, cp);
+        // Input row of kernel row i: y0 + i * dh, inside [0, ih) for i in [i0, i1); likewise columns.
+        const int64_t y0 = (o / ow) * g.strides[0] - g.pad_begin[0], x0 = (o % ow) * g.strides[1] - g.pad_begin[1];
+        const int64_t dh = g.dilations[0], dw = g.dilations[1];
+        DwTaps t;
+        t.i0 = std::clamp<int64_t>(ceil_div(-y0, dh), 0, kh);
+        t.i1 = std::clamp<int64_t>(floor_div(ih - 1 - y0, dh) + 1, t.i0, kh);
+        t.j0 = std::clamp<int64_t>(ceil_div(-x0, dw), 0, kw);
+        t.j1 = std::clamp<int64_t>(floor_div(iw - 1 - x0, dw) + 1, t.j0, kw);
+        t.kw = kw;
+        t.base = (y0 * iw + x0) * cp;
+        t.row_step = dh * iw * cp;
+        t.col_step = dw * cp;
+        depthwise_position(yt + o * cp, xt, wt, bt, t, cp);
       }
     });
     float* yb = y.as<float>() + b * c * out_size;
