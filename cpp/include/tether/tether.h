@@ -8,6 +8,7 @@
 #include "tether/graph.h"
 #include "tether/model.h"
 #include "tether/onnx.h"
+#include "tether/parity.h"
 #include "tether/passes.h"
 #include "tether/shape.h"
 #include "tether/shape_inference.h"
