@@ -56,6 +56,17 @@ struct MemoryStats {
   int64_t arenas = 0;              ///< arenas allocated so far (one per concurrent run and plan)
 };
 
+/// One kernel of a compiled session, in execution order.
+struct StepInfo {
+  std::string name;     ///< the node's name (for fused nodes: the name of the last node fused)
+  std::string op_type;  ///< "Conv", "ai.tether:FusedConv", ...
+  /// The names of the model's nodes this kernel computes, in graph order: several for a node
+  /// the passes fused (from its "tether.fused_from" metadata), else the node's own name.
+  std::vector<std::string> fused_from;
+  std::vector<std::string> inputs;   ///< value names read ("" for an omitted optional input)
+  std::vector<std::string> outputs;  ///< value names written ("" for an omitted output)
+};
+
 /// A compiled model.
 class Session {
  public:
@@ -67,6 +78,17 @@ class Session {
   /// outputs in order. Throws ArgumentError naming the input for an unknown or missing
   /// name, a wrong dtype or rank, or a dim that contradicts the model.
   virtual std::vector<ir::Tensor> run(const std::vector<std::pair<std::string, ir::Tensor>>& inputs) const = 0;
+
+  /// Runs like run(), with the same plan and kernels, and also copies each value a kernel
+  /// writes right after that kernel ran, in execution order, into `captured`. `names` limits
+  /// the copies to those value names (empty: every value). Values the passes fused away are
+  /// not computed, so they are not captured; steps() says which kernel computes which nodes.
+  virtual std::vector<ir::Tensor> run_capture(const std::vector<std::pair<std::string, ir::Tensor>>& inputs,
+                                              const std::vector<std::string>& names,
+                                              std::vector<std::pair<std::string, ir::Tensor>>& captured) const = 0;
+
+  /// The kernels a run executes, in order.
+  virtual std::vector<StepInfo> steps() const = 0;
 
   /// Memory of the most recent plan (the last new set of input shapes).
   virtual MemoryStats memory() const = 0;

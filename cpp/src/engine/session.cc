@@ -13,6 +13,7 @@
 #include "engine/kernel.h"
 #include "engine/planner.h"
 #include "passes/passes.h"
+#include "passes/rewrite.h"
 #include "tether/engine.h"
 #include "tether/shape_inference.h"
 #include "util/thread_pool.h"
@@ -68,7 +69,13 @@ class CpuSession final : public Session {
 
   const std::vector<TensorInfo>& inputs() const override { return inputs_; }
   const std::vector<TensorInfo>& outputs() const override { return outputs_; }
-  std::vector<ir::Tensor> run(const std::vector<std::pair<std::string, ir::Tensor>>& inputs) const override;
+  std::vector<ir::Tensor> run(const std::vector<std::pair<std::string, ir::Tensor>>& inputs) const override {
+    return run_steps(inputs, nullptr);
+  }
+  std::vector<ir::Tensor> run_capture(const std::vector<std::pair<std::string, ir::Tensor>>& inputs,
+                                      const std::vector<std::string>& names,
+                                      std::vector<std::pair<std::string, ir::Tensor>>& captured) const override;
+  std::vector<StepInfo> steps() const override;
   MemoryStats memory() const override {
     std::lock_guard<std::mutex> lock(plans_mutex_);
     return last_;
@@ -87,6 +94,12 @@ class CpuSession final : public Session {
   }
 
  private:
+  // Which values a run copies after the step that writes them, and where to.
+  struct Capture {
+    std::vector<bool> wanted;  // per value
+    std::vector<std::pair<std::string, ir::Tensor>>* into = nullptr;
+  };
+  std::vector<ir::Tensor> run_steps(const std::vector<std::pair<std::string, ir::Tensor>>& inputs, const Capture* capture) const;
   void index_values();
   void create_steps(const Backend& backend);
   int64_t release_packed_constants();
@@ -429,7 +442,44 @@ std::shared_ptr<Plan> CpuSession::make_plan(const std::vector<const ir::Tensor*>
   return plan;
 }
 
-std::vector<ir::Tensor> CpuSession::run(const std::vector<std::pair<std::string, ir::Tensor>>& named) const {
+std::vector<ir::Tensor> CpuSession::run_capture(const std::vector<std::pair<std::string, ir::Tensor>>& inputs,
+                                                const std::vector<std::string>& names,
+                                                std::vector<std::pair<std::string, ir::Tensor>>& captured) const {
+  Capture capture{std::vector<bool>(values_.size(), names.empty()), &captured};
+  for (const std::string& name : names) {
+    const ir::Value* v = model_.graph().find(name);
+    if (v != nullptr) capture.wanted[static_cast<size_t>(index_.at(v))] = true;
+  }
+  return run_steps(inputs, &capture);
+}
+
+std::vector<StepInfo> CpuSession::steps() const {
+  std::vector<StepInfo> out;
+  out.reserve(steps_.size());
+  for (const Step& s : steps_) {
+    const ir::Node& n = *s.node;
+    StepInfo info;
+    info.name = n.name();
+    const std::string& d = n.domain();
+    info.op_type = d.empty() || d == "ai.onnx" ? n.op_type() : d + ":" + n.op_type();
+    for (const auto& [key, value] : n.metadata())
+      if (key == passes::kFusedFrom) {
+        for (size_t begin = 0; begin <= value.size();) {
+          const size_t end = std::min(value.find(',', begin), value.size());
+          if (end > begin) info.fused_from.push_back(value.substr(begin, end - begin));
+          begin = end + 1;
+        }
+      }
+    if (info.fused_from.empty()) info.fused_from.push_back(n.name().empty() && n.output(0) ? n.output(0)->name() : n.name());
+    for (const ir::Value* v : n.inputs()) info.inputs.push_back(v ? v->name() : "");
+    for (const ir::Value* v : n.outputs()) info.outputs.push_back(v ? v->name() : "");
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+std::vector<ir::Tensor> CpuSession::run_steps(const std::vector<std::pair<std::string, ir::Tensor>>& named,
+                                              const Capture* capture) const {
   const std::vector<const ir::Tensor*> bound = bind_inputs(named);
   std::shared_ptr<Plan> plan = plan_for(bound);
 
@@ -493,12 +543,20 @@ std::vector<ir::Tensor> CpuSession::run(const std::vector<std::pair<std::string,
     }
     if (!profile_) {
       step.kernel->run(ctx, ins, outs);
-      continue;
+    } else {
+      const auto t0 = std::chrono::steady_clock::now();
+      step.kernel->run(ctx, ins, outs);
+      step.nanoseconds += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+      ++step.runs;
     }
-    const auto t0 = std::chrono::steady_clock::now();
-    step.kernel->run(ctx, ins, outs);
-    step.nanoseconds += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
-    ++step.runs;
+    if (capture == nullptr) continue;
+    for (size_t k = 0; k < step.outputs.size(); ++k) {
+      const int o = step.outputs[k];
+      if (o < 0 || !capture->wanted[static_cast<size_t>(o)] || outs[k].data == nullptr) continue;
+      const auto bytes = ir::storage_bytes(outs[k].dtype, ir::checked_num_elements(outs[k].dims).value_or(0)).value_or(0);
+      capture->into->emplace_back(values_[static_cast<size_t>(o)].value->name(),
+                                  ir::Tensor::copy_of(outs[k].dtype, outs[k].dims, outs[k].data, bytes));
+    }
   }
   // Outputs that no step writes (a graph input or a constant passed straight through) are copies.
   for (size_t k = 0; k < outputs_.size(); ++k) {
