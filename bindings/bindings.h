@@ -15,11 +15,17 @@ void register_errors(pyb::module_& m);
 void register_model(pyb::module_& m);
 void register_session(pyb::module_& m);
 void register_passes(pyb::module_& m);
+void register_parity(pyb::module_& m);
 
 /// A numpy array over the tensor's buffer (no copy), kept alive by the buffer; read-only
 /// unless `writeable` (for buffers the caller now owns alone). String tensors become object
 /// arrays. Throws ArgumentError for types numpy lacks.
 pyb::object tensor_to_numpy(const ir::Tensor& t, bool writeable = false);
+/// A tensor borrowing the bytes of `value` (a numpy array, made C-contiguous first when it is
+/// not), which is appended to `keep`: the tensor is valid while `keep` holds it. `what` names
+/// the value in errors ("input 'x'"). Throws ArgumentError for a non-array or a dtype tether
+/// lacks.
+ir::Tensor borrow_numpy(const pyb::handle& value, const std::string& what, std::vector<pyb::array>& keep);
 /// A Python value for an attribute: numbers, str (bytes when not UTF-8), lists, numpy arrays
 /// for tensors, and dicts for graphs.
 pyb::object attribute_to_python(const ir::Attribute& a);

@@ -69,6 +69,45 @@ pyb::dict sparse_to_python(const ir::SparseTensor& s) {
 
 }  // namespace
 
+namespace {
+
+ir::DType numpy_dtype(const pyb::dtype& dt, const std::string& what) {
+  const char kind = dt.kind();
+  const auto size = dt.itemsize();
+  if (kind == 'f' && size == 4) return ir::DType::kFloat32;
+  if (kind == 'f' && size == 8) return ir::DType::kFloat64;
+  if (kind == 'f' && size == 2) return ir::DType::kFloat16;
+  if (kind == 'V' && size == 2 && std::string(pyb::str(dt)) == "bfloat16") return ir::DType::kBFloat16;  // ml_dtypes
+  if (kind == 'b' && size == 1) return ir::DType::kBool;
+  if (kind == 'c' && size == 8) return ir::DType::kComplex64;
+  if (kind == 'c' && size == 16) return ir::DType::kComplex128;
+  if (kind == 'i' || kind == 'u') {
+    const bool u = kind == 'u';
+    switch (size) {
+      case 1: return u ? ir::DType::kUInt8 : ir::DType::kInt8;
+      case 2: return u ? ir::DType::kUInt16 : ir::DType::kInt16;
+      case 4: return u ? ir::DType::kUInt32 : ir::DType::kInt32;
+      case 8: return u ? ir::DType::kUInt64 : ir::DType::kInt64;
+      default: break;
+    }
+  }
+  throw ArgumentError(what + " has numpy dtype " + std::string(pyb::str(dt)) + ", which tether cannot take");
+}
+
+}  // namespace
+
+ir::Tensor borrow_numpy(const pyb::handle& value, const std::string& what, std::vector<pyb::array>& keep) {
+  pyb::array arr = pyb::array::ensure(value);
+  if (!arr) throw ArgumentError(what + " is not an array");
+  if (!(arr.flags() & pyb::array::c_style)) arr = pyb::module_::import("numpy").attr("ascontiguousarray")(arr);
+  const ir::DType dt = numpy_dtype(arr.dtype(), what);
+  std::vector<int64_t> dims(arr.shape(), arr.shape() + arr.ndim());
+  const auto nbytes = static_cast<int64_t>(arr.nbytes());
+  ir::Tensor t = ir::Tensor::from_buffer(dt, dims, ir::Buffer::borrow(arr.data(), nbytes, nullptr));
+  keep.push_back(std::move(arr));
+  return t;
+}
+
 pyb::object tensor_to_numpy(const ir::Tensor& t, bool writeable) {
   std::vector<pyb::ssize_t> shape(t.dims().begin(), t.dims().end());
   if (t.dtype() == ir::DType::kString) {

@@ -6,4 +6,5 @@ PYBIND11_MODULE(_core, m) {
   tether::py::register_model(m);
   tether::py::register_session(m);
   tether::py::register_passes(m);
+  tether::py::register_parity(m);
 }

@@ -8,27 +8,23 @@ namespace tether::py {
 
 namespace {
 
-ir::DType numpy_dtype(const pyb::dtype& dt, const std::string& name) {
-  const char kind = dt.kind();
-  const auto size = dt.itemsize();
-  if (kind == 'f' && size == 4) return ir::DType::kFloat32;
-  if (kind == 'f' && size == 8) return ir::DType::kFloat64;
-  if (kind == 'f' && size == 2) return ir::DType::kFloat16;
-  if (kind == 'V' && size == 2 && std::string(pyb::str(dt)) == "bfloat16") return ir::DType::kBFloat16;  // ml_dtypes
-  if (kind == 'b' && size == 1) return ir::DType::kBool;
-  if (kind == 'c' && size == 8) return ir::DType::kComplex64;
-  if (kind == 'c' && size == 16) return ir::DType::kComplex128;
-  if (kind == 'i' || kind == 'u') {
-    const bool u = kind == 'u';
-    switch (size) {
-      case 1: return u ? ir::DType::kUInt8 : ir::DType::kInt8;
-      case 2: return u ? ir::DType::kUInt16 : ir::DType::kInt16;
-      case 4: return u ? ir::DType::kUInt32 : ir::DType::kInt32;
-      case 8: return u ? ir::DType::kUInt64 : ir::DType::kInt64;
-      default: break;
+// Named numpy inputs borrowed as tensors; the arrays stay referenced here, so the GIL may be
+// released while the tensors are read.
+struct Feeds {
+  std::vector<pyb::array> keep;
+  std::vector<std::pair<std::string, ir::Tensor>> inputs;
+  explicit Feeds(const pyb::dict& feeds) {
+    for (const auto& [key, value] : feeds) {
+      const std::string name = pyb::cast<std::string>(key);
+      inputs.emplace_back(name, borrow_numpy(value, "input '" + name + "'", keep));
     }
   }
-  throw ArgumentError("input '" + name + "' has numpy dtype " + std::string(pyb::str(dt)) + ", which tether cannot take");
+};
+
+pyb::list arrays(const std::vector<ir::Tensor>& tensors) {
+  pyb::list out;
+  for (const ir::Tensor& t : tensors) out.append(tensor_to_numpy(t, true));
+  return out;
 }
 
 pyb::list infos(const std::vector<engine::TensorInfo>& list) {
@@ -73,32 +69,44 @@ void register_session(pyb::module_& m) {
       .def(
           "run",
           [](const Session& s, const pyb::dict& feeds) {
-            // The arrays stay referenced here while the GIL is released, so borrowing is safe.
-            std::vector<pyb::array> keep;
-            std::vector<std::pair<std::string, ir::Tensor>> inputs;
-            pyb::module_ numpy = pyb::module_::import("numpy");
-            for (const auto& [key, value] : feeds) {
-              const std::string name = pyb::cast<std::string>(key);
-              pyb::array arr = pyb::array::ensure(value);
-              if (!arr) throw ArgumentError("input '" + name + "' is not an array");
-              if (!(arr.flags() & pyb::array::c_style)) arr = numpy.attr("ascontiguousarray")(arr);
-              const ir::DType dt = numpy_dtype(arr.dtype(), name);
-              std::vector<int64_t> dims(arr.shape(), arr.shape() + arr.ndim());
-              const auto nbytes = static_cast<int64_t>(arr.nbytes());
-              inputs.emplace_back(name, ir::Tensor::from_buffer(dt, dims, ir::Buffer::borrow(arr.data(), nbytes, nullptr)));
-              keep.push_back(std::move(arr));
-            }
+            Feeds f(feeds);
             std::vector<ir::Tensor> outputs;
             {
               pyb::gil_scoped_release release;
-              outputs = s.run(inputs);
+              outputs = s.run(f.inputs);
             }
-            inputs.clear();
-            pyb::list out;
-            for (const ir::Tensor& t : outputs) out.append(tensor_to_numpy(t, true));
-            return out;
+            return arrays(outputs);
           },
-          pyb::arg("feeds"));
+          pyb::arg("feeds"))
+      .def(
+          "run_capture",
+          [](const Session& s, const pyb::dict& feeds, const std::vector<std::string>& names) {
+            Feeds f(feeds);
+            std::vector<ir::Tensor> outputs;
+            std::vector<std::pair<std::string, ir::Tensor>> captured;
+            {
+              pyb::gil_scoped_release release;
+              outputs = s.run_capture(f.inputs, names, captured);
+            }
+            pyb::list values;
+            for (const auto& [name, t] : captured) values.append(pyb::make_tuple(name, tensor_to_numpy(t, true)));
+            return pyb::make_tuple(arrays(outputs), values);
+          },
+          pyb::arg("feeds"), pyb::arg("names") = std::vector<std::string>{})
+      .def("steps",
+           [](const Session& s) {
+             pyb::list out;
+             for (const engine::StepInfo& st : s.steps()) {
+               pyb::dict d;
+               d["name"] = st.name;
+               d["op_type"] = st.op_type;
+               d["fused_from"] = st.fused_from;
+               d["inputs"] = st.inputs;
+               d["outputs"] = st.outputs;
+               out.append(d);
+             }
+             return out;
+           });
 
   m.def("cpu_info", [] {
     const util::CpuFeatures& f = util::cpu_features();
