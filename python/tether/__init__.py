@@ -8,6 +8,7 @@ Example:
     >>> print(model.summary())                      # doctest: +SKIP
 """
 
+from tether import parity, testing
 from tether._core import (
     ArgumentError,
     Error,
@@ -24,6 +25,7 @@ from tether._core import (
 from tether._model import Model, Node, Summary, ValueInfo, load
 from tether._passes import optimize
 from tether._session import Session, compile, cpu_info, supported_ops
+from tether.parity import ParityReport, compare
 
 __version__ = "0.1.0"
 
@@ -37,6 +39,7 @@ __all__ = [
     "ModelError",
     "ModelNotFoundError",
     "Node",
+    "ParityReport",
     "Session",
     "ParseError",
     "ShapeError",
@@ -44,9 +47,12 @@ __all__ = [
     "UnsupportedError",
     "ValueInfo",
     "WriteError",
+    "compare",
     "compile",
     "cpu_info",
     "supported_ops",
     "load",
     "optimize",
+    "parity",
+    "testing",
 ]

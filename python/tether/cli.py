@@ -4,12 +4,14 @@ Example:
     $ tether inspect model.onnx
     $ tether inspect model.onnx --json
     $ tether run model.onnx --inputs x.npz --threads 2 --repeat 20
+    $ tether compare model.onnx --against onnxruntime --layerwise --html report.html
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -18,6 +20,17 @@ from collections.abc import Sequence
 import numpy as np
 
 import tether
+from tether.parity import (
+    PROFILES,
+    GoldenError,
+    GoldenRunner,
+    OnnxRuntimeRunner,
+    TetherRunner,
+    Tolerance,
+    compare,
+    generate_inputs,
+    iter_feeds,
+)
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -38,41 +51,23 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _random_inputs(sess: tether.Session, dims: dict[str, int], seed: int) -> dict[str, np.ndarray]:
-    """Inputs drawn from the model's input specs: symbolic dims from ``dims`` (default 1)."""
-    rng = np.random.default_rng(seed)
-    feeds: dict[str, np.ndarray] = {}
-    for info in sess.inputs:
-        if info.shape is None:
-            raise tether.ArgumentError(f"input '{info.name}' has no known rank; pass --inputs")
-        shape = []
-        for d in info.shape:
-            if isinstance(d, int):
-                shape.append(d)
-            elif isinstance(d, str) and d in dims:
-                shape.append(dims[d])
-            else:
-                shape.append(1)
-        if info.dtype.startswith("float"):
-            feeds[info.name] = rng.standard_normal(shape).astype(info.dtype)
-        elif info.dtype == "bool":
-            feeds[info.name] = rng.integers(0, 2, size=shape).astype(bool)
-        else:
-            feeds[info.name] = rng.integers(0, 10, size=shape).astype(info.dtype)
-    return feeds
+def _dims(items: Sequence[str]) -> dict[str, int]:
+    dims = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        if not value.lstrip("-").isdigit():
+            raise tether.ArgumentError(f"--dim {item!r}: expected NAME=SIZE")
+        dims[name] = int(value)
+    return dims
 
 
 def _run(args: argparse.Namespace) -> int:
     sess = tether.compile(args.model, device=args.device, threads=args.threads)
+    runner = TetherRunner(sess)
     if args.inputs:
-        with np.load(args.inputs) as data:
-            feeds = {name: data[name] for name in data.files}
+        feeds = next(iter_feeds(args.inputs, runner.input_specs()))
     else:
-        dims = {}
-        for item in args.dim:
-            name, _, value = item.partition("=")
-            dims[name] = int(value)
-        feeds = _random_inputs(sess, dims, args.seed)
+        feeds = generate_inputs(runner.input_specs(), seed=args.seed, dims=_dims(args.dim))[0]
     outputs = sess.run(feeds)  # the first run plans memory for these shapes
     times = []
     for _ in range(args.repeat):
@@ -92,6 +87,32 @@ def _run(args: argparse.Namespace) -> int:
         np.savez(args.save, **outputs)  # type: ignore[arg-type]  # numpy stubs mis-type savez keywords
         print(f"outputs saved to {args.save}")
     return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    tol = Tolerance.profile(args.profile)
+    tol = Tolerance(args.atol if args.atol is not None else tol.atol, args.rtol if args.rtol is not None else tol.rtol,
+                    args.rule or tol.rule)
+    candidate = TetherRunner(args.model, device=args.device, threads=args.threads, optimize=not args.no_optimize)
+    inputs: object = args.inputs
+    if args.against == "onnxruntime":
+        reference: object = OnnxRuntimeRunner(args.model, threads=args.threads)
+    elif os.path.isdir(args.against):
+        golden = GoldenRunner(args.against)
+        reference = golden
+        inputs = inputs or golden.samples()
+    else:
+        raise tether.ArgumentError(f"--against {args.against!r}: use 'onnxruntime' or a golden bundle folder")
+    report = compare(reference, candidate, inputs, tolerance=tol, layerwise=args.layerwise, seed=args.seed,
+                     dims=_dims(args.dim), model=candidate.model)
+    print(report.table())
+    if args.html:
+        report.to_html(args.html)
+        print(f"HTML report written to {args.html}")
+    if args.json:
+        report.to_json(args.json)
+        print(f"JSON report written to {args.json}")
+    return 0 if report.ok else 1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -114,11 +135,34 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--repeat", type=int, default=10, help="timed runs after the first (0: none)")
     run.add_argument("--save", help="write the outputs to this .npz file")
     run.set_defaults(run=_run)
+    cmp = sub.add_parser("compare", help="compare tether's engine with onnxruntime or a golden bundle; exit 1 on a "
+                         "parity failure")
+    cmp.add_argument("model", help="an ONNX file, run by tether")
+    cmp.add_argument("--against", default="onnxruntime", help="'onnxruntime' (default) or a golden bundle folder")
+    cmp.add_argument("--inputs", help=".npz file with one array per input name (default: random inputs, or the "
+                     "golden bundle's)")
+    cmp.add_argument("--layerwise", action="store_true", help="compare every intermediate value and name the first "
+                     "node that diverges")
+    cmp.add_argument("--html", help="write the HTML report here")
+    cmp.add_argument("--json", help="write the JSON report here")
+    cmp.add_argument("--profile", default="fp32", choices=sorted(PROFILES), help="default tolerances (fp32)")
+    cmp.add_argument("--atol", type=float, help="absolute tolerance (overrides the profile)")
+    cmp.add_argument("--rtol", type=float, help="relative tolerance (overrides the profile)")
+    cmp.add_argument("--rule", choices=["numpy", "either"], help="numpy: |c-r| <= atol + rtol*|r|; either: "
+                     "|c-r| <= atol or |c-r|/|r| <= rtol")
+    cmp.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
+                     help="size of a symbolic dim for random inputs (default 1); repeatable")
+    cmp.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    cmp.add_argument("--device", default="cpu")
+    cmp.add_argument("--threads", type=int, default=None)
+    cmp.add_argument("--no-optimize", action="store_true", help="compile without the graph passes")
+    cmp.set_defaults(run=_compare)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the command line; returns the exit status (0 success, 2 bad model or usage).
+    """Runs the command line; returns the exit status (0 success, 1 parity failure, 2 bad model
+    or usage).
 
     Example:
         >>> main(["inspect", "model.onnx"])    # doctest: +SKIP
@@ -127,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return int(args.run(args))
-    except tether.Error as e:
+    except (tether.Error, GoldenError) as e:
         print(f"tether: error: {e}", file=sys.stderr)
         return 2
 

@@ -1,0 +1,312 @@
+"""compare(): run a reference and a candidate on the same inputs and report how they differ."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from tether import _core
+from tether._model import Model
+from tether.parity._inputs import Feeds, generate_inputs, iter_feeds
+from tether.parity._metrics import Metrics, Tolerance, compare_arrays
+from tether.parity._report import BisectResult, LayerResult, OutputResult, ParityReport, SliceResult
+from tether.parity._runners import TorchRunner, as_runner
+from tether.parity._types import InputSpec, Runner
+
+# Elements of |c - r| kept per output for the report's histogram.
+_HISTOGRAM_SAMPLE = 200_000
+_LAYOUTS = {"NHWC->NCHW": (0, 3, 1, 2), "NCHW->NHWC": (0, 2, 3, 1), "NWC->NCW": (0, 2, 1), "NCW->NWC": (0, 2, 1)}
+
+
+def _permutation(spec: str | Sequence[int]) -> tuple[int, ...]:
+    if isinstance(spec, str):
+        if spec not in _LAYOUTS:
+            raise _core.ArgumentError(f"unknown layout change {spec!r}; use one of {sorted(_LAYOUTS)} or a permutation")
+        return _LAYOUTS[spec]
+    perm = tuple(int(p) for p in spec)
+    if sorted(perm) != list(range(len(perm))):
+        raise _core.ArgumentError(f"{list(perm)} is not a permutation")
+    return perm
+
+
+def _name_torch(runner: Runner, other: Runner) -> None:
+    """A torch module compared with an ONNX model takes the model's names in order, as
+    torch.onnx.export gives them, unless names were declared."""
+    if not isinstance(runner, TorchRunner):
+        return
+    specs = other.input_specs()
+    if runner.input_names is None and specs:
+        runner.input_names = [s.name for s in specs]
+        if not runner.input_specs():
+            runner._specs = list(specs)
+    names = getattr(other, "output_names", None)
+    if runner.names is None and callable(names):
+        runner.names = list(names())
+
+
+def _specs(reference: Runner, candidate: Runner) -> list[InputSpec]:
+    return reference.input_specs() or candidate.input_specs()
+
+
+def _map_outputs(ref_out: dict[str, np.ndarray], cand_out: dict[str, np.ndarray], output_map: Mapping[str, str],
+                 layouts: Mapping[str, tuple[int, ...]], reference: Runner, candidate: Runner
+                 ) -> list[tuple[str, str, np.ndarray, np.ndarray]]:
+    pairs = []
+    for name, r in ref_out.items():
+        cname = output_map.get(name, name)
+        if cname not in cand_out:
+            raise _core.ArgumentError(
+                f"output '{name}' of {reference.name} has no counterpart in {candidate.name}, whose outputs are "
+                f"{sorted(cand_out)}; declare output_map={{'{name}': '<candidate name>'}}")
+        c = cand_out[cname]
+        if name in layouts:
+            c = np.transpose(c, layouts[name])
+        pairs.append((name, cname, r, c))
+    return pairs
+
+
+def _aggregate(batches: list[Metrics], tol: Tolerance) -> Metrics:
+    """Metrics over all batches: extremes of extremes, sums of counts, the worst batch's
+    worst element and the lowest cosine and SNR."""
+    if len(batches) == 1:
+        return batches[0]
+    bad = [m for m in batches if m.problem]
+    if bad:
+        return bad[0]
+    total = sum(m.elements for m in batches)
+    mism = sum(m.mismatches for m in batches)
+    worst = max(batches, key=lambda m: (m.nonfinite_mismatches > 0, not m.ok, m.max_abs_error))
+    return Metrics(
+        shape=batches[0].shape, elements=total, exact=batches[0].exact,
+        max_abs_error=max(m.max_abs_error for m in batches),
+        mean_abs_error=sum(m.mean_abs_error * m.elements for m in batches) / total if total else 0.0,
+        max_rel_error=max(m.max_rel_error for m in batches), cosine=min(m.cosine for m in batches),
+        snr_db=min(m.snr_db for m in batches), mismatches=mism,
+        nonfinite_mismatches=sum(m.nonfinite_mismatches for m in batches),
+        mismatch_fraction=mism / total if total else 0.0, worst_index=worst.worst_index,
+        worst_reference=worst.worst_reference, worst_candidate=worst.worst_candidate,
+        required_atol=max(m.required_atol for m in batches), required_rtol=max(m.required_rtol for m in batches),
+        ok=mism == 0, tolerance=tol)
+
+
+def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: Tolerance | str | None = None,
+            output_map: Mapping[str, str] | None = None, layouts: Mapping[str, str | Sequence[int]] | None = None,
+            layerwise: bool = False, model: Model | None = None, labels: Sequence[Any] | None = None,
+            label_output: str | None = None, seed: int = 0, batches: int = 1,
+            ranges: Mapping[str, tuple[float, float]] | None = None,
+            dims: Mapping[str, int] | None = None) -> ParityReport:
+    """Runs ``reference`` and ``candidate`` on the same inputs and compares every output.
+
+    Runners are anything :func:`as_runner` takes (a Runner, a tether Session, a torch module,
+    a golden bundle, a callable). ``inputs`` is the user's data (an array, a dict, a ``.npz``
+    path, or an iterable of batches); without it, ``batches`` feeds are generated from the
+    input specs with ``seed``, ``ranges`` per input and ``dims`` for symbolic dims.
+
+    ``tolerance``: a :class:`Tolerance` or a profile name (``"fp32"``, ``"fp16"``, ``"int8"``).
+    ``output_map`` maps a reference output name to the candidate's name for it, and
+    ``layouts`` gives, per reference output, the transpose that brings the candidate's array
+    to the reference's layout (``"NHWC->NCHW"`` or a permutation): names and layouts are
+    declared, never guessed. ``layerwise=True`` also compares every intermediate value
+    (both runners must offer ``intermediates``; ``model`` gives the graph when neither runner
+    holds it) on the first batch. ``labels`` (one per sample, in input order) breaks a
+    classifier output (``label_output``, default the first) down by label.
+
+    Example:
+        >>> rep = compare(OnnxRuntimeRunner("m.onnx"), TetherRunner("m.onnx"), layerwise=True)  # doctest: +SKIP
+        >>> rep.ok, rep.first_divergent                         # doctest: +SKIP
+        (True, None)
+    """
+    ref, cand = as_runner(reference), as_runner(candidate)
+    if ref.name == cand.name:
+        cand.name = f"{cand.name} (candidate)"
+    _name_torch(ref, cand)
+    _name_torch(cand, ref)
+    tol = Tolerance.profile(tolerance) if isinstance(tolerance, str) else (tolerance or Tolerance())
+    output_map = dict(output_map or {})
+    perms = {k: _permutation(v) for k, v in (layouts or {}).items()}
+    specs = _specs(ref, cand)
+    stream = iter_feeds(inputs, specs) if inputs is not None else iter(
+        generate_inputs(specs, seed=seed, batches=batches, ranges=ranges, dims=dims))
+
+    per_output: dict[str, list[Metrics]] = {}
+    cand_names: dict[str, str] = {}
+    errors: dict[str, list[np.ndarray]] = {}
+    first_feeds: Feeds | None = None
+    top1: list[tuple[np.ndarray, np.ndarray]] = []
+    count = 0
+    for feeds in stream:
+        count += 1
+        if first_feeds is None:
+            first_feeds = feeds
+        pairs = _map_outputs(ref.run(feeds), cand.run(feeds), output_map, perms, ref, cand)
+        for name, cname, r, c in pairs:
+            per_output.setdefault(name, []).append(compare_arrays(r, c, tol))
+            cand_names[name] = cname
+            _keep_errors(errors.setdefault(name, []), r, c)
+        if labels is not None:
+            target = label_output or pairs[0][0]
+            match = [p for p in pairs if p[0] == target]
+            if not match:
+                raise _core.ArgumentError(f"label_output '{target}' is not an output; outputs: {[p[0] for p in pairs]}")
+            top1.append((np.argmax(match[0][2], axis=-1).ravel(), np.argmax(match[0][3], axis=-1).ravel()))
+    if count == 0:
+        raise _core.ArgumentError("no inputs: the iterable of batches was empty")
+    outputs = [OutputResult(n, _aggregate(ms, tol), ms, cand_names[n]) for n, ms in per_output.items()]
+    assert first_feeds is not None
+    report = ParityReport(ref.name, cand.name, tol, outputs, count,
+                          {k: tuple(np.shape(v)) for k, v in first_feeds.items()})
+    report._errors = {k: np.concatenate(v) if v else np.zeros(0) for k, v in errors.items()}
+    if inputs is None:
+        report.notes.append(f"inputs generated from the input specs with seed {seed}")
+    if labels is not None:
+        report.slices = _slices(top1, labels)
+    if layerwise:
+        report.layers = layerwise_compare(ref, cand, first_feeds, tolerance=tol, model=model)
+        if count > 1:
+            report.notes.append("layer-wise comparison ran on the first batch")
+    return report
+
+
+def _keep_errors(kept: list[np.ndarray], r: np.ndarray, c: np.ndarray) -> None:
+    """A bounded sample of |c - r| (finite pairs) for the report's histogram."""
+    if r.dtype == object or c.dtype == object or r.shape != np.shape(c) or r.size == 0:
+        return
+    have = sum(k.size for k in kept)
+    if have >= _HISTOGRAM_SAMPLE:
+        return
+    d = np.abs(c.astype(np.float64) - r.astype(np.float64)).ravel()
+    d = d[np.isfinite(d)]
+    step = max(1, d.size // (_HISTOGRAM_SAMPLE - have))
+    kept.append(d[::step][: _HISTOGRAM_SAMPLE - have])
+
+
+def _slices(top1: list[tuple[np.ndarray, np.ndarray]], labels: Sequence[Any]) -> list[SliceResult]:
+    ref = np.concatenate([t[0] for t in top1])
+    cand = np.concatenate([t[1] for t in top1])
+    lab = np.asarray(labels).ravel()
+    if lab.size != ref.size:
+        raise _core.ArgumentError(f"{lab.size} labels were given for {ref.size} samples")
+    numeric = lab.dtype.kind in "iu"
+    out = []
+    for value in np.unique(lab):
+        sel = lab == value
+        out.append(SliceResult(value, int(sel.sum()), float(np.mean(ref[sel] == cand[sel])),
+                               float(np.mean(ref[sel] == value)) if numeric else None,
+                               float(np.mean(cand[sel] == value)) if numeric else None))
+    return out
+
+
+def _graph_model(ref: Runner, cand: Runner, model: Model | None) -> Model:
+    for m in (model, getattr(ref, "model", None), getattr(cand, "model", None)):
+        if isinstance(m, Model):
+            return m
+    raise _core.ArgumentError("layer-wise comparison needs the ONNX graph: pass model=tt.load(...) or runners "
+                              "built from a model")
+
+
+def _intermediates(runner: Runner, feeds: Feeds, names: list[str]) -> dict[str, np.ndarray]:
+    fn = getattr(runner, "intermediates", None)
+    if fn is None:
+        raise _core.ArgumentError(f"runner '{runner.name}' cannot read intermediate values; layer-wise comparison "
+                                  "needs a TetherRunner or an OnnxRuntimeRunner on each side")
+    return dict(fn(feeds, names))
+
+
+def _fused_groups(runner: Runner) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """For the runner's fused kernels: node name -> the kernel that computes it without
+    writing its output, and the kernel's last node -> every node it computes."""
+    steps = getattr(runner, "steps", None)
+    inside: dict[str, str] = {}
+    groups: dict[str, list[str]] = {}
+    for st in steps() if callable(steps) else []:
+        if len(st["fused_from"]) > 1:
+            groups[st["fused_from"][-1]] = list(st["fused_from"])
+        for n in st["fused_from"][:-1]:
+            inside[n] = f"{st['name']} ({st['op_type']})"
+    return inside, groups
+
+
+def layerwise_compare(reference: Any, candidate: Any, feeds: Feeds, *, tolerance: Tolerance | None = None,
+                      model: Model | None = None) -> list[LayerResult]:
+    """Compares every node output of the model's graph between two runners, in topological
+    order, on one batch. A value a runner computes inside a fused kernel is listed as
+    ``"fused"`` with the kernel's name; the value that kernel writes lists, in ``fused_from``,
+    every node the kernel computes, so a divergence found there may come from any of them
+    (:func:`bisect` runs each alone, or compare with ``TetherRunner(model, optimize=False)``).
+
+    Example:
+        >>> layers = layerwise_compare(OnnxRuntimeRunner(m), TetherRunner(m), {"x": x})   # doctest: +SKIP
+        >>> [la.node for la in layers if not la.ok][:1]          # doctest: +SKIP
+        ['layer2.conv1']
+    """
+    ref, cand = as_runner(reference), as_runner(candidate)
+    tol = tolerance or Tolerance()
+    graph = _graph_model(ref, cand, model)
+    names = [o for n in graph.nodes for o in n.outputs if o]
+    ref_vals = _intermediates(ref, feeds, names)
+    cand_vals = _intermediates(cand, feeds, names)
+    ref_inside, ref_groups = _fused_groups(ref)
+    cand_inside, cand_groups = _fused_groups(cand)
+    fused, groups = {**ref_inside, **cand_inside}, {**ref_groups, **cand_groups}
+    out = []
+    for k, node in enumerate(graph.nodes):
+        label = node.name or (node.outputs[0] if node.outputs else f"#{k}")
+        op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}:{node.op_type}"
+        for value in (o for o in node.outputs if o):
+            if value in ref_vals and value in cand_vals:
+                out.append(LayerResult(k, label, op, value, "compared",
+                                       compare_arrays(ref_vals[value], cand_vals[value], tol),
+                                       fused_from=groups.get(label, [])))
+            elif label in fused:
+                out.append(LayerResult(k, label, op, value, "fused", fused_into=fused[label]))
+            else:
+                out.append(LayerResult(k, label, op, value, "missing"))
+    return out
+
+
+def bisect(reference: Any, candidate: Any, node: str, feeds: Feeds, *, tolerance: Tolerance | None = None,
+           model: Model | None = None) -> BisectResult:
+    """Separates the error ``node`` creates from the error it inherits: the candidate's kind of
+    runner runs the node alone on the reference's values of its inputs, and that output is
+    compared with the reference's; the whole-run comparison of the same value is beside it.
+
+    The candidate must offer ``for_model`` (TetherRunner and OnnxRuntimeRunner do).
+
+    Example:
+        >>> print(bisect(ort, tether, "layer2.conv1", {"x": x}))   # doctest: +SKIP
+        node 'layer2.conv1' creates the error: alone max abs 0.31, in the whole run max abs 0.33
+    """
+    import onnx
+    import onnx.utils
+
+    ref, cand = as_runner(reference), as_runner(candidate)
+    tol = tolerance or Tolerance()
+    # The node runs alone as the candidate holds it (its weights, its attributes).
+    graph = _graph_model(cand, ref, model)
+    found = [n for n in graph.nodes if n.name == node or (not n.name and node in n.outputs)]
+    if not found:
+        raise _core.ArgumentError(f"node '{node}' is not in the model")
+    target = found[0]
+    inits = set(graph.initializer_names)
+    inputs = [i for i in target.inputs if i and i not in inits]
+    outputs = [o for o in target.outputs if o]
+    value = outputs[0]
+    ref_vals = _intermediates(ref, feeds, list(inputs) + outputs)
+    for_graph_inputs = {i: feeds[i] for i in inputs if i in feeds}
+    sub_feeds = {i: for_graph_inputs.get(i, ref_vals.get(i)) for i in inputs}
+    missing = [i for i, v in sub_feeds.items() if v is None]
+    if missing:
+        raise _core.ArgumentError(f"the reference did not produce input {missing[0]!r} of node '{node}'")
+    proto = onnx.load_from_string(graph.to_bytes())
+    sub = onnx.utils.Extractor(proto).extract_model(inputs, outputs)
+    make = getattr(cand, "for_model", None)
+    if make is None:
+        raise _core.ArgumentError(f"runner '{cand.name}' cannot run a single node; bisect needs a TetherRunner or an "
+                                  "OnnxRuntimeRunner as the candidate")
+    alone = make(sub.SerializeToString()).run({k: v for k, v in sub_feeds.items() if v is not None})
+    whole = _intermediates(cand, feeds, outputs)
+    local = compare_arrays(ref_vals[value], alone[value], tol)
+    total = compare_arrays(ref_vals[value], whole[value], tol) if value in whole else None
+    return BisectResult(target.name or value, value, local, total)
