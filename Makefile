@@ -9,7 +9,7 @@ VPY := $(VENV)/bin/python
 STAMPS := .stamps
 BUILD := build/py
 APT_PACKAGES := libprotobuf-dev protobuf-compiler libeigen3-dev libgtest-dev libvulkan-dev glslc \
-                mesa-vulkan-drivers vulkan-validationlayers
+                mesa-vulkan-drivers vulkan-validationlayers chromium
 # Sources whose change needs the extension rebuilt.
 CORE_SOURCES := $(shell find cpp bindings tests/cpp cmake -type f 2>/dev/null) CMakeLists.txt pyproject.toml
 

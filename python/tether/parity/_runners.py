@@ -110,19 +110,17 @@ class OnnxRuntimeRunner:
         self.model = _as_model(model)
         self._options: dict[str, Any] = {"threads": threads, "providers": tuple(providers), "optimize": optimize}
         self._ort = ort
-        self._bytes = self.model.to_bytes()
-        self.session = self._make_session(self._bytes)
+        # The file itself when there is one (onnxruntime finds its external data); the layer-wise
+        # copies are made from bytes with every weight inside.
+        self.session = self._make_session(self.model.path or self.model.to_bytes())
         self._layer_sessions: dict[tuple[str, ...], Any] = {}
 
-    def _make_session(self, data: bytes) -> Any:
+    def _make_session(self, data: bytes | str) -> Any:
         so = self._ort.SessionOptions()
         if self._options["threads"]:
             so.intra_op_num_threads = int(self._options["threads"])
         if not self._options["optimize"]:
             so.graph_optimization_level = self._ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        base = self.model.path
-        if base:  # external data is found next to the model file
-            so.add_session_config_entry("session.model_external_initializers_file_folder_path", os.path.dirname(base))
         return self._ort.InferenceSession(data, so, providers=list(self._options["providers"]))
 
     def input_specs(self) -> list[InputSpec]:
@@ -151,7 +149,7 @@ class OnnxRuntimeRunner:
         wanted = tuple(names) if names else tuple(o for n in self.model.nodes for o in n.outputs if o)
         sess = self._layer_sessions.get(wanted)
         if sess is None:
-            sess = self._make_session(_with_outputs(self._bytes, wanted))
+            sess = self._make_session(_with_outputs(self.model.to_bytes(), wanted))
             self._layer_sessions = {wanted: sess}  # one cached copy: they can be large
         got = [o.name for o in sess.get_outputs()]
         return dict(zip(got, sess.run(got, dict(feeds)), strict=True))
