@@ -119,8 +119,7 @@ def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: To
         (True, None)
     """
     ref, cand = as_runner(reference), as_runner(candidate)
-    if ref.name == cand.name:
-        cand.name = f"{cand.name} (candidate)"
+    cand_label = f"{cand.name} (candidate)" if cand.name == ref.name else cand.name
     _name_torch(ref, cand)
     _name_torch(cand, ref)
     tol = Tolerance.profile(tolerance) if isinstance(tolerance, str) else (tolerance or Tolerance())
@@ -155,7 +154,7 @@ def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: To
         raise _core.ArgumentError("no inputs: the iterable of batches was empty")
     outputs = [OutputResult(n, _aggregate(ms, tol), ms, cand_names[n]) for n, ms in per_output.items()]
     assert first_feeds is not None
-    report = ParityReport(ref.name, cand.name, tol, outputs, count,
+    report = ParityReport(ref.name, cand_label, tol, outputs, count,
                           {k: tuple(np.shape(v)) for k, v in first_feeds.items()})
     report._errors = {k: np.concatenate(v) if v else np.zeros(0) for k, v in errors.items()}
     if inputs is None:
