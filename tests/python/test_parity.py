@@ -165,6 +165,21 @@ def test_shape_and_kind_differences_are_reported_not_raised() -> None:
     assert not m.ok and "dtype int64 cannot be compared with the reference's float32" in m.problem
 
 
+def test_default_tolerance_follows_each_outputs_dtype() -> None:
+    spec = [InputSpec("x", np.dtype("float32"), (64,))]
+    # An error of 5e-4 on both outputs: within fp16's tolerance, far outside fp32's.
+    ref = CallableRunner(lambda x: {"h": x.astype(np.float16), "f": x}, name="ref", input_specs=spec)
+    cand = CallableRunner(lambda x: {"h": (x + 5e-4).astype(np.float16), "f": x + np.float32(5e-4)}, name="cand",
+                          input_specs=spec)
+    rep = compare(ref, cand, ranges={"x": (0.0, 0.1)})
+    by_name = {o.name: o.metrics for o in rep.outputs}
+    assert by_name["h"].tolerance == Tolerance.profile("fp16") and by_name["h"].ok
+    assert by_name["f"].tolerance == Tolerance.profile("fp32") and not by_name["f"].ok
+    assert any("output 'h' is float16" in n for n in rep.notes)
+    forced = compare(ref, cand, ranges={"x": (0.0, 0.1)}, tolerance="fp32")
+    assert not {o.name: o.metrics for o in forced.outputs}["h"].ok
+
+
 def test_negative_or_unknown_tolerance_is_an_argument_error() -> None:
     with pytest.raises(tt.ArgumentError, match="tolerance must be >= 0"):
         Tolerance(atol=-1.0)

@@ -104,7 +104,8 @@ def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: To
     path, or an iterable of batches); without it, ``batches`` feeds are generated from the
     input specs with ``seed``, ``ranges`` per input and ``dims`` for symbolic dims.
 
-    ``tolerance``: a :class:`Tolerance` or a profile name (``"fp32"``, ``"fp16"``, ``"int8"``).
+    ``tolerance``: a :class:`Tolerance` or a profile name (``"fp32"``, ``"fp16"``, ``"int8"``);
+    by default each output takes the profile of its dtype (:meth:`Tolerance.for_dtype`).
     ``output_map`` maps a reference output name to the candidate's name for it, and
     ``layouts`` gives, per reference output, the transpose that brings the candidate's array
     to the reference's layout (``"NHWC->NCHW"`` or a permutation): names and layouts are
@@ -122,7 +123,8 @@ def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: To
     cand_label = f"{cand.name} (candidate)" if cand.name == ref.name else cand.name
     _name_torch(ref, cand)
     _name_torch(cand, ref)
-    tol = Tolerance.profile(tolerance) if isinstance(tolerance, str) else (tolerance or Tolerance())
+    given = Tolerance.profile(tolerance) if isinstance(tolerance, str) else tolerance
+    tol = given or Tolerance()
     output_map = dict(output_map or {})
     perms = {k: _permutation(v) for k, v in (layouts or {}).items()}
     specs = _specs(ref, cand)
@@ -131,6 +133,7 @@ def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: To
 
     per_output: dict[str, list[Metrics]] = {}
     cand_names: dict[str, str] = {}
+    per_output_dtype: dict[str, np.dtype] = {}
     errors: dict[str, list[np.ndarray]] = {}
     first_feeds: Feeds | None = None
     top1: list[tuple[np.ndarray, np.ndarray]] = []
@@ -141,8 +144,9 @@ def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: To
             first_feeds = feeds
         pairs = _map_outputs(ref.run(feeds), cand.run(feeds), output_map, perms, ref, cand)
         for name, cname, r, c in pairs:
-            per_output.setdefault(name, []).append(compare_arrays(r, c, tol))
+            per_output.setdefault(name, []).append(compare_arrays(r, c, given or Tolerance.for_dtype(r.dtype)))
             cand_names[name] = cname
+            per_output_dtype[name] = r.dtype
             _keep_errors(errors.setdefault(name, []), r, c)
         if labels is not None:
             target = label_output or pairs[0][0]
@@ -152,17 +156,22 @@ def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: To
             top1.append((np.argmax(match[0][2], axis=-1).ravel(), np.argmax(match[0][3], axis=-1).ravel()))
     if count == 0:
         raise _core.ArgumentError("no inputs: the iterable of batches was empty")
-    outputs = [OutputResult(n, _aggregate(ms, tol), ms, cand_names[n]) for n, ms in per_output.items()]
+    outputs = [OutputResult(n, _aggregate(ms, ms[0].tolerance), ms, cand_names[n]) for n, ms in per_output.items()]
     assert first_feeds is not None
     report = ParityReport(ref.name, cand_label, tol, outputs, count,
                           {k: tuple(np.shape(v)) for k, v in first_feeds.items()})
     report._errors = {k: np.concatenate(v) if v else np.zeros(0) for k, v in errors.items()}
+    if given is None:
+        for o in outputs:
+            if o.metrics.tolerance != tol and not o.metrics.exact:
+                report.notes.append(f"output '{o.name}' is {per_output_dtype[o.name]}: compared with "
+                                    f"atol={o.metrics.tolerance.atol:g} rtol={o.metrics.tolerance.rtol:g}")
     if inputs is None:
         report.notes.append(f"inputs generated from the input specs with seed {seed}")
     if labels is not None:
         report.slices = _slices(top1, labels)
     if layerwise:
-        report.layers = layerwise_compare(ref, cand, first_feeds, tolerance=tol, model=model)
+        report.layers = layerwise_compare(ref, cand, first_feeds, tolerance=given, model=model)
         if count > 1:
             report.notes.append("layer-wise comparison ran on the first batch")
     return report
@@ -241,7 +250,6 @@ def layerwise_compare(reference: Any, candidate: Any, feeds: Feeds, *, tolerance
         ['layer2.conv1']
     """
     ref, cand = as_runner(reference), as_runner(candidate)
-    tol = tolerance or Tolerance()
     graph = _graph_model(ref, cand, model)
     names = [o for n in graph.nodes for o in n.outputs if o]
     ref_vals = _intermediates(ref, feeds, names)
@@ -256,7 +264,8 @@ def layerwise_compare(reference: Any, candidate: Any, feeds: Feeds, *, tolerance
         for value in (o for o in node.outputs if o):
             if value in ref_vals and value in cand_vals:
                 out.append(LayerResult(k, label, op, value, "compared",
-                                       compare_arrays(ref_vals[value], cand_vals[value], tol),
+                                       compare_arrays(ref_vals[value], cand_vals[value],
+                                                      tolerance or Tolerance.for_dtype(ref_vals[value].dtype)),
                                        fused_from=groups.get(label, [])))
             elif label in fused:
                 out.append(LayerResult(k, label, op, value, "fused", fused_into=fused[label]))
@@ -306,6 +315,7 @@ def bisect(reference: Any, candidate: Any, node: str, feeds: Feeds, *, tolerance
                                   "OnnxRuntimeRunner as the candidate")
     alone = make(sub.SerializeToString()).run({k: v for k, v in sub_feeds.items() if v is not None})
     whole = _intermediates(cand, feeds, outputs)
+    tol = tolerance or Tolerance.for_dtype(ref_vals[value].dtype)
     local = compare_arrays(ref_vals[value], alone[value], tol)
     total = compare_arrays(ref_vals[value], whole[value], tol) if value in whole else None
     return BisectResult(target.name or value, value, local, total)

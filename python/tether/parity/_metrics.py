@@ -52,6 +52,18 @@ class Tolerance:
         except KeyError:
             raise _core.ArgumentError(f"unknown tolerance profile {name!r}; known: {', '.join(PROFILES)}") from None
 
+    @staticmethod
+    def for_dtype(dtype: Any) -> Tolerance:
+        """The default profile for outputs of ``dtype``: ``fp16`` for float16, ``bf16`` for
+        bfloat16, ``fp32`` for everything else (integers and bools compare exactly anyway).
+
+        Example:
+            >>> Tolerance.for_dtype(np.float16) == PROFILES["fp16"]
+            True
+        """
+        name = np.dtype(dtype).name
+        return PROFILES["fp16" if name == "float16" else "bf16" if name == "bfloat16" else "fp32"]
+
     def to_dict(self) -> dict[str, Any]:
         """The tolerance as a JSON-able dict.
 
