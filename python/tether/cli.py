@@ -90,9 +90,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    tol = Tolerance.profile(args.profile)
-    tol = Tolerance(args.atol if args.atol is not None else tol.atol, args.rtol if args.rtol is not None else tol.rtol,
-                    args.rule or tol.rule)
+    tol: Tolerance | None = None  # each output by its dtype
+    if args.profile or args.atol is not None or args.rtol is not None or args.rule:
+        base = Tolerance.profile(args.profile or "fp32")
+        tol = Tolerance(args.atol if args.atol is not None else base.atol,
+                        args.rtol if args.rtol is not None else base.rtol, args.rule or base.rule)
     candidate = TetherRunner(args.model, device=args.device, threads=args.threads, optimize=not args.no_optimize)
     inputs: object = args.inputs
     if args.against == "onnxruntime":
@@ -145,7 +147,8 @@ def _parser() -> argparse.ArgumentParser:
                      "node that diverges")
     cmp.add_argument("--html", help="write the HTML report here")
     cmp.add_argument("--json", help="write the JSON report here")
-    cmp.add_argument("--profile", default="fp32", choices=sorted(PROFILES), help="default tolerances (fp32)")
+    cmp.add_argument("--profile", choices=sorted(PROFILES),
+                     help="tolerance profile for every output (default: by each output's dtype)")
     cmp.add_argument("--atol", type=float, help="absolute tolerance (overrides the profile)")
     cmp.add_argument("--rtol", type=float, help="relative tolerance (overrides the profile)")
     cmp.add_argument("--rule", choices=["numpy", "either"], help="numpy: |c-r| <= atol + rtol*|r|; either: "
