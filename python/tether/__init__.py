@@ -8,7 +8,7 @@ Example:
     >>> print(model.summary())                      # doctest: +SKIP
 """
 
-from tether import parity, testing
+from tether import export, parity, testing
 from tether._core import (
     ArgumentError,
     Error,
@@ -53,6 +53,7 @@ __all__ = [
     "supported_ops",
     "load",
     "optimize",
+    "export",
     "parity",
     "testing",
 ]
