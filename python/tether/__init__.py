@@ -25,6 +25,7 @@ from tether._core import (
 from tether._model import Model, Node, Summary, ValueInfo, load
 from tether._passes import optimize
 from tether._session import Session, compile, cpu_info, supported_ops
+from tether.export import track
 from tether.parity import ParityReport, compare
 
 __version__ = "0.1.0"
@@ -56,4 +57,5 @@ __all__ = [
     "export",
     "parity",
     "testing",
+    "track",
 ]

@@ -9,5 +9,6 @@ Example:
 
 from tether.export._result import ExportError, ExportResult
 from tether.export._torch import torch
+from tether.export._track import Tracker, track
 
-__all__ = ["ExportError", "ExportResult", "torch"]
+__all__ = ["ExportError", "ExportResult", "Tracker", "torch", "track"]
