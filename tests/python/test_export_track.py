@@ -7,10 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tether as tt
 import torch
 from sklearn.datasets import load_digits
-
-import tether as tt
 from tether.parity import TetherRunner, TorchRunner
 from tether.testing import assert_parity
 
