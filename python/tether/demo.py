@@ -1,4 +1,5 @@
-"""The main job of ``make demo``: export a small torch network and inspect it with tether.
+"""The main job of ``make demo``: train a small CNN on scikit-learn's digits with torch, export
+it with tether, run it in tether and onnxruntime, and print the accuracy and parity tables.
 
 Run it with ``python -m tether.demo [output folder]``.
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def build_network():  # type: ignore[no-untyped-def]
@@ -28,77 +30,95 @@ def build_network():  # type: ignore[no-untyped-def]
             super().__init__()
             self.stem = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU())
             self.block = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU())
-            self.head = nn.Linear(16, 10)
+            self.head = nn.Linear(16 * 4, 10)
 
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            x = self.stem(x)
+        def forward(self, image: torch.Tensor) -> torch.Tensor:
+            x = self.stem(image)
             x = x + self.block(x)
-            x = nn.functional.adaptive_avg_pool2d(x, 1).flatten(1)
+            x = nn.functional.adaptive_avg_pool2d(x, 2).flatten(1)
             return self.head(x)
 
     torch.manual_seed(0)
     return DigitsNet().eval()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Exports the demo network to ``<folder>/demo.onnx`` and prints ``tether inspect`` of it."""
-    import warnings
+def load_data(seed: int = 0) -> tuple[Any, Any, Any, Any]:
+    """scikit-learn's digits (1797 real 8x8 images of handwritten digits) as float32 images in
+    [0, 1] of shape (N, 1, 8, 8) and int64 labels, split 75/25 into train and test.
 
+    Example:
+        >>> x_train, y_train, x_test, y_test = load_data()   # doctest: +SKIP
+        >>> x_test.shape                                      # doctest: +SKIP
+        (450, 1, 8, 8)
+    """
+    import numpy as np
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    d = load_digits()
+    x = (d.images / 16.0).astype(np.float32)[:, None]
+    x_train, x_test, y_train, y_test = train_test_split(x, d.target.astype(np.int64), test_size=0.25,
+                                                        random_state=seed, stratify=d.target)
+    return x_train, y_train, x_test, y_test
+
+
+def train(net: Any, x: Any, y: Any, epochs: int = 12, seed: int = 0) -> Any:
+    """Trains ``net`` with Adam and cross-entropy in mini-batches of 64; returns it in eval mode.
+
+    Example:
+        >>> net = train(build_network(), x_train, y_train)   # doctest: +SKIP
+    """
     import torch
 
-    from tether import cli
-
-    out = Path((argv or sys.argv[1:] or ["out"])[0])
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "demo.onnx"
-    net = build_network()
-    example = torch.zeros(2, 1, 8, 8)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            net,
-            (example,),
-            str(path),
-            input_names=["image"],
-            output_names=["logits"],
-            dynamic_shapes=({0: torch.export.Dim("batch")},),
-            dynamo=True,
-            verbose=False,
-        )
-    print(f"exported {type(net).__name__} to {path}\n")
-    status = cli.main(["inspect", str(path), "--shapes"])
-    if status != 0:
-        return status
-    _run_in_tether(path, net)
-    return 0
+    torch.manual_seed(seed)
+    xs, ys = torch.from_numpy(x), torch.from_numpy(y)
+    opt = torch.optim.Adam(net.parameters(), lr=3e-3)
+    net.train()
+    for _ in range(epochs):
+        order = torch.randperm(len(xs))
+        for i in range(0, len(xs), 64):
+            idx = order[i:i + 64]
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(net(xs[idx]), ys[idx]).backward()
+            opt.step()
+    return net.eval()
 
 
-def _run_in_tether(path: Path, net) -> None:  # type: ignore[no-untyped-def]
-    """Runs the exported model in tether's engine and compares it with torch and onnxruntime."""
-    import time
-
+def main(argv: list[str] | None = None) -> int:
+    """Trains, exports to ``<folder>/digits.onnx`` (with its golden bundle), and prints the
+    accuracy of torch, tether and onnxruntime on the test split and the parity tables."""
     import numpy as np
     import torch
 
-    import tether
+    import tether as tt
+    from tether import cli
+    from tether.parity import OnnxRuntimeRunner, Runner, TetherRunner, TorchRunner
 
-    x = np.random.default_rng(0).standard_normal((4, 1, 8, 8)).astype(np.float32)
-    sess = tether.compile(str(path), threads=1)
-    ours = sess(x)
-    start = time.perf_counter()
-    for _ in range(20):
-        sess(x)
-    latency = (time.perf_counter() - start) / 20
-    with torch.no_grad():
-        ref = net(torch.from_numpy(x)).numpy()
-    print(f"\ntether cpu ({tether.cpu_info()['isa']}), batch 4: {latency * 1e3:.3f} ms per run")
-    print(f"  max |tether - torch|       = {np.abs(ours - ref).max():.2e}")
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        return
-    theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"image": x})[0]
-    print(f"  max |tether - onnxruntime| = {np.abs(ours - theirs).max():.2e}")
+    out = Path((argv or sys.argv[1:] or ["out"])[0])
+    out.mkdir(parents=True, exist_ok=True)
+    x_train, y_train, x_test, y_test = load_data()
+    net = train(build_network(), x_train, y_train)
+
+    res = tt.export.torch(net, torch.from_numpy(x_test[:8]), out / "digits.onnx", dynamic={"image": {0: "batch"}},
+                          output_names=["logits"])
+    print(res, end="\n\n")
+    cli.main(["inspect", str(res.path)])
+    print()
+    sess = tt.compile(res.path)
+    runners: dict[str, Runner] = {"torch": TorchRunner(net, ["image"], ["logits"]), "tether": TetherRunner(sess),
+                                  "onnxruntime": OnnxRuntimeRunner(res.path)}
+    for name, runner in runners.items():
+        logits = runner.run({"image": x_test})
+        accuracy = float(np.mean(np.argmax(logits["logits"], axis=1) == y_test))
+        print(f"test accuracy, {name:<12} {accuracy:.2%} ({len(y_test)} real images)")
+    batches = [x_test[i:i + 50] for i in range(0, len(x_test), 50)]
+    print()
+    print(tt.compare(runners["torch"], runners["tether"], batches, labels=y_test).table(), end="\n\n")
+    report = tt.compare(runners["onnxruntime"], TetherRunner(res.path), x_test[:50], layerwise=True)
+    print(report.table())
+    report.to_html(out / "parity.html")
+    print(f"\nHTML report: {out / 'parity.html'}")
+    return 0 if res.ok and report.ok else 1
 
 
 if __name__ == "__main__":

@@ -77,16 +77,26 @@ def test_console_script_is_installed():
     assert r.stdout.strip() == f"tether {tt.__version__}"
 
 
-def test_demo_exports_and_inspects_a_network(tmp_path):
+def test_demo_trains_exports_inspects_and_verifies_a_network(tmp_path):
+    import numpy as np
+    import onnxruntime as ort
+    from sklearn.datasets import load_digits
+
     r = subprocess.run([sys.executable, "-m", "tether.demo", str(tmp_path)], capture_output=True, text=True, check=True)
-    assert (tmp_path / "demo.onnx").exists()
-    proto_ops, params, _, _ = onnx_counts(tmp_path / "demo.onnx")
+    path = tmp_path / "digits.onnx"
+    proto_ops, params, _, _ = onnx_counts(path)
     assert f"parameters  {params:,}" in r.stdout
     assert "input       image: float32[batch, 1, 8, 8]" in r.stdout
     assert "logits: float32[batch, 10]" in r.stdout
-    # The engine run is checked against torch and onnxruntime; both errors must be tiny.
-    errors = [float(line.split("=")[1]) for line in r.stdout.splitlines() if line.strip().startswith("max |tether")]
-    assert len(errors) == 2 and max(errors) < 1e-5
+    # The accuracy lines agree with onnxruntime run here on scikit-learn's digits (the oracle).
+    accuracies = {line.split()[2]: line.split()[3] for line in r.stdout.splitlines() if line.startswith("test accuracy")}
+    assert set(accuracies) == {"torch", "tether", "onnxruntime"} and len(set(accuracies.values())) == 1
+    d = load_digits()
+    x = (d.images / 16.0).astype(np.float32)[:, None]
+    logits = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"image": x})[0]
+    assert np.mean(np.argmax(logits, axis=1) == d.target) > 0.9
+    assert r.stdout.count("PASS") >= 3 and "FAIL" not in r.stdout
+    assert (tmp_path / "digits.golden" / "golden.json").exists() and (tmp_path / "parity.html").exists()
 
 
 def test_cli_run_prints_outputs_and_latency_and_saves_what_onnxruntime_computes(exported, tmp_path):

@@ -10,7 +10,7 @@ import os
 import re
 import tempfile
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
@@ -71,22 +71,22 @@ def _dims(dynamic: Dynamic | None, names: list[str]) -> tuple[dict[str, dict[int
     return named, {n: shapes.get(n) for n in names}
 
 
-def _export_dynamo(module: Any, args: tuple[Any, ...], path: Path, names: list[str], shapes: dict[str, Any],
-                   opset: int | None) -> None:
+def _export_dynamo(module: Any, args: tuple[Any, ...], path: Path, names: list[str], outputs: list[str] | None,
+                   shapes: dict[str, Any], opset: int | None) -> None:
     import torch
 
-    program = torch.onnx.export(module, args, None, dynamo=True, input_names=names,
+    program = torch.onnx.export(module, args, None, dynamo=True, input_names=names, output_names=outputs,
                                 dynamic_shapes=shapes or None, opset_version=opset, verbose=False)
     assert program is not None
     program.save(str(path), external_data=True)
 
 
-def _export_torchscript(module: Any, args: tuple[Any, ...], path: Path, names: list[str],
+def _export_torchscript(module: Any, args: tuple[Any, ...], path: Path, names: list[str], outputs: list[str] | None,
                         dims: dict[str, dict[int, str]], opset: int | None) -> None:
     import torch
 
-    torch.onnx.export(module, args, str(path), dynamo=False, input_names=names, dynamic_axes=dims or None,
-                      opset_version=opset or 17, verbose=False)
+    torch.onnx.export(module, args, str(path), dynamo=False, input_names=names, output_names=outputs,
+                      dynamic_axes=dims or None, opset_version=opset or 17, verbose=False)
 
 
 def _failed_op(error: BaseException) -> str | None:
@@ -183,12 +183,15 @@ def _verifier(path: Path, threads: int | None, notes: list[str]) -> Any:
 
 
 def torch(module: Any, example_inputs: Any, path: str | os.PathLike[str], *, dynamic: Dynamic | None = None,
-          opset: int | None = None, external_data: bool | Literal["auto"] = "auto", golden: bool = True,
+          output_names: Sequence[str] | None = None, opset: int | None = None,
+          external_data: bool | Literal["auto"] = "auto", golden: bool = True,
           tolerance: Tolerance | str | None = None, check: bool = True, threads: int | None = None,
           seed: int = 0, exporter: Literal["auto", "dynamo", "torchscript"] = "auto") -> ExportResult:
     """Exports a torch module to ONNX at ``path`` and proves the file computes what the module does.
 
-    ``example_inputs``: a tensor or a tuple of tensors, the forward's positional arguments.
+    ``example_inputs``: a tensor or a tuple of tensors, the forward's positional arguments; the
+    graph's inputs take the forward's parameter names, its outputs ``output_names`` (default:
+    the exporter's names).
     ``dynamic``: dims that must stay symbolic, per forward parameter name, as names
     (``{"x": {0: "batch"}}``) or ``torch.export.Dim`` objects (``{"x": {0: Dim("batch")}}``).
 
@@ -235,7 +238,8 @@ def torch(module: Any, example_inputs: Any, path: str | os.PathLike[str], *, dyn
     try:
         if exporter not in ("auto", "dynamo", "torchscript"):
             raise _core.ArgumentError(f"exporter must be 'auto', 'dynamo' or 'torchscript', got {exporter!r}")
-        used, external = _export(module, args, path, names, dims, shapes, opset, external_data, exporter, notes)
+        used, external = _export(module, args, path, names, dims, list(output_names) if output_names else None, shapes,
+                                 opset, external_data, exporter, notes)
     finally:
         if was_training:
             module.train()
@@ -248,8 +252,8 @@ def torch(module: Any, example_inputs: Any, path: str | os.PathLike[str], *, dyn
 
 
 def _export(module: Any, args: tuple[Any, ...], path: Path, names: list[str], dims: dict[str, dict[int, str]],
-            shapes: dict[str, Any], opset: int | None, external_data: bool | Literal["auto"], which: str,
-            notes: list[str]) -> tuple[str, bool]:
+            outputs: list[str] | None, shapes: dict[str, Any], opset: int | None,
+            external_data: bool | Literal["auto"], which: str, notes: list[str]) -> tuple[str, bool]:
     """Exports into a temporary folder, then saves through tether; returns the exporter used
     and whether the weights went to external data."""
     if external_data not in (True, False, "auto"):
@@ -261,13 +265,13 @@ def _export(module: Any, args: tuple[Any, ...], path: Path, names: list[str], di
         try:
             if which == "torchscript":
                 raise _Skipped
-            _export_dynamo(module, args, raw, names, shapes, opset)
+            _export_dynamo(module, args, raw, names, outputs, shapes, opset)
         except Exception as e:  # noqa: BLE001 - any exporter failure leads to the fallback
             first = None if isinstance(e, _Skipped) else e
             if which == "dynamo" and first is not None:
                 _raise_export_error(module, args, first, None)
             try:
-                _export_torchscript(module, args, raw, names, dims, opset)
+                _export_torchscript(module, args, raw, names, outputs, dims, opset)
             except Exception as second:  # noqa: BLE001
                 _raise_export_error(module, args, first or second, second if first else None)
             exporter = "torch.onnx.export(dynamo=False)"
