@@ -27,6 +27,7 @@ test-cpp: setup
 
 test-python: setup
 	$(VPY) -m pytest -q
+	$(VPY) -m pytest -q --nbmake notebooks
 
 setup: apt $(STAMPS)/build
 
