@@ -7,4 +7,5 @@ PYBIND11_MODULE(_core, m) {
   tether::py::register_session(m);
   tether::py::register_passes(m);
   tether::py::register_parity(m);
+  tether::py::register_builder(m);
 }

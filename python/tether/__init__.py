@@ -9,6 +9,7 @@ Example:
 """
 
 from tether import export, parity, testing
+from tether._builder import GraphBuilder
 from tether._core import (
     ArgumentError,
     Error,
@@ -34,6 +35,7 @@ __all__ = [
     "ArgumentError",
     "Error",
     "ExternalDataError",
+    "GraphBuilder",
     "GraphError",
     "InternalError",
     "Model",

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "tether/attribute.h"
+#include "tether/builder.h"
 #include "tether/dtype.h"
 #include "tether/engine.h"
 #include "tether/error.h"

@@ -60,6 +60,7 @@ std::optional<SymInt> known_pair(const SymInt& x, const SymInt& y, bool (*f)(int
 }
 
 void add(InferContext& ctx) {
+  check_same_dtype(ctx);
   broadcast(ctx, 0);
   propagate_binary(ctx, [](const SymInt& x, const SymInt& y) -> std::optional<SymInt> {
     if (x.known() == 0) return y;
@@ -69,6 +70,7 @@ void add(InferContext& ctx) {
 }
 
 void sub(InferContext& ctx) {
+  check_same_dtype(ctx);
   broadcast(ctx, 0);
   propagate_binary(ctx, [](const SymInt& x, const SymInt& y) -> std::optional<SymInt> {
     if (y.known() == 0) return x;
@@ -77,6 +79,7 @@ void sub(InferContext& ctx) {
 }
 
 void mul(InferContext& ctx) {
+  check_same_dtype(ctx);
   broadcast(ctx, 0);
   propagate_binary(ctx, [](const SymInt& x, const SymInt& y) -> std::optional<SymInt> {
     if (x.negative == 0 && y.negative == 0 && !x.dim.is_unknown() && !y.dim.is_unknown())
@@ -86,6 +89,7 @@ void mul(InferContext& ctx) {
 }
 
 void div(InferContext& ctx) {
+  check_same_dtype(ctx);
   broadcast(ctx, 0);
   if (!dtype_is_integer(ctx.input_dtype(0))) return;
   propagate_binary(ctx, [](const SymInt& x, const SymInt& y) -> std::optional<SymInt> {
@@ -103,7 +107,15 @@ void div(InferContext& ctx) {
 }
 
 void binary(InferContext& ctx) { broadcast(ctx, 0); }
-void compare(InferContext& ctx) { broadcast(ctx, 0, DType::kBool); }
+// Inputs of one element type T (ONNX's constraint for Mod, Sum, the bitwise ops, ...).
+void binary_same(InferContext& ctx) {
+  check_same_dtype(ctx);
+  broadcast(ctx, 0);
+}
+void compare(InferContext& ctx) {
+  check_same_dtype(ctx);
+  broadcast(ctx, 0, DType::kBool);
+}
 
 // Equal on shape values: the TorchScript exporter's expand pattern compares a shape with
 // -1 (Where(Equal(shape, -1), 1, shape)). Entries are 0 / 1; a size (known, or a symbol)
@@ -120,6 +132,7 @@ void equal(InferContext& ctx) {
 }
 
 void where(InferContext& ctx) {
+  check_same_dtype(ctx, {1, 2});
   broadcast(ctx, 1);
   auto c = ctx.input_values(0);
   auto x = ctx.input_values(1);
@@ -170,6 +183,7 @@ void dropout(InferContext& ctx) {
 }
 
 void min_max(InferContext& ctx) {
+  check_same_dtype(ctx);
   broadcast(ctx, 0);
   if (ctx.num_inputs() != 2) return;
   const bool is_max = ctx.node().op_type() == "Max";
@@ -194,8 +208,9 @@ void register_elementwise(Registry& r) {
   r.add("Sub", sub);
   r.add("Mul", mul);
   r.add("Div", div);
-  for (const char* op : {"Pow", "Mod", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Sum", "Mean"})
-    r.add(op, binary);
+  r.add("Pow", binary);  // base and exponent may differ in type (T and T1)
+  for (const char* op : {"Mod", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Sum", "Mean"})
+    r.add(op, binary_same);
   r.add("Min", min_max);
   r.add("Max", min_max);
   for (const char* op : {"Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"}) r.add(op, compare);

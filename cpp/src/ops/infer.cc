@@ -218,6 +218,30 @@ Shape broadcast_shapes(const InferContext& ctx, const std::vector<Shape>& shapes
   return Shape(std::move(out));
 }
 
+void check_same_dtype(const InferContext& ctx, const std::vector<size_t>& inputs) {
+  std::optional<size_t> first;
+  for (size_t i : inputs) {
+    if (ctx.input_dtype(i) == DType::kUndefined) continue;
+    if (!first) {
+      first = i;
+      continue;
+    }
+    if (ctx.input_dtype(i) == ctx.input_dtype(*first)) continue;
+    auto describe = [&](size_t k) {
+      return "input " + std::to_string(k) + " '" + ctx.node().input(k)->name() + "' is " +
+             std::string(ir::dtype_name(ctx.input_dtype(k)));
+    };
+    ctx.fail(describe(*first) + " but " + describe(i) + "; " + ctx.node().op_type() +
+             " takes one element type for these inputs (convert one with Cast)");
+  }
+}
+
+void check_same_dtype(const InferContext& ctx) {
+  std::vector<size_t> all(ctx.num_inputs());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  check_same_dtype(ctx, all);
+}
+
 Dim product(const std::vector<Dim>& dims, size_t begin, size_t end) {
   Dim p(1);
   for (size_t i = begin; i < std::min(end, dims.size()); ++i) p = p * dims[i];

@@ -151,6 +151,11 @@ void register_signal(Registry& r);
 /// Numpy-style broadcast of shapes; fail()s through ctx when dims cannot match. Unknown rank
 /// in any input gives unknown rank.
 Shape broadcast_shapes(const InferContext& ctx, const std::vector<Shape>& shapes);
+/// Checks that the listed inputs (those present and typed) share one element type, as ONNX
+/// type constraints like Add's `T` require; fail()s naming both inputs and their types.
+void check_same_dtype(const InferContext& ctx, const std::vector<size_t>& inputs);
+/// check_same_dtype over every input.
+void check_same_dtype(const InferContext& ctx);
 /// Dim i of s; unknown when s has unknown rank or fewer than i + 1 dims.
 inline Dim dim_at(const Shape& s, size_t i) { return s.has_rank() && i < s.rank() ? s[i] : Dim(); }
 /// A float as error messages show it: "1e+30", "-0.25", "nan" (std::to_string prints 1e-30

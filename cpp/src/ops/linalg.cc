@@ -22,7 +22,11 @@ Shape matmul_shape(const InferContext& ctx, const Shape& a, const Shape& b) {
   const bool a_vec = ad.size() == 1, b_vec = bd.size() == 1;
   if (a_vec) ad.insert(ad.begin(), Dim(1));
   if (b_vec) bd.push_back(Dim(1));
-  check_same(ctx, ad.back(), bd[bd.size() - 2], "inner dims of MatMul differ");
+  const Dim& ka = ad.back();
+  const Dim& kb = bd[bd.size() - 2];
+  if (ka.is_known() && kb.is_known() && ka.value() != kb.value())
+    ctx.fail("inner dims of MatMul differ: A is " + a.to_string() + " and B is " + b.to_string() + " (" +
+             ka.to_string() + " vs " + kb.to_string() + ")");
   Shape batch = broadcast_shapes(ctx, {Shape(std::vector<Dim>(ad.begin(), ad.end() - 2)),
                                        Shape(std::vector<Dim>(bd.begin(), bd.end() - 2))});
   std::vector<Dim> out = batch.dims();
@@ -31,7 +35,10 @@ Shape matmul_shape(const InferContext& ctx, const Shape& a, const Shape& b) {
   return Shape(std::move(out));
 }
 
-void matmul(InferContext& ctx) { ctx.set_output(0, ctx.input_dtype(0), matmul_shape(ctx, ctx.input_shape(0), ctx.input_shape(1))); }
+void matmul(InferContext& ctx) {
+  check_same_dtype(ctx, {0, 1});
+  ctx.set_output(0, ctx.input_dtype(0), matmul_shape(ctx, ctx.input_shape(0), ctx.input_shape(1)));
+}
 
 void matmul_integer(InferContext& ctx) {
   ctx.set_output(0, DType::kInt32, matmul_shape(ctx, ctx.input_shape(0), ctx.input_shape(1)));
@@ -55,6 +62,7 @@ void det(InferContext& ctx) {
 }
 
 void gemm(InferContext& ctx) {
+  check_same_dtype(ctx);
   const Shape& a = ctx.input_shape(0);
   const Shape& b = ctx.input_shape(1);
   const DType dt = ctx.input_dtype(0);
@@ -69,7 +77,9 @@ void gemm(InferContext& ctx) {
   const Dim& ka = a[ta ? 0 : 1];
   const Dim& kb = b[tb ? 1 : 0];
   const Dim& n = b[tb ? 0 : 1];
-  check_same(ctx, ka, kb, "inner dims of Gemm differ");
+  if (ka.is_known() && kb.is_known() && ka.value() != kb.value())
+    ctx.fail("inner dims of Gemm differ: A is " + a.to_string() + (ta ? " (transA)" : "") + " and B is " +
+             b.to_string() + (tb ? " (transB)" : "") + " (" + ka.to_string() + " vs " + kb.to_string() + ")");
   Shape out({m, n});
   if (ctx.has_input(2) && ctx.input_type(2).is_tensor()) broadcast_shapes(ctx, {out, ctx.input_shape(2)});
   ctx.set_output(0, dt, out);
