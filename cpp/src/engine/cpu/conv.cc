@@ -188,9 +188,10 @@ void depthwise_row(float* __restrict yr, const float* __restrict src, int64_t pw
 }
 
 // Depthwise 2-D convolution (one input and one output channel per group): a direct stencil
-// over a zero-padded copy of each plane, vectorised along the output row.
-void depthwise_2d(const RunContext& ctx, const View& x, const View& w, const float* bias, View& y, const ConvGeometry& g,
-                  const Epilogue& ep, float* padded) {
+// over a zero-padded copy of each plane, vectorised along the output row. `sum` (laid out as
+// y, or nullptr) is added to each finished row before the activation.
+void depthwise_2d(const RunContext& ctx, const View& x, const View& w, const float* bias, const float* sum, View& y,
+                  const ConvGeometry& g, const Epilogue& ep, float* padded) {
   const int64_t planes = x.dims[0] * x.dims[1], channels = x.dims[1];
   const int64_t ih = x.dims[2], iw = x.dims[3], oh = y.dims[2], ow = y.dims[3];
   const int64_t kh = g.kernel[0], kw = g.kernel[1];
@@ -211,7 +212,7 @@ void depthwise_2d(const RunContext& ctx, const View& x, const View& w, const flo
       for (int64_t r = 0; r < oh; ++r) {
         float* yr = yp + r * ow;
         depthwise_row(yr, pad + r * sh * pw_n, pw_n, wp, kh, kw, dh, dw, sw, ow, b);
-        ep.apply(yr, ow);
+        ep.apply(yr, sum != nullptr ? sum + (p * oh + r) * ow : nullptr, ow);
       }
     }
   });
@@ -273,9 +274,10 @@ int64_t depthwise_channels_last_floats(const View& x, const View& y, const ConvG
 
 // Depthwise 2-D convolution of small planes: each image is transposed to channels last (16
 // channels a vector), convolved one output position at a time, and transposed back through
-// the epilogue. Channels past C (up to a multiple of 16) are zero and dropped.
-void depthwise_2d_channels_last(const RunContext& ctx, const View& x, const View& w, const float* bias, View& y,
-                                const ConvGeometry& g, const Epilogue& ep, float* scratch) {
+// the epilogue (with `sum`, laid out as y, when not nullptr). Channels past C (up to a
+// multiple of 16) are zero and dropped.
+void depthwise_2d_channels_last(const RunContext& ctx, const View& x, const View& w, const float* bias,
+                                const float* sum, View& y, const ConvGeometry& g, const Epilogue& ep, float* scratch) {
   const int64_t batch = x.dims[0], c = x.dims[1], cp = round_lanes(c);
   const int64_t ih = x.dims[2], iw = x.dims[3], oh = y.dims[2], ow = y.dims[3];
   const int64_t kh = g.kernel[0], kw = g.kernel[1], in_size = ih * iw, out_size = oh * ow;
@@ -324,7 +326,10 @@ void depthwise_2d_channels_last(const RunContext& ctx, const View& x, const View
         const int64_t c1 = std::min(c, c0 + 16);
         for (int64_t o = 0; o < out_size; ++o)
           for (int64_t ch = c0; ch < c1; ++ch) yb[ch * out_size + o] = yt[o * cp + ch];
-        for (int64_t ch = c0; ch < c1; ++ch) ep.apply(yb + ch * out_size, out_size);
+        for (int64_t ch = c0; ch < c1; ++ch) {
+          const int64_t plane = (b * c + ch) * out_size;
+          ep.apply(y.as<float>() + plane, sum != nullptr ? sum + plane : nullptr, out_size);
+        }
       }
     });
   }
@@ -370,12 +375,15 @@ class ConvKernel final : public Kernel {
     View& y = out[0];
     const ConvGeometry g = geometry(node_, x.dims, w.dims, y.dims, false);
     const float* bias = present(in, 2) ? in[2].as<float>() : nullptr;
+    // FusedConv's summand (a residual Add): the output's shape, added before the activation.
+    const float* sum = present(in, 3) ? in[3].as<float>() : nullptr;
+    TETHER_CHECK(sum == nullptr || in[3].dims == y.dims, "FusedConv: the summand's shape differs from the output's");
     auto* scratch = reinterpret_cast<float*>(ctx.scratch);
     if (is_depthwise(x, y, g)) {
       if (y.dims[3] < kDwChannelsLastWidth)
-        depthwise_2d_channels_last(ctx, x, w, bias, y, g, epilogue_, scratch);
+        depthwise_2d_channels_last(ctx, x, w, bias, sum, y, g, epilogue_, scratch);
       else
-        depthwise_2d(ctx, x, w, bias, y, g, epilogue_, scratch);
+        depthwise_2d(ctx, x, w, bias, sum, y, g, epilogue_, scratch);
       return;
     }
     const Shape s = shape_of(x, y, g);
@@ -399,6 +407,7 @@ class ConvKernel final : public Kernel {
         };
         GemmEpilogue ep;
         ep.row_bias = bias != nullptr ? bias + gi * cout_g : nullptr;
+        ep.sum = sum != nullptr ? sum + (b * cout + gi * cout_g) * s.out_size : nullptr;
         ep.act = epilogue_;
         GemmA weights;
         if (!packed_w_.empty()) {

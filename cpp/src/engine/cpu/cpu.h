@@ -45,6 +45,9 @@ struct Epilogue {
   static Epilogue from_node(const ir::Node& node);
   /// Applies the activation to n floats in place.
   void apply(float* data, int64_t n) const;
+  /// Adds n floats of `sum` (none when nullptr) to `data`, then applies the activation: the
+  /// epilogue of a convolution with a residual summand.
+  void apply(float* data, const float* sum, int64_t n) const;
   bool empty() const { return act == Act::kNone; }
 };
 

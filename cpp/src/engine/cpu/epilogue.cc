@@ -89,10 +89,20 @@ void apply_activation(Epilogue::Act act, float alpha, float beta, float* __restr
   }
 }
 
+TETHER_MULTIVERSION
+void add_in_place(float* __restrict y, const float* __restrict sum, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += sum[i];
+}
+
 }  // namespace
 
 void Epilogue::apply(float* y, int64_t n) const {
   if (act != Act::kNone) apply_activation(act, alpha, beta, y, n);
+}
+
+void Epilogue::apply(float* y, const float* sum, int64_t n) const {
+  if (sum != nullptr) add_in_place(y, sum, n);
+  apply(y, n);
 }
 
 }  // namespace tether::engine::cpu

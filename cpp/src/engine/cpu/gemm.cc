@@ -123,7 +123,7 @@ void sgemm(const RunContext& ctx, int64_t m, int64_t n, int64_t k, const GemmA& 
         for (int64_t q = 0; q < n; ++q) row[q] += ep.row_bias[i];
       if (ep.col_bias != nullptr)
         for (int64_t q = 0; q < n; ++q) row[q] += ep.col_bias[q];
-      ep.act.apply(row, n);
+      ep.act.apply(row, ep.sum != nullptr ? ep.sum + i * ldc : nullptr, n);
     }
     return;
   }
@@ -185,7 +185,7 @@ void sgemm(const RunContext& ctx, int64_t m, int64_t n, int64_t k, const GemmA& 
               }
               if (ep.col_bias != nullptr)
                 for (int64_t q = 0; q < cols; ++q) row[q] += ep.col_bias[j0 + q];
-              ep.act.apply(row, cols);
+              ep.act.apply(row, ep.sum != nullptr ? ep.sum + (i0 + r) * ldc + j0 : nullptr, cols);
             }
           }
         }
