@@ -28,6 +28,9 @@ CONV_CASES = [
     (1, 130, 130, (6, 6), (5, 5), (1, 1), (2, 2, 2, 2), (2, 2), 130),
     # depthwise, row by row (output width >= 32)
     (1, 20, 20, (5, 40), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 20),
+    # depthwise, row by row with column strides 2 and 3 (the padded rows split into phases)
+    (2, 6, 6, (9, 75), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 6),
+    (1, 5, 5, (6, 100), (3, 5), (1, 3), (0, 2, 1, 1), (1, 2), 5),
 ]
 GEMM_SIZES = [1, 3, 13, 127]
 

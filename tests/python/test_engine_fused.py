@@ -115,6 +115,7 @@ RESIDUAL_PATHS = {
     "gemm": (6, 10, (13, 11), {}),
     "gemm_strided_groups": (6, 9, (13, 11), {"strides": [2, 1], "group": 3}),
     "depthwise_rows": (5, 5, (7, 40), {"group": 5}),
+    "depthwise_rows_strided": (5, 5, (7, 80), {"group": 5, "strides": [2, 2]}),
     "depthwise_channels_last": (19, 19, (9, 7), {"group": 19, "strides": [2, 1]}),
 }
 

@@ -168,21 +168,57 @@ void im2col_block(const float* x, const std::vector<int64_t>& xd, const std::vec
   }
 }
 
-// One output row of a depthwise convolution: bias, then each kernel tap over the whole row
-// (the row stays in L1 between taps; the loops vectorise per ISA).
+// The zero-padded copy of one plane that the row-by-row depthwise path reads. With a column
+// stride s > 1 each padded row is stored as s phases (phase q holds padded columns q, q + s,
+// q + 2s, ...), so that every kernel tap reads a contiguous run of its phase and the row
+// loops vectorise as they do for stride 1.
+struct PaddedPlane {
+  int64_t rows, cols;   // padded rows and columns: every input position any window reads
+  int64_t phase;        // floats per phase: ceil(cols / stride)
+  int64_t pitch;        // floats per padded row: stride * phase
+  int64_t floats() const { return rows * pitch + pitch; }  // the plane, then one row of staging
+};
+
+PaddedPlane padded_plane(const View& x, const View& y, const ConvGeometry& g) {
+  PaddedPlane pp;
+  pp.rows = std::max(x.dims[2] + g.pad_begin[0], (y.dims[2] - 1) * g.strides[0] + (g.kernel[0] - 1) * g.dilations[0] + 1);
+  pp.cols = std::max(x.dims[3] + g.pad_begin[1], (y.dims[3] - 1) * g.strides[1] + (g.kernel[1] - 1) * g.dilations[1] + 1);
+  pp.phase = (pp.cols + g.strides[1] - 1) / g.strides[1];
+  pp.pitch = g.strides[1] * pp.phase;
+  return pp;
+}
+
+// Splits one padded row (`pitch` floats) into `stride` phases of `phase` floats each.
 TETHER_MULTIVERSION
-void depthwise_row(float* __restrict yr, const float* __restrict src, int64_t pw_n, const float* __restrict wp, int64_t kh,
-                   int64_t kw, int64_t dh, int64_t dw, int64_t sw, int64_t ow, float bias) {
+void split_phases(float* __restrict dst, const float* __restrict row, int64_t stride, int64_t phase) {
+  if (stride == 2) {
+    for (int64_t k = 0; k < phase; ++k) {
+      dst[k] = row[2 * k];
+      dst[phase + k] = row[2 * k + 1];
+    }
+    return;
+  }
+  for (int64_t q = 0; q < stride; ++q)
+    for (int64_t k = 0; k < phase; ++k) dst[q * phase + k] = row[k * stride + q];
+}
+
+// One output row of a depthwise convolution: bias, then each kernel tap over the whole row
+// (the row stays in L1 between taps; the loops vectorise per ISA). Tap (i, j) reads padded
+// row i * dh, column phase (j * dw) % sw, from offset (j * dw) / sw on.
+TETHER_MULTIVERSION
+void depthwise_row(float* __restrict yr, const float* __restrict src, int64_t pitch, int64_t phase,
+                   const float* __restrict wp, int64_t kh, int64_t kw, int64_t dh, int64_t dw, int64_t sw, int64_t ow,
+                   float bias) {
   for (int64_t c = 0; c < ow; ++c) yr[c] = bias;
   for (int64_t i = 0; i < kh; ++i) {
+    // Tap column j * dw as (phase q, offset o), stepped without dividing (a division per tap
+    // costs more than the tap's loop on short rows).
+    int64_t q = 0, o = 0;
     for (int64_t j = 0; j < kw; ++j) {
       const float wv = wp[i * kw + j];
-      const float* s = src + i * dh * pw_n + j * dw;
-      if (sw == 1) {
-        for (int64_t c = 0; c < ow; ++c) yr[c] += wv * s[c];
-      } else {
-        for (int64_t c = 0; c < ow; ++c) yr[c] += wv * s[c * sw];
-      }
+      const float* __restrict s = src + i * dh * pitch + q * phase + o;
+      for (int64_t c = 0; c < ow; ++c) yr[c] += wv * s[c];
+      for (q += dw; q >= sw; q -= sw) ++o;
     }
   }
 }
@@ -197,21 +233,31 @@ void depthwise_2d(const RunContext& ctx, const View& x, const View& w, const flo
   const int64_t kh = g.kernel[0], kw = g.kernel[1];
   const int64_t sh = g.strides[0], sw = g.strides[1], dh = g.dilations[0], dw = g.dilations[1];
   const int64_t ph = g.pad_begin[0], pw = g.pad_begin[1];
-  // The padded plane covers every input position any window reads.
-  const int64_t ph_n = std::max(ih + ph, (oh - 1) * sh + (kh - 1) * dh + 1);
-  const int64_t pw_n = std::max(iw + pw, (ow - 1) * sw + (kw - 1) * dw + 1);
+  const PaddedPlane pp = padded_plane(x, y, g);
   parallel(ctx, planes, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
-      float* pad = padded + p * ph_n * pw_n;
-      std::fill(pad, pad + ph_n * pw_n, 0.0f);
+      float* pad = padded + p * pp.floats();
+      float* staging = pad + pp.rows * pp.pitch;
       const float* xp = x.as<float>() + p * ih * iw;
-      for (int64_t r = 0; r < ih; ++r) std::copy(xp + r * iw, xp + r * iw + iw, pad + (r + ph) * pw_n + pw);
+      for (int64_t r = 0; r < pp.rows; ++r) {
+        float* dst = pad + r * pp.pitch;
+        const int64_t xr = r - ph;
+        if (xr < 0 || xr >= ih) {
+          std::fill(dst, dst + pp.pitch, 0.0f);
+          continue;
+        }
+        float* row = sw == 1 ? dst : staging;
+        std::fill(row, row + pw, 0.0f);
+        std::copy(xp + xr * iw, xp + xr * iw + iw, row + pw);
+        std::fill(row + pw + iw, row + pp.pitch, 0.0f);
+        if (sw > 1) split_phases(dst, staging, sw, pp.phase);
+      }
       const float* wp = w.as<float>() + (p % channels) * kh * kw;
       float* yp = y.as<float>() + p * oh * ow;
       const float b = bias != nullptr ? bias[p % channels] : 0.0f;
       for (int64_t r = 0; r < oh; ++r) {
         float* yr = yp + r * ow;
-        depthwise_row(yr, pad + r * sh * pw_n, pw_n, wp, kh, kw, dh, dw, sw, ow, b);
+        depthwise_row(yr, pad + r * sh * pp.pitch, pp.pitch, pp.phase, wp, kh, kw, dh, dw, sw, ow, b);
         ep.apply(yr, sum != nullptr ? sum + (p * oh + r) * ow : nullptr, ow);
       }
     }
@@ -335,12 +381,6 @@ void depthwise_2d_channels_last(const RunContext& ctx, const View& x, const View
   }
 }
 
-int64_t padded_plane_floats(const View& x, const View& y, const ConvGeometry& g) {
-  const int64_t ph_n = std::max(x.dims[2] + g.pad_begin[0], (y.dims[2] - 1) * g.strides[0] + (g.kernel[0] - 1) * g.dilations[0] + 1);
-  const int64_t pw_n = std::max(x.dims[3] + g.pad_begin[1], (y.dims[3] - 1) * g.strides[1] + (g.kernel[1] - 1) * g.dilations[1] + 1);
-  return ph_n * pw_n;
-}
-
 // Conv (and FusedConv): the GEMM of the weights (A) with the im2col matrix (B), whose blocks
 // are expanded on demand straight into packed panels, with the bias and activation fused into
 // the GEMM's tiles.
@@ -363,7 +403,7 @@ class ConvKernel final : public Kernel {
     const ConvGeometry g = geometry(node_, in[0].dims, in[1].dims, out[0].dims, false);
     if (is_depthwise(in[0], out[0], g))
       return (out[0].dims[3] < kDwChannelsLastWidth ? depthwise_channels_last_floats(in[0], out[0], g)
-                                                    : in[0].dims[0] * in[0].dims[1] * padded_plane_floats(in[0], out[0], g)) *
+                                                    : in[0].dims[0] * in[0].dims[1] * padded_plane(in[0], out[0], g).floats()) *
              4;
     const Shape s = shape_of(in[0], out[0], g);
     return sgemm_scratch_floats(out[0].dims[1] / g.group, s.out_size, s.rows) * 4;
