@@ -1,6 +1,6 @@
 """The CPU kernels for TopK, CumSum, Trilu, ScatterND, ScatterElements, GatherND, OneHot,
 DepthToSpace, SpaceToDepth, Hardmax, LRN, MeanVarianceNormalization, Resize, Upsample, RNN,
-GRU, LSTM and Einsum: single-node models run by tether and by onnxruntime on random inputs
+GRU, LSTM, Einsum, and ReduceSum / ReduceMean over contiguous runs: single-node models run by tether and by onnxruntime on random inputs
 of awkward sizes, then the ONNX backend node tests for these ops as a second oracle."""
 
 from __future__ import annotations
@@ -701,3 +701,26 @@ def _bfloat16_outputs_as_float(model: bytes, expected):
 def test_node_tests_cover_every_op():
     assert {c.model.graph.node[0].op_type for c in NODE_CASES} == set(NODE_TEST_MODULES.values())
     assert set(NODE_TESTS_REFUSED) <= {c.name for c in NODE_CASES}
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean"])
+@pytest.mark.parametrize("shape,axes,keepdims", [
+    ((1, 1280, 7, 7), [2, 3], 1),     # global average pooling: one run of 49 per output
+    ((3, 13, 127), [-1], 0),
+    ((2, 1, 5, 1, 3), [2, 3, 4], 1),  # a size-1 dim among the reduced ones
+    ((2, 5, 1, 3), [1], 1),           # only size-1 dims follow: still one run per output
+    ((13,), [0], 0),
+    ((3, 5, 7), [0, 1, 2], 0),
+    ((3, 5, 7), [1], 1),              # not a trailing run: the general path
+    ((4, 3, 1), [0, 2], 0),
+])
+def test_float_sum_and_mean_match_numpy_in_double(op, shape, axes, keepdims):
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal(shape) + 3.0).astype(np.float32)  # an offset makes rounding show
+    model = node_model(op, ["x", "axes"], {"x": x}, {"axes": np.array(axes, np.int64)}, keepdims=keepdims)
+    ref = x.astype(np.float64).sum(axis=tuple(axes), keepdims=bool(keepdims))
+    if op == "ReduceMean":
+        ref /= np.prod([shape[a] for a in axes])
+    got = run_tether(model, {"x": x})[0]
+    assert_matches(got, ref.astype(np.float32), op)
+    assert float(np.abs(got - ref).max()) <= 1e-6 * max(1.0, float(np.abs(ref).max()))
