@@ -26,6 +26,7 @@ CONV_CASES = [
     # depthwise, channels last (output width < 32): channel counts off the 16- and 64-blocks
     (2, 70, 70, (10, 9), (3, 3), (2, 1), (0, 1, 2, 1), (1, 1), 70),
     (1, 130, 130, (6, 6), (5, 5), (1, 1), (2, 2, 2, 2), (2, 2), 130),
+    (1, 32, 32, (8, 8), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 32),  # whole 16 x 16 transpose blocks only
     # depthwise, row by row (output width >= 32)
     (1, 20, 20, (5, 40), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 20),
     # depthwise, row by row with column strides 2 and 3 (the padded rows split into phases)
