@@ -1,6 +1,6 @@
 """The CPU kernels for TopK, CumSum, Trilu, ScatterND, ScatterElements, GatherND, OneHot,
 DepthToSpace, SpaceToDepth, Hardmax, LRN, MeanVarianceNormalization, Resize, Upsample, RNN,
-GRU, LSTM, Einsum, and ReduceSum / ReduceMean over contiguous runs: single-node models run by tether and by onnxruntime on random inputs
+GRU, LSTM, Einsum, ReduceSum / ReduceMean over contiguous runs and 2-D MaxPool: single-node models run by tether and by onnxruntime on random inputs
 of awkward sizes, then the ONNX backend node tests for these ops as a second oracle."""
 
 from __future__ import annotations
@@ -724,3 +724,41 @@ def test_float_sum_and_mean_match_numpy_in_double(op, shape, axes, keepdims):
     got = run_tether(model, {"x": x})[0]
     assert_matches(got, ref.astype(np.float32), op)
     assert float(np.abs(got - ref).max()) <= 1e-6 * max(1.0, float(np.abs(ref).max()))
+
+
+def max_pool_reference(x, kernel, strides, pads, out_hw):
+    """Each window's largest value, NaN ignored (-inf for a window with no number), in numpy."""
+    y = np.empty((*x.shape[:2], *out_hw), np.float32)
+    for r in range(out_hw[0]):
+        h0 = r * strides[0] - pads[0]
+        for c in range(out_hw[1]):
+            w0 = c * strides[1] - pads[1]
+            win = x[:, :, max(h0, 0):max(h0 + kernel[0], 0), max(w0, 0):max(w0 + kernel[1], 0)].reshape(*x.shape[:2], -1)
+            win = np.where(np.isnan(win), -np.inf, win)
+            y[:, :, r, c] = win.max(axis=-1, initial=-np.inf)
+    return y
+
+
+@pytest.mark.parametrize("spatial,kernel,strides,pads,ceil", [
+    ((112, 112), (3, 3), (2, 2), (1, 1, 1, 1), 0),  # ResNet's stem pool
+    ((13, 11), (3, 3), (1, 1), (1, 1, 1, 1), 0),
+    ((13, 11), (2, 3), (3, 2), (0, 1, 1, 0), 1),
+    ((5, 40), (3, 5), (2, 3), (1, 2, 1, 2), 0),
+    ((7, 3), (3, 3), (1, 1), (0, 0, 0, 0), 0),     # no window inside a row but the first
+    ((1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 0),
+])
+def test_max_pool_matches_onnxruntime_and_skips_nan(spatial, kernel, strides, pads, ceil):
+    """Finite inputs: exactly onnxruntime. With NaN and -inf: each window's largest number, NaN
+    never winning and -inf kept (onnxruntime's result there depends on where the NaN sits)."""
+    rng = np.random.default_rng(9)
+    x = randn(rng, 2, 3, *spatial)
+    model = node_model("MaxPool", ["x"], {"x": x}, kernel_shape=list(kernel), strides=list(strides), pads=list(pads),
+                       ceil_mode=ceil)
+    got, ref = run_tether(model, {"x": x})[0], run_ort(model, {"x": x})[0]
+    np.testing.assert_array_equal(got, ref)
+    flat = x.reshape(-1)
+    flat[rng.choice(flat.size, max(1, flat.size // 50), replace=False)] = np.nan
+    flat[rng.choice(flat.size, max(1, flat.size // 50), replace=False)] = -np.inf
+    x[1, 2] = np.nan  # a plane that is all NaN
+    got = run_tether(model, {"x": x})[0]
+    np.testing.assert_array_equal(got, max_pool_reference(x, kernel, strides, pads, ref.shape[2:]))
