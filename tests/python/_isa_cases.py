@@ -1,6 +1,7 @@
 """Conv, Gemm, MatMul and pooling cases with awkward sizes, checked against onnxruntime. Run as a
 script (under a given TETHER_ISA) it prints one JSON line: the worst relative error per case
-and the kernel tether chose."""
+and the kernel tether chose. Residual cases run ai.tether FusedConv with a summand in tether
+and Conv -> Add -> Relu in onnxruntime."""
 
 from __future__ import annotations
 
@@ -25,8 +26,12 @@ CONV_CASES = [
     # depthwise, channels last (output width < 32): channel counts off the 16- and 64-blocks
     (2, 70, 70, (10, 9), (3, 3), (2, 1), (0, 1, 2, 1), (1, 1), 70),
     (1, 130, 130, (6, 6), (5, 5), (1, 1), (2, 2, 2, 2), (2, 2), 130),
+    (1, 32, 32, (8, 8), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 32),  # whole 16 x 16 transpose blocks only
     # depthwise, row by row (output width >= 32)
     (1, 20, 20, (5, 40), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 20),
+    # depthwise, row by row with column strides 2 and 3 (the padded rows split into phases)
+    (2, 6, 6, (9, 75), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 6),
+    (1, 5, 5, (6, 100), (3, 5), (1, 3), (0, 2, 1, 1), (1, 2), 5),
 ]
 GEMM_SIZES = [1, 3, 13, 127]
 
@@ -41,6 +46,35 @@ def conv_model(batch, cin, cout, spatial, kernel, strides, pads, dilations, grou
                           [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
     x = rng.standard_normal((batch, cin, *spatial)).astype(np.float32)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)], ir_version=10).SerializeToString(), {"x": x}
+
+
+def conv_add_models(batch, cin, cout, spatial, kernel, strides, pads, dilations, group, rng, with_bias):
+    """(onnxruntime model: Conv -> Add(residual r) -> Relu, tether model: one FusedConv with r as
+    its summand, feeds)."""
+    w = rng.standard_normal((cout, cin // group, *kernel)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    attrs = {"kernel_shape": list(kernel), "strides": list(strides), "pads": list(pads), "dilations": list(dilations),
+             "group": group}
+    x = rng.standard_normal((batch, cin, *spatial)).astype(np.float32)
+    k = len(spatial)
+    out_shape = (batch, cout, *[(spatial[i] + pads[i] + pads[i + k] - (kernel[i] - 1) * dilations[i] - 1) // strides[i] + 1
+                                for i in range(k)])
+    r = rng.standard_normal(out_shape).astype(np.float32)
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape)),
+              helper.make_tensor_value_info("r", TensorProto.FLOAT, list(out_shape))]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    init = [numpy_helper.from_array(w, "w")] + ([numpy_helper.from_array(b, "b")] if with_bias else [])
+    conv_in = ["x", "w", "b"] if with_bias else ["x", "w"]
+    ref_nodes = [helper.make_node("Conv", conv_in, ["z"], **attrs), helper.make_node("Add", ["r", "z"], ["s"]),
+                 helper.make_node("Relu", ["s"], ["y"])]
+    fused_node = helper.make_node("FusedConv", ["x", "w", "b" if with_bias else "", "r"], ["y"], domain="ai.tether",
+                                  activation="Relu", **attrs)
+    opsets = [helper.make_opsetid("", 20), helper.make_opsetid("ai.tether", 1)]
+    ref = helper.make_model(helper.make_graph(ref_nodes, "ref", inputs, outputs, init), opset_imports=opsets[:1],
+                            ir_version=10)
+    fused = helper.make_model(helper.make_graph([fused_node], "fused", inputs, outputs, init), opset_imports=opsets,
+                              ir_version=10)
+    return ref.SerializeToString(), {"x": x, "r": r}, fused.SerializeToString()
 
 
 def gemm_model(m, k, n, trans_b, const_b, rng):
@@ -106,6 +140,9 @@ def cases():
         yield f"pool{i}_{c[0]}", *pool_model(*c, rng)
     for i, c in enumerate(CONV_CASES):
         yield f"conv{i}", *conv_model(*c, rng)
+    for i, c in enumerate(CONV_CASES):
+        ref, feeds, fused = conv_add_models(*c, rng, with_bias=i % 2 == 0)
+        yield f"conv{i}_residual_relu", ref, feeds, fused
     for m, k, n in itertools.product(GEMM_SIZES, repeat=3):
         yield f"gemm_{m}x{k}x{n}", *gemm_model(m, k, n, trans_b=(m + n) % 2 == 0, const_b=k % 2 == 1, rng=rng)
     for a_shape, b_shape in [((13,), (13, 3)), ((2, 3, 13, 127), (127, 5)), ((3, 1, 7, 13), (4, 13, 9)), ((127, 13), (13,))]:
@@ -119,9 +156,9 @@ def main() -> int:
 
     threads = int(sys.argv[1]) if len(sys.argv) > 1 else 1
     worst = {}
-    for name, blob, feeds in cases():
+    for name, blob, feeds, *tether_blob in cases():
         ref = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-        got = tt.compile(tt.load(blob), threads=threads, optimize=False).run(feeds)["y"]
+        got = tt.compile(tt.load(tether_blob[0] if tether_blob else blob), threads=threads, optimize=False).run(feeds)["y"]
         assert got.shape == ref.shape, (name, got.shape, ref.shape)
         worst[name] = float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
     print(json.dumps({"kernel": tt.cpu_info()["gemm_kernel"], "isa": tt.cpu_info()["isa"], "worst": worst}))

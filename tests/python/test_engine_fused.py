@@ -78,3 +78,65 @@ def test_unknown_fused_activation_is_a_model_error():
     fused.graph.node[0].attribute[0].s = b"Wobble"
     with pytest.raises(tt.ModelError, match="unknown fused activation 'Wobble'"):
         tt.compile(tt.load(fused.SerializeToString()))
+
+
+def residual_models(cin, cout, spatial, conv_attrs, act, with_bias, rng):
+    """(onnx model: Conv -> Add(r, conv) -> activation, tether model: FusedConv with r as its
+    summand and the activation, feeds)."""
+    w = rng.standard_normal((cout, cin // conv_attrs.get("group", 1), 3, 3)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    x = rng.standard_normal((2, cin, *spatial)).astype(np.float32)
+    s = conv_attrs.get("strides", [1, 1])
+    out = [(n + 2 - 3) // st + 1 for n, st in zip(spatial, s, strict=True)]
+    r = rng.standard_normal((2, cout, *out)).astype(np.float32)
+    attrs = {"pads": [1, 1, 1, 1], **conv_attrs}
+    init = [numpy_helper.from_array(w, "w")] + ([numpy_helper.from_array(b, "b")] if with_bias else [])
+    vis = [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape)),
+           helper.make_tensor_value_info("r", TensorProto.FLOAT, list(r.shape))]
+    out_vi = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    name, act_attrs, params = act
+    act_nodes, act_init = activation_nodes(name, act_attrs, params, "s", "y")
+    ref_nodes = [helper.make_node("Conv", ["x", "w", "b"] if with_bias else ["x", "w"], ["z"], **attrs),
+                 helper.make_node("Add", ["r", "z"], ["s"])]
+    ref = helper.make_model(helper.make_graph(ref_nodes + act_nodes, "ref", vis, out_vi, init + act_init),
+                            opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
+    extra = {"activation_params": params} if params else {}
+    fused_node = helper.make_node("FusedConv", ["x", "w", "b" if with_bias else "", "r"], ["y"], domain="ai.tether",
+                                  activation=name, **extra, **attrs)
+    fused = helper.make_model(helper.make_graph([fused_node], "fused", vis, out_vi, init),
+                              opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid("ai.tether", 1)],
+                              ir_version=10)
+    return ref, fused, {"x": x, "r": r}
+
+
+# Geometries reaching each convolution path: GEMM (3x3, strided), depthwise row by row (output
+# width >= 32) and depthwise channels last (narrow outputs, channels off the 16-block).
+RESIDUAL_PATHS = {
+    "gemm": (6, 10, (13, 11), {}),
+    "gemm_strided_groups": (6, 9, (13, 11), {"strides": [2, 1], "group": 3}),
+    "depthwise_rows": (5, 5, (7, 40), {"group": 5}),
+    "depthwise_rows_strided": (5, 5, (7, 80), {"group": 5, "strides": [2, 2]}),
+    "depthwise_channels_last": (19, 19, (9, 7), {"group": 19, "strides": [2, 1]}),
+}
+
+
+@pytest.mark.parametrize("act", ACTIVATIONS[:3], ids=[a[0] for a in ACTIVATIONS[:3]])
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no_bias"])
+@pytest.mark.parametrize("path", sorted(RESIDUAL_PATHS))
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fused_conv_with_summand_matches_conv_add_activation(path, with_bias, act, threads):
+    rng = np.random.default_rng(1)
+    cin, cout, spatial, attrs = RESIDUAL_PATHS[path]
+    ref, fused, feeds = residual_models(cin, cout, spatial, attrs, act, with_bias, rng)
+    expected = run_ort(ref.SerializeToString(), feeds)[0]
+    got = tt.compile(tt.load(fused.SerializeToString()), threads=threads).run(feeds)["y"]
+    assert got.shape == expected.shape
+    assert np.abs(got - expected).max() <= 1e-5 * max(1.0, np.abs(expected).max())
+
+
+def test_fused_conv_summand_of_another_shape_is_a_shape_error():
+    rng = np.random.default_rng(2)
+    _, fused, feeds = residual_models(3, 4, (5, 5), {}, ACTIVATIONS[0], True, rng)
+    fused.graph.input[1].type.tensor_type.shape.dim[3].dim_value = 4
+    with pytest.raises(tt.ShapeError, match="summand"):
+        tt.compile(tt.load(fused.SerializeToString())).run({"x": feeds["x"], "r": feeds["r"][..., :4]})

@@ -1,6 +1,6 @@
 """The CPU kernels for TopK, CumSum, Trilu, ScatterND, ScatterElements, GatherND, OneHot,
 DepthToSpace, SpaceToDepth, Hardmax, LRN, MeanVarianceNormalization, Resize, Upsample, RNN,
-GRU, LSTM and Einsum: single-node models run by tether and by onnxruntime on random inputs
+GRU, LSTM, Einsum, ReduceSum / ReduceMean over contiguous runs and 2-D MaxPool: single-node models run by tether and by onnxruntime on random inputs
 of awkward sizes, then the ONNX backend node tests for these ops as a second oracle."""
 
 from __future__ import annotations
@@ -701,3 +701,64 @@ def _bfloat16_outputs_as_float(model: bytes, expected):
 def test_node_tests_cover_every_op():
     assert {c.model.graph.node[0].op_type for c in NODE_CASES} == set(NODE_TEST_MODULES.values())
     assert set(NODE_TESTS_REFUSED) <= {c.name for c in NODE_CASES}
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean"])
+@pytest.mark.parametrize("shape,axes,keepdims", [
+    ((1, 1280, 7, 7), [2, 3], 1),     # global average pooling: one run of 49 per output
+    ((3, 13, 127), [-1], 0),
+    ((2, 1, 5, 1, 3), [2, 3, 4], 1),  # a size-1 dim among the reduced ones
+    ((2, 5, 1, 3), [1], 1),           # only size-1 dims follow: still one run per output
+    ((13,), [0], 0),
+    ((3, 5, 7), [0, 1, 2], 0),
+    ((3, 5, 7), [1], 1),              # not a trailing run: the general path
+    ((4, 3, 1), [0, 2], 0),
+])
+def test_float_sum_and_mean_match_numpy_in_double(op, shape, axes, keepdims):
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal(shape) + 3.0).astype(np.float32)  # an offset makes rounding show
+    model = node_model(op, ["x", "axes"], {"x": x}, {"axes": np.array(axes, np.int64)}, keepdims=keepdims)
+    ref = x.astype(np.float64).sum(axis=tuple(axes), keepdims=bool(keepdims))
+    if op == "ReduceMean":
+        ref /= np.prod([shape[a] for a in axes])
+    got = run_tether(model, {"x": x})[0]
+    assert_matches(got, ref.astype(np.float32), op)
+    assert float(np.abs(got - ref).max()) <= 1e-6 * max(1.0, float(np.abs(ref).max()))
+
+
+def max_pool_reference(x, kernel, strides, pads, out_hw):
+    """Each window's largest value, NaN ignored (-inf for a window with no number), in numpy."""
+    y = np.empty((*x.shape[:2], *out_hw), np.float32)
+    for r in range(out_hw[0]):
+        h0 = r * strides[0] - pads[0]
+        for c in range(out_hw[1]):
+            w0 = c * strides[1] - pads[1]
+            win = x[:, :, max(h0, 0):max(h0 + kernel[0], 0), max(w0, 0):max(w0 + kernel[1], 0)].reshape(*x.shape[:2], -1)
+            win = np.where(np.isnan(win), -np.inf, win)
+            y[:, :, r, c] = win.max(axis=-1, initial=-np.inf)
+    return y
+
+
+@pytest.mark.parametrize("spatial,kernel,strides,pads,ceil", [
+    ((112, 112), (3, 3), (2, 2), (1, 1, 1, 1), 0),  # ResNet's stem pool
+    ((13, 11), (3, 3), (1, 1), (1, 1, 1, 1), 0),
+    ((13, 11), (2, 3), (3, 2), (0, 1, 1, 0), 1),
+    ((5, 40), (3, 5), (2, 3), (1, 2, 1, 2), 0),
+    ((7, 3), (3, 3), (1, 1), (0, 0, 0, 0), 0),     # no window inside a row but the first
+    ((1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 0),
+])
+def test_max_pool_matches_onnxruntime_and_skips_nan(spatial, kernel, strides, pads, ceil):
+    """Finite inputs: exactly onnxruntime. With NaN and -inf: each window's largest number, NaN
+    never winning and -inf kept (onnxruntime's result there depends on where the NaN sits)."""
+    rng = np.random.default_rng(9)
+    x = randn(rng, 2, 3, *spatial)
+    model = node_model("MaxPool", ["x"], {"x": x}, kernel_shape=list(kernel), strides=list(strides), pads=list(pads),
+                       ceil_mode=ceil)
+    got, ref = run_tether(model, {"x": x})[0], run_ort(model, {"x": x})[0]
+    np.testing.assert_array_equal(got, ref)
+    flat = x.reshape(-1)
+    flat[rng.choice(flat.size, max(1, flat.size // 50), replace=False)] = np.nan
+    flat[rng.choice(flat.size, max(1, flat.size // 50), replace=False)] = -np.inf
+    x[1, 2] = np.nan  # a plane that is all NaN
+    got = run_tether(model, {"x": x})[0]
+    np.testing.assert_array_equal(got, max_pool_reference(x, kernel, strides, pads, ref.shape[2:]))

@@ -545,6 +545,105 @@ def test_a_constant_graph_output_that_is_also_read_folds_and_runs():
     assert tt.optimize(proto.SerializeToString()).initializer_names == ["c"]
 
 
+# ---- Conv + residual Add -------------------------------------------------------------------------
+
+
+CONV_ADD_CASES = {
+    # id: (conv has a bias, the Add reads the conv output first, BN between conv and Add, activation after)
+    "conv_add_relu": (True, True, False, True),
+    "residual_first": (True, False, False, True),
+    "no_bias": (False, True, False, True),
+    "batchnorm_between": (False, False, True, True),
+    "no_activation": (True, True, False, False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONV_ADD_CASES))
+def test_conv_add_becomes_fused_conv_with_the_summand_as_fourth_input(case):
+    bias, conv_first, bn, act = CONV_ADD_CASES[case]
+    rng = np.random.default_rng(50)
+    inits = {"w": rnd(rng, 4, 3, 3, 3), **bn_params(rng, 4)}
+    conv_in = ["x", "w"]
+    if bias:
+        inits["b"] = rnd(rng, 4)
+        conv_in.append("b")
+    nodes = [helper.make_node("Conv", conv_in, ["c"], name="conv", pads=[1, 1, 1, 1], strides=[2, 2])]
+    names = ["conv"]
+    if bn:
+        nodes.append(helper.make_node("BatchNormalization", ["c", "scale", "shift", "mean", "var"], ["cb"], name="bn"))
+        names.append("bn")
+    z = nodes[-1].output[0]
+    # The residual is computed after the conv in graph order, as in a downsampling block.
+    nodes.append(helper.make_node("Neg", ["r_in"], ["r"], name="neg"))
+    nodes.append(helper.make_node("Add", [z, "r"] if conv_first else ["r", z], ["s"], name="add"))
+    names.append("add")
+    if act:
+        nodes.append(helper.make_node("Relu", ["s"], ["y"], name="relu"))
+        names.append("relu")
+    inputs = {"x": ("n", 3, 9, 7), "r_in": ("n", 4, 5, 4)}
+    feeds = {"x": rnd(rng, 2, 3, 9, 7), "r_in": rnd(rng, 2, 4, 5, 4)}
+    opt = check_parity(make_model(nodes, inputs, ["y" if act else "s"], inits), feeds, tol=1e-4)
+    assert op_counts(opt) == Counter({"FusedConv": 1, "Neg": 1})
+    node = saved_nodes(opt)[names[-1]]
+    assert (node.domain, node.op_type, list(node.output)) == ("ai.tether", "FusedConv", ["y" if act else "s"])
+    assert len(node.input) == 4 and node.input[3] == "r"
+    assert (node.input[2] != "") == (bias or bn)
+    assert fused_from(node) == ",".join(names)
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    assert attrs.get("activation") == (b"Relu" if act else None)
+    assert attrs["strides"] == [2, 2] and attrs["pads"] == [1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("case", ["broadcast_channels", "broadcast_batch", "widens_output", "other_symbol",
+                                  "second_reader", "graph_output", "activation_before_add", "conv_transpose"])
+def test_conv_add_is_not_fused_where_it_must_not_be(case):
+    rng = np.random.default_rng(51)
+    inits = {"w": rnd(rng, 4, 3, 3, 3)}
+    inputs = {"x": (2, 3, 6, 6), "r": (2, 4, 4, 4)}
+    op = "ConvTranspose" if case == "conv_transpose" else "Conv"
+    if op == "ConvTranspose":
+        inits["w"] = rnd(rng, 3, 4, 3, 3)
+        inputs["r"] = (2, 4, 8, 8)
+    nodes = [helper.make_node(op, ["x", "w"], ["z"], name="conv")]
+    outputs = ["y"]
+    add_in = "z"
+    if case == "broadcast_channels":
+        inputs["r"] = (4, 1, 1)
+    elif case == "broadcast_batch":
+        inputs["r"] = (1, 4, 4, 4)
+    elif case == "widens_output":
+        inputs["x"] = (1, 3, 6, 6)
+    elif case == "other_symbol":
+        inputs["x"], inputs["r"] = ("n", 3, 6, 6), ("m", 4, 4, 4)
+    elif case == "second_reader":
+        nodes.append(helper.make_node("Sigmoid", ["z"], ["side"]))
+        outputs.append("side")
+    elif case == "graph_output":
+        outputs.append("z")
+    elif case == "activation_before_add":
+        nodes.append(helper.make_node("Relu", ["z"], ["zr"], name="relu"))
+        add_in = "zr"
+    nodes.append(helper.make_node("Add", [add_in, "r"], ["y"], name="add"))
+    feeds = {k: rnd(rng, *[2 if isinstance(d, str) else d for d in v]) for k, v in inputs.items()}
+    opt = check_parity(make_model(nodes, inputs, outputs, inits), feeds)
+    assert op_counts(opt)["Add"] == 1
+    assert all(len(n.input) <= 3 for n in onnx.load_from_string(opt.to_bytes()).graph.node if n.op_type == "FusedConv")
+
+
+def test_conv_add_fusion_keeps_a_second_residual_add_separate():
+    """Add(conv1, conv2) in a downsampling block: one conv takes the other's output as its
+    summand; the Relu after the Add then fuses as usual."""
+    rng = np.random.default_rng(52)
+    inits = {"w1": rnd(rng, 4, 3, 3, 3), "w2": rnd(rng, 4, 3, 1, 1)}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], name="main", pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["x", "w2"], ["b"], name="down"),
+             helper.make_node("Add", ["a", "b"], ["s"], name="add"),
+             helper.make_node("Relu", ["s"], ["y"], name="relu")]
+    opt = check_parity(make_model(nodes, {"x": (1, 3, 8, 8)}, ["y"], inits), {"x": rnd(rng, 1, 3, 8, 8)})
+    assert op_counts(opt) == Counter({"Conv": 1, "FusedConv": 1})
+    assert fused_from(saved_nodes(opt)["relu"]) == "main,add,relu"
+
+
 # ---- reports, saving, and the real models ---------------------------------------------------------
 
 
@@ -554,7 +653,7 @@ def test_session_report_counts_each_pass():
     model = tt.load(make_model(nodes, {"x": (1, 2, 4, 4)}, ["y"], {"w": rnd(rng, 2, 2, 1, 1)}).SerializeToString())
     report = tt.compile(model).report
     for line in ("pass remove_identities: 0", "pass fold_constants: 0", "pass fold_conv_batchnorm: 0",
-                 "pass fuse_matmul_add: 0", "pass fuse_activations: 1", "pass remove_dead_nodes: 0"):
+                 "pass fuse_matmul_add: 0", "pass fuse_conv_add: 0", "pass fuse_activations: 1", "pass remove_dead_nodes: 0"):
         assert line in report, report
     assert "pass" not in tt.compile(model, optimize=False).report
 

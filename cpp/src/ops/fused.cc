@@ -1,6 +1,7 @@
 // Shape inference for tether's fused ops (domain ai.tether), which the passes create:
 // FusedConv, FusedGemm and FusedMatMul compute what their ONNX op computes, then a bias
-// (FusedMatMul) and an activation; their shapes are the ONNX op's.
+// (FusedMatMul) or a summand of the output's own shape (FusedConv's optional fourth input,
+// a residual Add), and an activation; their shapes are the ONNX op's.
 #include "ops/infer_context.h"
 
 namespace tether::ops {
@@ -13,14 +14,33 @@ void as_onnx(InferContext& ctx) {
   registry().find("", kOp)(ctx);
 }
 
-constexpr char kConv[] = "Conv";
 constexpr char kGemm[] = "Gemm";
 constexpr char kMatMul[] = "MatMul";
+
+// FusedConv(X, W, B, Sum): Conv's shape; Sum, when present, is added without broadcasting, so
+// it must have the output's type and every dim that both know must agree.
+void fused_conv(InferContext& ctx) {
+  registry().find("", "Conv")(ctx);
+  if (ctx.num_inputs() < 4 || !ctx.has_input(3)) return;
+  if (ctx.num_inputs() > 4) ctx.fail("takes at most 4 inputs (X, W, B, Sum), got " + std::to_string(ctx.num_inputs()));
+  const ValueType& out = ctx.outputs()[0];
+  const DType dt = ctx.input_dtype(3);
+  if (dt != DType::kUndefined && out.dtype() != DType::kUndefined && dt != out.dtype())
+    ctx.fail("the summand (input 3) is " + std::string(ir::dtype_name(dt)) + ", the output " +
+             std::string(ir::dtype_name(out.dtype())));
+  const Shape& sum = ctx.input_shape(3);
+  const Shape& y = out.shape();
+  if (!sum.has_rank() || !y.has_rank()) return;
+  bool same = sum.rank() == y.rank();
+  for (size_t i = 0; same && i < y.rank(); ++i)
+    same = !(sum[i].is_known() && y[i].is_known() && sum[i].value() != y[i].value());
+  if (!same) ctx.fail("the summand (input 3) has shape " + sum.to_string() + ", the output " + y.to_string());
+}
 
 }  // namespace
 
 void register_fused(Registry& r) {
-  r.add("FusedConv", as_onnx<kConv>, "ai.tether");
+  r.add("FusedConv", fused_conv, "ai.tether");
   r.add("FusedGemm", as_onnx<kGemm>, "ai.tether");
   r.add("FusedMatMul", as_onnx<kMatMul>, "ai.tether");
 }

@@ -15,6 +15,7 @@ std::string optimize(ir::Model& model) {
   report << "pass fold_constants: " << fold_constants(model) << " nodes folded into initializers\n";
   report << "pass fold_conv_batchnorm: " << fold_conv_batchnorm(g) << " BatchNormalization nodes folded\n";
   report << "pass fuse_matmul_add: " << fuse_matmul_add(model) << " MatMul + Add pairs fused\n";
+  report << "pass fuse_conv_add: " << fuse_conv_add(model) << " Conv + Add pairs fused\n";
   report << "pass fuse_activations: " << fuse_activations(model) << " activations fused\n";
   const int nodes = remove_dead_nodes(g);
   const int weights = remove_unused_initializers(g);

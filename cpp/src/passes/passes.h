@@ -39,11 +39,16 @@ int fold_conv_batchnorm(ir::Graph& graph);
 /// matrix, else ai.tether FusedMatMul with the bias.
 int fuse_matmul_add(ir::Model& model);
 
+/// Conv (or FusedConv without an activation) followed by an Add of a float32 value of exactly
+/// the conv output's shape becomes ai.tether FusedConv with that value as a fourth input (the
+/// summand), when the conv output has no other reader.
+int fuse_conv_add(ir::Model& model);
+
 /// Conv / Gemm / MatMul (with or without a bias Add) followed by an activation become one
 /// ai.tether FusedConv / FusedGemm / FusedMatMul when the intermediate has no other reader.
 int fuse_activations(ir::Model& model);
 
 // optimize() (tether/passes.h) runs them in order: identities, shape inference, constant
-// folding, Conv+BN, MatMul+Add, activation fusion, dead code.
+// folding, Conv+BN, MatMul+Add, Conv+Add, activation fusion, dead code.
 
 }  // namespace tether::passes

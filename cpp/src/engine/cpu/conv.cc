@@ -168,50 +168,97 @@ void im2col_block(const float* x, const std::vector<int64_t>& xd, const std::vec
   }
 }
 
-// One output row of a depthwise convolution: bias, then each kernel tap over the whole row
-// (the row stays in L1 between taps; the loops vectorise per ISA).
+// The zero-padded copy of one plane that the row-by-row depthwise path reads. With a column
+// stride s > 1 each padded row is stored as s phases (phase q holds padded columns q, q + s,
+// q + 2s, ...), so that every kernel tap reads a contiguous run of its phase and the row
+// loops vectorise as they do for stride 1.
+struct PaddedPlane {
+  int64_t rows, cols;   // padded rows and columns: every input position any window reads
+  int64_t phase;        // floats per phase: ceil(cols / stride)
+  int64_t pitch;        // floats per padded row: stride * phase
+  int64_t floats() const { return rows * pitch + pitch; }  // the plane, then one row of staging
+};
+
+PaddedPlane padded_plane(const View& x, const View& y, const ConvGeometry& g) {
+  PaddedPlane pp;
+  pp.rows = std::max(x.dims[2] + g.pad_begin[0], (y.dims[2] - 1) * g.strides[0] + (g.kernel[0] - 1) * g.dilations[0] + 1);
+  pp.cols = std::max(x.dims[3] + g.pad_begin[1], (y.dims[3] - 1) * g.strides[1] + (g.kernel[1] - 1) * g.dilations[1] + 1);
+  pp.phase = (pp.cols + g.strides[1] - 1) / g.strides[1];
+  pp.pitch = g.strides[1] * pp.phase;
+  return pp;
+}
+
+// Splits one padded row (`pitch` floats) into `stride` phases of `phase` floats each.
 TETHER_MULTIVERSION
-void depthwise_row(float* __restrict yr, const float* __restrict src, int64_t pw_n, const float* __restrict wp, int64_t kh,
-                   int64_t kw, int64_t dh, int64_t dw, int64_t sw, int64_t ow, float bias) {
+void split_phases(float* __restrict dst, const float* __restrict row, int64_t stride, int64_t phase) {
+  if (stride == 2) {
+    for (int64_t k = 0; k < phase; ++k) {
+      dst[k] = row[2 * k];
+      dst[phase + k] = row[2 * k + 1];
+    }
+    return;
+  }
+  for (int64_t q = 0; q < stride; ++q)
+    for (int64_t k = 0; k < phase; ++k) dst[q * phase + k] = row[k * stride + q];
+}
+
+// One output row of a depthwise convolution: bias, then each kernel tap over the whole row
+// (the row stays in L1 between taps; the loops vectorise per ISA). Tap (i, j) reads padded
+// row i * dh, column phase (j * dw) % sw, from offset (j * dw) / sw on.
+TETHER_MULTIVERSION
+void depthwise_row(float* __restrict yr, const float* __restrict src, int64_t pitch, int64_t phase,
+                   const float* __restrict wp, int64_t kh, int64_t kw, int64_t dh, int64_t dw, int64_t sw, int64_t ow,
+                   float bias) {
   for (int64_t c = 0; c < ow; ++c) yr[c] = bias;
   for (int64_t i = 0; i < kh; ++i) {
+    // Tap column j * dw as (phase q, offset o), stepped without dividing (a division per tap
+    // costs more than the tap's loop on short rows).
+    int64_t q = 0, o = 0;
     for (int64_t j = 0; j < kw; ++j) {
       const float wv = wp[i * kw + j];
-      const float* s = src + i * dh * pw_n + j * dw;
-      if (sw == 1) {
-        for (int64_t c = 0; c < ow; ++c) yr[c] += wv * s[c];
-      } else {
-        for (int64_t c = 0; c < ow; ++c) yr[c] += wv * s[c * sw];
-      }
+      const float* __restrict s = src + i * dh * pitch + q * phase + o;
+      for (int64_t c = 0; c < ow; ++c) yr[c] += wv * s[c];
+      for (q += dw; q >= sw; q -= sw) ++o;
     }
   }
 }
 
 // Depthwise 2-D convolution (one input and one output channel per group): a direct stencil
-// over a zero-padded copy of each plane, vectorised along the output row.
-void depthwise_2d(const RunContext& ctx, const View& x, const View& w, const float* bias, View& y, const ConvGeometry& g,
-                  const Epilogue& ep, float* padded) {
+// over a zero-padded copy of each plane, vectorised along the output row. `sum` (laid out as
+// y, or nullptr) is added to each finished row before the activation.
+void depthwise_2d(const RunContext& ctx, const View& x, const View& w, const float* bias, const float* sum, View& y,
+                  const ConvGeometry& g, const Epilogue& ep, float* padded) {
   const int64_t planes = x.dims[0] * x.dims[1], channels = x.dims[1];
   const int64_t ih = x.dims[2], iw = x.dims[3], oh = y.dims[2], ow = y.dims[3];
   const int64_t kh = g.kernel[0], kw = g.kernel[1];
   const int64_t sh = g.strides[0], sw = g.strides[1], dh = g.dilations[0], dw = g.dilations[1];
   const int64_t ph = g.pad_begin[0], pw = g.pad_begin[1];
-  // The padded plane covers every input position any window reads.
-  const int64_t ph_n = std::max(ih + ph, (oh - 1) * sh + (kh - 1) * dh + 1);
-  const int64_t pw_n = std::max(iw + pw, (ow - 1) * sw + (kw - 1) * dw + 1);
+  const PaddedPlane pp = padded_plane(x, y, g);
   parallel(ctx, planes, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
-      float* pad = padded + p * ph_n * pw_n;
-      std::fill(pad, pad + ph_n * pw_n, 0.0f);
+      float* pad = padded + p * pp.floats();
+      float* staging = pad + pp.rows * pp.pitch;
       const float* xp = x.as<float>() + p * ih * iw;
-      for (int64_t r = 0; r < ih; ++r) std::copy(xp + r * iw, xp + r * iw + iw, pad + (r + ph) * pw_n + pw);
+      for (int64_t r = 0; r < pp.rows; ++r) {
+        float* dst = pad + r * pp.pitch;
+        const int64_t xr = r - ph;
+        if (xr < 0 || xr >= ih) {
+          std::fill(dst, dst + pp.pitch, 0.0f);
+          continue;
+        }
+        float* row = sw == 1 ? dst : staging;
+        std::fill(row, row + pw, 0.0f);
+        std::copy(xp + xr * iw, xp + xr * iw + iw, row + pw);
+        std::fill(row + pw + iw, row + pp.pitch, 0.0f);
+        if (sw > 1) split_phases(dst, staging, sw, pp.phase);
+      }
       const float* wp = w.as<float>() + (p % channels) * kh * kw;
       float* yp = y.as<float>() + p * oh * ow;
       const float b = bias != nullptr ? bias[p % channels] : 0.0f;
       for (int64_t r = 0; r < oh; ++r) {
         float* yr = yp + r * ow;
-        depthwise_row(yr, pad + r * sh * pw_n, pw_n, wp, kh, kw, dh, dw, sw, ow, b);
-        ep.apply(yr, ow);
+        depthwise_row(yr, pad + r * sh * pp.pitch, pp.pitch, pp.phase, wp, kh, kw, dh, dw, sw, ow, b);
+        ep.apply(yr, sum != nullptr ? sum + (p * oh + r) * ow : nullptr, ow);
       }
     }
   });
@@ -229,6 +276,56 @@ typedef float Lanes __attribute__((vector_size(kDwLanes * sizeof(float))));
   Lanes v;
   std::memcpy(&v, p, sizeof v);
   return v;
+}
+
+// One round of a 16 x 16 transpose: in every 2B x 2B block of the matrix held in r (row i in
+// r[i]), the top-right and bottom-left B x B blocks trade places.
+template <int B>
+[[gnu::always_inline]] inline void swap_blocks(Lanes* r) {
+  for (int i = 0; i < 16; ++i) {
+    if ((i & B) != 0) continue;
+    const Lanes a = r[i], b = r[i + B];
+    if constexpr (B == 8) {
+      r[i] = __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+      r[i + B] = __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    } else if constexpr (B == 4) {
+      r[i] = __builtin_shufflevector(a, b, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+      r[i + B] = __builtin_shufflevector(a, b, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+    } else if constexpr (B == 2) {
+      r[i] = __builtin_shufflevector(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+      r[i + B] = __builtin_shufflevector(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+    } else {
+      r[i] = __builtin_shufflevector(a, b, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+      r[i + B] = __builtin_shufflevector(a, b, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+    }
+  }
+}
+
+// dst[j * dst_stride + i] = src[i * src_stride + j] for a 16 x 16 block, in registers: the
+// off-diagonal blocks swapped at each scale (8, 4, 2, 1) transpose the whole.
+[[gnu::always_inline]] inline void transpose_16x16(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+  Lanes r[16];
+  for (int i = 0; i < 16; ++i) r[i] = load_lanes(src + i * src_stride);
+  swap_blocks<8>(r);
+  swap_blocks<4>(r);
+  swap_blocks<2>(r);
+  swap_blocks<1>(r);
+  for (int i = 0; i < 16; ++i) std::memcpy(dst + i * dst_stride, &r[i], sizeof(Lanes));
+}
+
+// dst[j * dst_stride + i] = src[i * src_stride + j] for i < rows, j < cols: 16 x 16 blocks in
+// registers, the edges element by element.
+TETHER_MULTIVERSION
+void transpose(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows, int64_t cols) {
+  int64_t i = 0;
+  for (; i + 16 <= rows; i += 16) {
+    int64_t j = 0;
+    for (; j + 16 <= cols; j += 16) transpose_16x16(src + i * src_stride + j, src_stride, dst + j * dst_stride + i, dst_stride);
+    for (; j < cols; ++j)
+      for (int64_t k = i; k < i + 16; ++k) dst[j * dst_stride + k] = src[k * src_stride + j];
+  }
+  for (; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) dst[j * dst_stride + i] = src[i * src_stride + j];
 }
 
 // The taps of one output position that fall inside the image: kernel rows [i0, i1) and
@@ -273,9 +370,10 @@ int64_t depthwise_channels_last_floats(const View& x, const View& y, const ConvG
 
 // Depthwise 2-D convolution of small planes: each image is transposed to channels last (16
 // channels a vector), convolved one output position at a time, and transposed back through
-// the epilogue. Channels past C (up to a multiple of 16) are zero and dropped.
-void depthwise_2d_channels_last(const RunContext& ctx, const View& x, const View& w, const float* bias, View& y,
-                                const ConvGeometry& g, const Epilogue& ep, float* scratch) {
+// the epilogue (with `sum`, laid out as y, when not nullptr). Channels past C (up to a
+// multiple of 16) are zero and dropped.
+void depthwise_2d_channels_last(const RunContext& ctx, const View& x, const View& w, const float* bias,
+                                const float* sum, View& y, const ConvGeometry& g, const Epilogue& ep, float* scratch) {
   const int64_t batch = x.dims[0], c = x.dims[1], cp = round_lanes(c);
   const int64_t ih = x.dims[2], iw = x.dims[3], oh = y.dims[2], ow = y.dims[3];
   const int64_t kh = g.kernel[0], kw = g.kernel[1], in_size = ih * iw, out_size = oh * ow;
@@ -290,12 +388,12 @@ void depthwise_2d_channels_last(const RunContext& ctx, const View& x, const View
   for (int64_t ch = 0; ch < cp; ++ch) bt[ch] = bias != nullptr && ch < c ? bias[ch] : 0.0f;
   for (int64_t b = 0; b < batch; ++b) {
     const float* xb = x.as<float>() + b * c * in_size;
-    // Transposed 16 positions at a time: each channel's 16 floats are one cache line read.
+    // Transposed 16 positions at a time, 16 x 16 blocks in registers: each channel's 16
+    // floats are one cache line read.
     parallel(ctx, (in_size + 15) / 16, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t p0 = t0 * 16; p0 < std::min(in_size, t1 * 16); p0 += 16) {
         const int64_t p1 = std::min(in_size, p0 + 16);
-        for (int64_t ch = 0; ch < c; ++ch)
-          for (int64_t p = p0; p < p1; ++p) xt[p * cp + ch] = xb[ch * in_size + p];
+        transpose(xb + p0, in_size, xt + p0 * cp, cp, c, p1 - p0);
         for (int64_t p = p0; p < p1; ++p) std::fill(xt + p * cp + c, xt + (p + 1) * cp, 0.0f);
       }
     });
@@ -322,18 +420,14 @@ void depthwise_2d_channels_last(const RunContext& ctx, const View& x, const View
     parallel(ctx, (c + 15) / 16, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t c0 = t0 * 16; c0 < std::min(c, t1 * 16); c0 += 16) {
         const int64_t c1 = std::min(c, c0 + 16);
-        for (int64_t o = 0; o < out_size; ++o)
-          for (int64_t ch = c0; ch < c1; ++ch) yb[ch * out_size + o] = yt[o * cp + ch];
-        for (int64_t ch = c0; ch < c1; ++ch) ep.apply(yb + ch * out_size, out_size);
+        transpose(yt + c0, cp, yb + c0 * out_size, out_size, out_size, c1 - c0);
+        for (int64_t ch = c0; ch < c1; ++ch) {
+          const int64_t plane = (b * c + ch) * out_size;
+          ep.apply(y.as<float>() + plane, sum != nullptr ? sum + plane : nullptr, out_size);
+        }
       }
     });
   }
-}
-
-int64_t padded_plane_floats(const View& x, const View& y, const ConvGeometry& g) {
-  const int64_t ph_n = std::max(x.dims[2] + g.pad_begin[0], (y.dims[2] - 1) * g.strides[0] + (g.kernel[0] - 1) * g.dilations[0] + 1);
-  const int64_t pw_n = std::max(x.dims[3] + g.pad_begin[1], (y.dims[3] - 1) * g.strides[1] + (g.kernel[1] - 1) * g.dilations[1] + 1);
-  return ph_n * pw_n;
 }
 
 // Conv (and FusedConv): the GEMM of the weights (A) with the im2col matrix (B), whose blocks
@@ -358,7 +452,7 @@ class ConvKernel final : public Kernel {
     const ConvGeometry g = geometry(node_, in[0].dims, in[1].dims, out[0].dims, false);
     if (is_depthwise(in[0], out[0], g))
       return (out[0].dims[3] < kDwChannelsLastWidth ? depthwise_channels_last_floats(in[0], out[0], g)
-                                                    : in[0].dims[0] * in[0].dims[1] * padded_plane_floats(in[0], out[0], g)) *
+                                                    : in[0].dims[0] * in[0].dims[1] * padded_plane(in[0], out[0], g).floats()) *
              4;
     const Shape s = shape_of(in[0], out[0], g);
     return sgemm_scratch_floats(out[0].dims[1] / g.group, s.out_size, s.rows) * 4;
@@ -370,12 +464,15 @@ class ConvKernel final : public Kernel {
     View& y = out[0];
     const ConvGeometry g = geometry(node_, x.dims, w.dims, y.dims, false);
     const float* bias = present(in, 2) ? in[2].as<float>() : nullptr;
+    // FusedConv's summand (a residual Add): the output's shape, added before the activation.
+    const float* sum = present(in, 3) ? in[3].as<float>() : nullptr;
+    TETHER_CHECK(sum == nullptr || in[3].dims == y.dims, "FusedConv: the summand's shape differs from the output's");
     auto* scratch = reinterpret_cast<float*>(ctx.scratch);
     if (is_depthwise(x, y, g)) {
       if (y.dims[3] < kDwChannelsLastWidth)
-        depthwise_2d_channels_last(ctx, x, w, bias, y, g, epilogue_, scratch);
+        depthwise_2d_channels_last(ctx, x, w, bias, sum, y, g, epilogue_, scratch);
       else
-        depthwise_2d(ctx, x, w, bias, y, g, epilogue_, scratch);
+        depthwise_2d(ctx, x, w, bias, sum, y, g, epilogue_, scratch);
       return;
     }
     const Shape s = shape_of(x, y, g);
@@ -399,6 +496,7 @@ class ConvKernel final : public Kernel {
         };
         GemmEpilogue ep;
         ep.row_bias = bias != nullptr ? bias + gi * cout_g : nullptr;
+        ep.sum = sum != nullptr ? sum + (b * cout + gi * cout_g) * s.out_size : nullptr;
         ep.act = epilogue_;
         GemmA weights;
         if (!packed_w_.empty()) {

@@ -45,6 +45,13 @@ struct Epilogue {
   static Epilogue from_node(const ir::Node& node);
   /// Applies the activation to n floats in place.
   void apply(float* data, int64_t n) const;
+  /// Adds n floats of `sum` (none when nullptr) to `data`, then applies the activation: the
+  /// epilogue of a convolution with a residual summand.
+  void apply(float* data, const float* sum, int64_t n) const;
+  /// The epilogue of a rows x cols tile of C (row stride ldc): adds row_bias[r], col_bias[q]
+  /// and sum[r * ldc + q] (each when not nullptr; sum is laid out as C), then the activation.
+  void apply_tile(float* c, int64_t ldc, int64_t rows, int64_t cols, const float* row_bias, const float* col_bias,
+                  const float* sum) const;
   bool empty() const { return act == Act::kNone; }
 };
 

@@ -64,8 +64,9 @@ Epilogue Epilogue::from_node(const ir::Node& node) {
 
 namespace {
 
-TETHER_MULTIVERSION
-void apply_activation(Epilogue::Act act, float alpha, float beta, float* __restrict y, int64_t n) {
+// Inlined into each multiversioned caller, so that a whole GEMM tile costs one dispatch.
+[[gnu::always_inline]] inline void activation_row(Epilogue::Act act, float alpha, float beta, float* __restrict y,
+                                                  int64_t n) {
   using Act = Epilogue::Act;
   switch (act) {
     case Act::kNone: return;
@@ -89,10 +90,50 @@ void apply_activation(Epilogue::Act act, float alpha, float beta, float* __restr
   }
 }
 
+TETHER_MULTIVERSION
+void apply_activation(Epilogue::Act act, float alpha, float beta, float* __restrict y, int64_t n) {
+  activation_row(act, alpha, beta, y, n);
+}
+
+TETHER_MULTIVERSION
+void add_in_place(float* __restrict y, const float* __restrict sum, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += sum[i];
+}
+
+TETHER_MULTIVERSION
+void apply_tile(Epilogue::Act act, float alpha, float beta, float* c, int64_t ldc, int64_t rows, int64_t cols,
+                const float* row_bias, const float* col_bias, const float* sum) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* __restrict row = c + r * ldc;
+    if (row_bias != nullptr) {
+      const float bv = row_bias[r];
+      for (int64_t q = 0; q < cols; ++q) row[q] += bv;
+    }
+    if (col_bias != nullptr)
+      for (int64_t q = 0; q < cols; ++q) row[q] += col_bias[q];
+    if (sum != nullptr) {
+      const float* __restrict s = sum + r * ldc;
+      for (int64_t q = 0; q < cols; ++q) row[q] += s[q];
+    }
+    activation_row(act, alpha, beta, row, cols);
+  }
+}
+
 }  // namespace
 
 void Epilogue::apply(float* y, int64_t n) const {
   if (act != Act::kNone) apply_activation(act, alpha, beta, y, n);
+}
+
+void Epilogue::apply_tile(float* c, int64_t ldc, int64_t rows, int64_t cols, const float* row_bias,
+                          const float* col_bias, const float* sum) const {
+  if (row_bias == nullptr && col_bias == nullptr && sum == nullptr && act == Act::kNone) return;
+  tether::engine::cpu::apply_tile(act, alpha, beta, c, ldc, rows, cols, row_bias, col_bias, sum);
+}
+
+void Epilogue::apply(float* y, const float* sum, int64_t n) const {
+  if (sum != nullptr) add_in_place(y, sum, n);
+  apply(y, n);
 }
 
 }  // namespace tether::engine::cpu

@@ -123,7 +123,7 @@ void sgemm(const RunContext& ctx, int64_t m, int64_t n, int64_t k, const GemmA& 
         for (int64_t q = 0; q < n; ++q) row[q] += ep.row_bias[i];
       if (ep.col_bias != nullptr)
         for (int64_t q = 0; q < n; ++q) row[q] += ep.col_bias[q];
-      ep.act.apply(row, n);
+      ep.act.apply(row, ep.sum != nullptr ? ep.sum + i * ldc : nullptr, n);
     }
     return;
   }
@@ -177,16 +177,9 @@ void sgemm(const RunContext& ctx, int64_t m, int64_t n, int64_t k, const GemmA& 
             float* ct = c + i0 * ldc + j0;
             isa.kernel(kc, a_panels + it * a_stride, mr, panel, ct, ldc, rows, cols, k0 > 0);
             if (!last) continue;
-            for (int64_t r = 0; r < rows; ++r) {
-              float* row = ct + r * ldc;
-              if (ep.row_bias != nullptr) {
-                const float bv = ep.row_bias[i0 + r];
-                for (int64_t q = 0; q < cols; ++q) row[q] += bv;
-              }
-              if (ep.col_bias != nullptr)
-                for (int64_t q = 0; q < cols; ++q) row[q] += ep.col_bias[j0 + q];
-              ep.act.apply(row, cols);
-            }
+            ep.act.apply_tile(ct, ldc, rows, cols, ep.row_bias != nullptr ? ep.row_bias + i0 : nullptr,
+                              ep.col_bias != nullptr ? ep.col_bias + j0 : nullptr,
+                              ep.sum != nullptr ? ep.sum + i0 * ldc + j0 : nullptr);
           }
         }
       });

@@ -82,10 +82,12 @@ class PackedMatrix {
   int nr_ = 0;
 };
 
-/// What happens to each finished tile of C: a bias per row or per column, then an activation.
+/// What happens to each finished tile of C: a bias per row or per column, a summand of C's
+/// own shape, then an activation.
 struct GemmEpilogue {
   const float* row_bias = nullptr;  ///< m values
   const float* col_bias = nullptr;  ///< n values
+  const float* sum = nullptr;       ///< m x n values, row stride ldc (as C); must not alias C
   Epilogue act;
 };
 

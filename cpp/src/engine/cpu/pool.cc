@@ -45,6 +45,56 @@ void pool2d_plane(bool is_max, bool include_pad, const float* x, int64_t ih, int
   }
 }
 
+// Max pooling's comparison: NaN never replaces the running maximum (onnxruntime's rule).
+[[gnu::always_inline]] inline float max_keep(float acc, float v) { return v > acc ? v : acc; }
+
+// y[c] = max over taps j < kw of t[c * S + j], for output columns whose window lies inside t.
+template <int64_t S>
+[[gnu::always_inline]] inline void window_max(float* __restrict y, const float* __restrict t, int64_t n, int64_t kw,
+                                              int64_t stride) {
+  const int64_t s = S > 0 ? S : stride;
+  for (int64_t c = 0; c < n; ++c) y[c] = -INFINITY;
+  for (int64_t j = 0; j < kw; ++j)
+    for (int64_t c = 0; c < n; ++c) y[c] = max_keep(y[c], t[c * s + j]);
+}
+
+// Widest input row the separable max pool keeps on the stack.
+constexpr int64_t kMaxPoolRow = 2048;
+
+// One plane of a 2-D max pool without dilation, separably: each output row first takes the
+// maximum down its window's input rows (one vector pass per row), then across each window's
+// columns. The result is the window's maximum as before (NaN never wins; -inf for a window
+// that is all NaN). Needs iw <= kMaxPoolRow.
+TETHER_MULTIVERSION
+void max_pool2d_plane(const float* x, int64_t ih, int64_t iw, float* y, int64_t oh, int64_t ow, int64_t kh, int64_t kw,
+                      int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
+  float col[kMaxPoolRow];
+  // Output columns whose window lies wholly inside the row: [c_lo, c_hi).
+  const int64_t c_lo = std::min(ow, (pw + sw - 1) / sw);
+  const int64_t c_hi = std::max(c_lo, std::min(ow, iw - kw + pw >= 0 ? (iw - kw + pw) / sw + 1 : 0));
+  for (int64_t r = 0; r < oh; ++r) {
+    const int64_t a0 = std::max<int64_t>(r * sh - ph, 0), a1 = std::min(r * sh - ph + kh, ih);
+    for (int64_t j = 0; j < iw; ++j) col[j] = -INFINITY;
+    for (int64_t i = a0; i < a1; ++i) {
+      const float* __restrict row = x + i * iw;
+      for (int64_t j = 0; j < iw; ++j) col[j] = max_keep(col[j], row[j]);
+    }
+    float* yr = y + r * ow;
+    auto edge = [&](int64_t c) {
+      const int64_t w0 = c * sw - pw;
+      float acc = -INFINITY;
+      for (int64_t j = std::max<int64_t>(w0, 0); j < std::min(w0 + kw, iw); ++j) acc = max_keep(acc, col[j]);
+      yr[c] = acc;
+    };
+    for (int64_t c = 0; c < c_lo; ++c) edge(c);
+    const float* t = col + c_lo * sw - pw;
+    if (sw == 1) window_max<1>(yr + c_lo, t, c_hi - c_lo, kw, sw);
+    else if (sw == 2) window_max<2>(yr + c_lo, t, c_hi - c_lo, kw, sw);
+    else window_max<0>(yr + c_lo, t, c_hi - c_lo, kw, sw);
+    for (int64_t c = c_hi; c < ow; ++c) edge(c);
+  }
+}
+
 class PoolKernel final : public Kernel {
  public:
   PoolKernel(const KernelInit& init, PoolKind kind) : kind_(kind), node_(init.node) {}
@@ -85,6 +135,14 @@ class PoolKernel final : public Kernel {
     const int64_t planes = x.dims[0] * x.dims[1];
     int64_t* indices = out.size() > 1 && out[1].data != nullptr ? out[1].as<int64_t>() : nullptr;
     const bool fast = k == 2 && dil[0] == 1 && dil[1] == 1 && indices == nullptr && kind_ != PoolKind::kLp;
+    if (fast && kind_ == PoolKind::kMax && x.dims[3] <= kMaxPoolRow) {
+      parallel(ctx, planes, 1, [&](int64_t p0, int64_t p1) {
+        for (int64_t p = p0; p < p1; ++p)
+          max_pool2d_plane(x.as<float>() + p * in_size, x.dims[2], x.dims[3], y.as<float>() + p * out_size, y.dims[2],
+                           y.dims[3], kernel[0], kernel[1], strides[0], strides[1], pb[0], pb[1]);
+      });
+      return;
+    }
     if (fast) {
       parallel(ctx, planes, 1, [&](int64_t p0, int64_t p1) {
         for (int64_t p = p0; p < p1; ++p)
