@@ -8,7 +8,7 @@ Example:
     >>> print(model.summary())                      # doctest: +SKIP
 """
 
-from tether import export, parity, testing
+from tether import _native, export, parity, testing  # noqa: F401  (_native first: it loads the core)
 from tether._builder import GraphBuilder
 from tether._core import (
     ArgumentError,

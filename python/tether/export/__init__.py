@@ -7,8 +7,9 @@ Example:
     (True, PosixPath('net.golden'))
 """
 
+from tether.export._keras import keras, tflite
 from tether.export._result import ExportError, ExportResult
 from tether.export._torch import torch
 from tether.export._track import Tracker, track
 
-__all__ = ["ExportError", "ExportResult", "Tracker", "torch", "track"]
+__all__ = ["ExportError", "ExportResult", "Tracker", "keras", "tflite", "torch", "track"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 from tether import _core
 from tether.parity import ParityReport
@@ -61,3 +62,10 @@ class ExportResult:
             lines.append(self.dynamic_report.table())
         lines.extend(f"warning: {w}" for w in self.warnings)
         return "\n".join(lines)
+
+
+def fail(result: ExportResult, why: str) -> NoReturn:
+    """Raises ExportError for ``result`` (kept on the error as ``result``), saying ``why``."""
+    err = ExportError(f"export to {result.path}: {why}")
+    err.result = result  # type: ignore[attr-defined]
+    raise err

@@ -18,7 +18,7 @@ import numpy as np
 
 from tether import _core
 from tether._model import load
-from tether.export._result import ExportError, ExportResult
+from tether.export._result import ExportError, ExportResult, fail
 from tether.parity import (
     OnnxRuntimeRunner,
     TetherRunner,
@@ -320,7 +320,7 @@ def _verify(module: Any, args: tuple[Any, ...], names: list[str], result: Export
     feeds = {n: a.detach().cpu().numpy() for n, a in zip(names, args, strict=True)}
     fixed = _fixed_dims(result.path, result.dynamic_dims)
     if fixed:
-        _fail(result, f"the exported model is not dynamic where asked: {'; '.join(fixed)}. The exporter fixed the "
+        fail(result, f"the exported model is not dynamic where asked: {'; '.join(fixed)}. The exporter fixed the "
                       "size (often a Python int taken from a tensor's shape in forward())")
     runner = _verifier(result.path, threads, result.warnings)
     reference = TorchRunner(module, names, None, "torch")
@@ -344,23 +344,17 @@ def _verify(module: Any, args: tuple[Any, ...], names: list[str], result: Export
         try:
             dyn = compare(reference, runner, bigger, tolerance=tolerance) if bigger else None
         except _core.Error as e:
-            _fail(result, f"the exported model does not run with {_sizes(sizes)}: {e}")
+            fail(result, f"the exported model does not run with {_sizes(sizes)}: {e}")
         result.dynamic_report = dyn
         if dyn is not None and not dyn.ok:
-            _fail(result, f"the exported model differs from the module at {_sizes(sizes)} although it matched at the "
+            fail(result, f"the exported model differs from the module at {_sizes(sizes)} although it matched at the "
                           f"example's size: a dynamic dim was fixed inside the graph.\n{dyn.table()}")
     if check and result.report is not None and not result.report.ok:
-        _fail(result, f"the exported model does not compute what the module computes:\n{result.report.table()}")
+        fail(result, f"the exported model does not compute what the module computes:\n{result.report.table()}")
 
 
 def _sizes(sizes: Mapping[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sizes.items())
-
-
-def _fail(result: ExportResult, why: str) -> NoReturn:
-    err = ExportError(f"export to {result.path}: {why}")
-    err.result = result  # type: ignore[attr-defined]
-    raise err
 
 
 def _torch_version() -> str:

@@ -20,6 +20,7 @@ from tether.parity._golden import (
     write_onnx_test_dir,
 )
 from tether.parity._inputs import generate_inputs, iter_feeds
+from tether.parity._litert import LiteRTRunner
 from tether.parity._metrics import PROFILES, Metrics, Tolerance, compare_arrays
 from tether.parity._report import BisectResult, LayerResult, OutputResult, ParityReport, SliceResult
 from tether.parity._runners import CallableRunner, OnnxRuntimeRunner, TetherRunner, TorchRunner, as_runner
@@ -34,6 +35,7 @@ __all__ = [
     "GoldenRunner",
     "InputSpec",
     "LayerResult",
+    "LiteRTRunner",
     "Metrics",
     "OnnxRuntimeRunner",
     "OutputResult",
