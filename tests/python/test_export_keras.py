@@ -33,10 +33,11 @@ from tether.parity import (
 from tether.testing import assert_parity
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-tf = pytest.importorskip("tensorflow")
-keras = pytest.importorskip("keras")
-if keras.backend.backend() != "tensorflow":
-    pytest.skip("these exporters need Keras's TensorFlow backend", allow_module_level=True)
+# `make test` installs TensorFlow and Keras (pyproject's dev extra): a missing one is a failure.
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+assert keras.backend.backend() == "tensorflow", "these exporters need Keras's TensorFlow backend (KERAS_BACKEND)"
 
 with contextlib.suppress(RuntimeError):  # refused once TensorFlow's runtime has started
     tf.config.threading.set_intra_op_parallelism_threads(2)
@@ -267,7 +268,6 @@ def test_keras_onnx_in_tether_and_tflite_in_litert_agree_pairwise(digits: dict[s
     assert_parity(onnx_form, tfl_form, xs, output_map={to_onnx[k]: to_tflite[k] for k in to_onnx}, tolerance="fp32")
 
     # All three are NHWC; a torch port is NCHW, and the layout is declared, never guessed.
-    pytest.importorskip("torch")
     torch_form = TorchRunner(_TorchStem.build(trained), ["image"], ["features"])
     for form, name in ((onnx_form, "Identity_1:0"), (tfl_form, "output_1"), (keras_form, "features")):
         assert_parity(torch_form, form, {"image": xs}, output_map={"features": name}, layouts={"features": "NHWC->NCHW"},

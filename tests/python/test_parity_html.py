@@ -92,8 +92,8 @@ def _parse(markup: str) -> Node:
 @pytest.fixture(scope="module")
 def chromium() -> str:
     exe = shutil.which("chromium")
-    if exe is None:
-        pytest.skip("headless Chromium is not installed (Debian package 'chromium'; `make test` installs it)")
+    # `make test` installs Debian's chromium: a missing browser is a failure, not a skip.
+    assert exe is not None, "headless Chromium is not installed (Debian package 'chromium')"
     return exe
 
 
