@@ -183,3 +183,31 @@ def test_bad_arguments_are_argument_errors(tmp_path: Path) -> None:
         tt.export.torch(module, _example("mlp", 2), tmp_path / "m.onnx", dynamic={_arg_name(module): {3: "batch"}})
     with pytest.raises(tt.ArgumentError, match="external_data must be True, False or 'auto'"):
         tt.export.torch(module, _example("mlp", 2), tmp_path / "m.onnx", external_data="sometimes")  # type: ignore[arg-type]
+
+
+class _BigEmbedding(torch.nn.Module):
+    """2.3 GB of weights: past what one protobuf message can hold."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(140_000, 4096)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.emb(ids).sum(-1)
+
+
+@pytest.mark.large
+def test_weights_past_2gib_go_to_external_data_on_their_own(tmp_path: Path) -> None:
+    with torch.no_grad():
+        module = _BigEmbedding().eval()
+    ids = torch.tensor([[0, 139_999, 70_000], [5, 6, 7]])
+    res = tt.export.torch(module, ids, tmp_path / "big.onnx")  # external_data="auto"
+    assert res.ok and res.external_data == tmp_path / "big.onnx.data"
+    assert res.external_data.stat().st_size >= 140_000 * 4096 * 4
+    assert (tmp_path / "big.onnx").stat().st_size < 1 << 20
+    weight = next(i for i in onnx.load(str(res.path), load_external_data=False).graph.initializer if i.dims)
+    assert onnx.external_data_helper.uses_external_data(weight)
+    with torch.no_grad():
+        want = module(ids).numpy()  # the oracle, on rows from both ends of the table
+    got = TetherRunner(res.path).run({"ids": ids.numpy()})
+    np.testing.assert_allclose(next(iter(got.values())), want, rtol=1e-5, atol=1e-4)

@@ -333,6 +333,9 @@ def test_layerwise_names_the_node_whose_weight_was_perturbed(name: str, exported
     first = rep.first_divergent
     # The broken node itself, or the fused kernel that computes it (MatMul + Add into one Gemm).
     assert first is not None and (first.node == broken or broken in first.fused_from), rep.table()
+    # Without the passes every node's value exists, and the broken node is named itself.
+    unfused = compare(OnnxRuntimeRunner(e.path), TetherRunner(bad, optimize=False), feeds, layerwise=True)
+    assert unfused.first_divergent is not None and unfused.first_divergent.node == broken, unfused.table()
     # Every layer before it agrees; the weight change shows only from that node on.
     assert all(la.ok for la in rep.layers or [] if la.index < first.index)
     # Bisection: the broken node creates its error; a later node only inherits it.
