@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tether import _core
-from tether.export._result import ExportError, ExportResult, fail
+from tether.export._result import ExportError, ExportResult, fail, first_line
 from tether.parity import (
     CallableRunner,
     InputSpec,
@@ -159,11 +159,6 @@ def _quiet(logger_name: str) -> Iterator[_Records]:
         logger.propagate = propagate
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
 def _unknown_ops(path: Path) -> list[tuple[str, str, str]]:
     """(op type, domain, node name) of every node, subgraphs included, that has no ONNX schema:
     TensorFlow ops the converter left in the graph as they were."""
@@ -210,7 +205,7 @@ def _export_onnx(model: Any, path: Path, opset: int | None) -> None:
             said = "".join(f"\n  converter: {m.splitlines()[0]}" for m in log.messages[:5])
             raise ExportError(
                 f"Keras's ONNX export ({converter}) failed for model '{model.name}'{where}: "
-                f"{type(e).__name__}: {_first_line(e)}{said}\n  What to do: export to TFLite with "
+                f"{type(e).__name__}: {first_line(e)}{said}\n  What to do: export to TFLite with "
                 "tether.export.tflite, or rewrite the layer with ops the converter handles (standard Keras layers "
                 "and keras.ops rather than raw tf.* calls).") from e
     unknown = _unknown_ops(path)
@@ -272,7 +267,7 @@ def _tether_or_ort(path: Path, notes: list[str]) -> Any:
     try:
         return TetherRunner(path)
     except _core.UnsupportedError as e:
-        notes.append(f"tether cannot run the exported model ({_first_line(e)}); verified with onnxruntime")
+        notes.append(f"tether cannot run the exported model ({first_line(e)}); verified with onnxruntime")
         return OnnxRuntimeRunner(path)
 
 
@@ -357,7 +352,7 @@ def _verify_onnx(reference: CallableRunner, result: ExportResult, feeds: dict[st
         try:
             ort = compare(reference, OnnxRuntimeRunner(result.path), feeds, tolerance="fp32")
         except Exception as e:  # noqa: BLE001 - onnxruntime's verdict is a second opinion, reported as a warning
-            result.warnings.append(f"onnxruntime cannot run the exported model: {type(e).__name__}: {_first_line(e)}")
+            result.warnings.append(f"onnxruntime cannot run the exported model: {type(e).__name__}: {first_line(e)}")
         else:
             if not ort.ok:
                 result.warnings.append(_failed(ort, "onnxruntime") + f":\n{ort.table()}")
@@ -396,7 +391,7 @@ def _convert_tflite(model: Any, representative: list[Any] | None) -> bytes:
             model.export(str(saved), format="tf_saved_model", verbose=False)
         except Exception as e:  # noqa: BLE001 - every export failure becomes an ExportError
             raise ExportError(f"Keras could not export model '{model.name}' as a SavedModel: {type(e).__name__}: "
-                              f"{_first_line(e)}\n  What to do: call the model once on an example (a subclassed "
+                              f"{first_line(e)}\n  What to do: call the model once on an example (a subclassed "
                               "model is built by its first call) and use layers that trace as tf.function.") from e
         converter = tf.lite.TFLiteConverter.from_saved_model(str(saved))
         if representative is not None:
@@ -414,7 +409,7 @@ def _convert_tflite(model: Any, representative: list[Any] | None) -> bytes:
             said = "".join(f"\n  converter: {m.splitlines()[0]}" for m in log.messages[:3])
             raise ExportError(
                 f"the TFLite converter (tensorflow {tf.__version__}) could not convert model '{model.name}'{what}: "
-                f"{type(e).__name__}: {_first_line(e)}{said}\n  What to do: rewrite that layer with ops TFLite has, "
+                f"{type(e).__name__}: {first_line(e)}{said}\n  What to do: rewrite that layer with ops TFLite has, "
                 + ("or drop representative_data to keep the model in float" if representative is not None
                    else "or export to ONNX with tether.export.keras") + ".") from e
 

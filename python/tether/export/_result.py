@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
@@ -69,3 +70,10 @@ def fail(result: ExportResult, why: str) -> NoReturn:
     err = ExportError(f"export to {result.path}: {why}")
     err.result = result  # type: ignore[attr-defined]
     raise err
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message, without terminal colour codes (exporters
+    print coloured, multi-page errors); the exception's type name when the message is empty."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
+    return text.splitlines()[0] if text else type(e).__name__

@@ -18,7 +18,7 @@ import numpy as np
 
 from tether import _core
 from tether._model import load
-from tether.export._result import ExportError, ExportResult, fail
+from tether.export._result import ExportError, ExportResult, fail, first_line
 from tether.parity import (
     OnnxRuntimeRunner,
     TetherRunner,
@@ -129,9 +129,9 @@ def _raise_export_error(module: Any, args: tuple[Any, ...], first: BaseException
         msg += f": no ONNX translation for the torch op '{op}'"
         if where:
             msg += f", called in module '{where}'"
-    msg += f".\n  {type(first).__name__}: {_first_line(first)}"
+    msg += f".\n  {type(first).__name__}: {first_line(first)}"
     if second is not None:
-        msg += f"\n  TorchScript exporter: {type(second).__name__}: {_first_line(second)}"
+        msg += f"\n  TorchScript exporter: {type(second).__name__}: {first_line(second)}"
     msg += ("\n  Register a translation with torch.onnx.export(custom_translation_table=...), or rewrite that part "
             "of the module with ops ONNX has.")
     raise ExportError(msg) from first
@@ -276,7 +276,7 @@ def _export(module: Any, args: tuple[Any, ...], path: Path, names: list[str], di
                 _raise_export_error(module, args, first or second, second if first else None)
             exporter = "torch.onnx.export(dynamo=False)"
             if first is not None:
-                notes.append(f"the dynamo exporter failed ({type(first).__name__}: {_first_line(first)}); "
+                notes.append(f"the dynamo exporter failed ({type(first).__name__}: {first_line(first)}); "
                              "the TorchScript exporter was used")
         notes.extend(f"{w.category.__name__}: {w.message}" for w in caught if issubclass(w.category, _tracer_warning()))
         # tether's "auto" keeps weights inside unless the file would pass protobuf's 2 GiB limit.
@@ -286,11 +286,6 @@ def _export(module: Any, args: tuple[Any, ...], path: Path, names: list[str], di
 
 class _Skipped(Exception):
     """The dynamo exporter was not asked for."""
-
-
-def _first_line(e: BaseException) -> str:
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
-    return text.splitlines()[0] if text else ""
 
 
 @contextlib.contextmanager
@@ -338,7 +333,7 @@ def _verify(module: Any, args: tuple[Any, ...], names: list[str], result: Export
             reference.run(bigger)
         except Exception as e:  # noqa: BLE001 - the module's own limits are not the export's fault
             result.warnings.append(f"the module itself does not run with {_sizes(sizes)} ({type(e).__name__}: "
-                                   f"{_first_line(e)}), so the dynamic dims were checked at the example's size only")
+                                   f"{first_line(e)}), so the dynamic dims were checked at the example's size only")
             warnings.warn(result.warnings[-1], stacklevel=3)
             bigger = {}
         try:
