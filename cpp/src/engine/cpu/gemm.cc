@@ -15,7 +15,7 @@ constexpr int kGenericMr = 4;
 constexpr int kGenericNr = 16;
 // Cache blocking: a KC x NR panel slice stays in L1, MC rows of A (KC deep) in L2, and a
 // KC x NC block of B in L2/L3.
-constexpr int64_t kKc = 256;
+constexpr int64_t kKc = kGemmKc;
 constexpr int64_t kMc = 144;
 constexpr int64_t kNc = 1024;
 
@@ -85,9 +85,15 @@ PackedMatrix PackedMatrix::pack(const float* b, int64_t k, int64_t n, int64_t ro
 }
 
 PackedA::PackedA(const float* a, int64_t m, int64_t k, int64_t lda) : m_(m), k_(k) {
-  data_ = aligned_floats(floats_needed(m, k, gemm_isa().mr), storage_);
-  pack_into(data_, a, m, 0, k, lda, gemm_isa().mr);
+  const int mr = gemm_isa().mr;
+  data_ = aligned_floats(floats_needed(m, k, mr), storage_);
+  // K block by K block, as sgemm reads them: the panels one block needs lie together, so the
+  // weights stream through memory in the order they are used.
+  for (int64_t k0 = 0; k0 < k; k0 += kKc)
+    pack_into(data_ + (block(k0) - data_), a, m, k0, std::min(kKc, k - k0), lda, mr);
 }
+
+const float* PackedA::block(int64_t k0) const { return data_ + k0 * ((m_ + gemm_isa().mr - 1) / gemm_isa().mr * gemm_isa().mr); }
 
 void PackedA::pack_into(float* dst, const float* a, int64_t m, int64_t k0, int64_t kc, int64_t lda, int mr) {
   const int64_t tiles = (m + mr - 1) / mr;
@@ -140,8 +146,8 @@ void sgemm(const RunContext& ctx, int64_t m, int64_t n, int64_t k, const GemmA& 
     const float* a_panels = nullptr;
     int64_t a_stride = 0;
     if (a.packed != nullptr) {
-      a_panels = a.packed + k0 * mr;
-      a_stride = k * mr;
+      a_panels = a.packed + k0 * (mtiles * mr);  // PackedA::block(k0)
+      a_stride = kc * mr;
     } else {
       TETHER_CHECK(a_block != nullptr, "sgemm: A packed on demand needs scratch");
       parallel(ctx, mtiles, 4, [&](int64_t t0, int64_t t1) {

@@ -35,8 +35,13 @@ void f32_gemm_6x16__avx2(int64_t k, const float* a, int64_t a_stride, const floa
 void f32_gemm_12x32__avx512(int64_t k, const float* a, int64_t a_stride, const float* panel, float* c, int64_t ldc,
                             int64_t m, int64_t n, bool accumulate);
 
-/// A [m, k] packed for the micro-kernel: ceil(m / MR) panels, panel t holding rows
-/// [t*MR, t*MR + MR) as k steps of MR floats (rows past m zero). 64-byte aligned.
+/// Depth of sgemm's K blocks: a KC x NR slice of a B panel stays in L1.
+constexpr int64_t kGemmKc = 256;
+
+/// A [m, k] packed for the micro-kernel, K block by K block (blocks of kGemmKc steps, the last
+/// shorter): block b holds ceil(m / MR) tiles, tile t holding rows [t*MR, t*MR + MR) as kc steps
+/// of MR floats (rows past m zero), so sgemm reads the weights of one block as one sequential
+/// stream. 64-byte aligned.
 class PackedA {
  public:
   PackedA() = default;
@@ -46,6 +51,8 @@ class PackedA {
   static void pack_into(float* dst, const float* a, int64_t m, int64_t k0, int64_t kc, int64_t lda, int mr);
   static int64_t floats_needed(int64_t m, int64_t k, int mr) { return (m + mr - 1) / mr * mr * k; }
   const float* data() const { return data_; }
+  /// The tiles of the K block starting at k0 (a multiple of kGemmKc).
+  const float* block(int64_t k0) const;
   int64_t m() const { return m_; }
   int64_t k() const { return k_; }
 

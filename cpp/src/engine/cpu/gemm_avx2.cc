@@ -16,6 +16,8 @@ void gemm_rows_x16(int64_t k, const float* a, int64_t a_stride, const float* pan
 #pragma GCC unroll 6
   for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   for (int64_t p = 0; p < k; ++p) {
+    // Packed A streams from memory once (see the AVX-512 kernel); fetch it ahead.
+    _mm_prefetch(reinterpret_cast<const char*>(a + (p + 32) * a_stride), _MM_HINT_T0);
     const __m256 b0 = _mm256_loadu_ps(panel + p * 16);
     const __m256 b1 = _mm256_loadu_ps(panel + p * 16 + 8);
 #pragma GCC unroll 6

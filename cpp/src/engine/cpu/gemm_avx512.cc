@@ -16,6 +16,9 @@ void gemm_rows_x32(int64_t k, const float* a, int64_t a_stride, const float* pan
 #pragma GCC unroll 12
   for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   for (int64_t p = 0; p < k; ++p) {
+    // Packed A is read once from memory (weights stream through); fetch it ahead. The tiles of
+    // a K block lie one after another, so past this tile's end lies the next tile's start.
+    _mm_prefetch(reinterpret_cast<const char*>(a + (p + 24) * a_stride), _MM_HINT_T0);
     const __m512 b0 = _mm512_loadu_ps(panel + p * 32);
     const __m512 b1 = _mm512_loadu_ps(panel + p * 32 + 16);
 #pragma GCC unroll 12
