@@ -145,7 +145,12 @@ def cases():
         yield f"conv{i}_residual_relu", ref, feeds, fused
     for m, k, n in itertools.product(GEMM_SIZES, repeat=3):
         yield f"gemm_{m}x{k}x{n}", *gemm_model(m, k, n, trans_b=(m + n) % 2 == 0, const_b=k % 2 == 1, rng=rng)
-    for a_shape, b_shape in [((13,), (13, 3)), ((2, 3, 13, 127), (127, 5)), ((3, 1, 7, 13), (4, 13, 9)), ((127, 13), (13,))]:
+    # Products large enough to split into a grid of blocks across threads, with K past one
+    # K block and N past one N block (the last blocks ragged).
+    for m, k, n in [(200, 600, 1100), (37, 300, 2100), (1, 513, 70)]:
+        yield f"gemm_{m}x{k}x{n}", *gemm_model(m, k, n, trans_b=False, const_b=m != 37, rng=rng)
+    for a_shape, b_shape in [((13,), (13, 3)), ((2, 3, 13, 127), (127, 5)), ((3, 1, 7, 13), (4, 13, 9)), ((127, 13), (13,)),
+                             ((5, 37, 300), (5, 300, 70))]:
         for const_b in (True, False):
             yield f"matmul_{a_shape}_{b_shape}_{const_b}", *matmul_model(a_shape, b_shape, const_b, rng)
 

@@ -435,7 +435,8 @@ void depthwise_2d_channels_last(const RunContext& ctx, const View& x, const View
 // the GEMM's tiles.
 class ConvKernel final : public Kernel {
  public:
-  explicit ConvKernel(const KernelInit& init) : node_(init.node), epilogue_(Epilogue::from_node(init.node)) {
+  explicit ConvKernel(const KernelInit& init)
+      : node_(init.node), epilogue_(Epilogue::from_node(init.node)), threads_(init.threads) {
     // Constant weights of a GEMM convolution are packed once, per group, as the GEMM's A.
     const ir::Tensor* w = init.constant(1);
     const int64_t group = init.node.attr_int("group", 1);
@@ -455,7 +456,7 @@ class ConvKernel final : public Kernel {
                                                     : in[0].dims[0] * in[0].dims[1] * padded_plane(in[0], out[0], g).floats()) *
              4;
     const Shape s = shape_of(in[0], out[0], g);
-    return sgemm_scratch_floats(out[0].dims[1] / g.group, s.out_size, s.rows) * 4;
+    return sgemm_scratch_floats(out[0].dims[1] / g.group, s.out_size, s.rows, threads_) * 4;
   }
 
   void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
@@ -486,13 +487,8 @@ class ConvKernel final : public Kernel {
       for (int64_t gi = 0; gi < g.group; ++gi) {
         const float* xg = x.as<float>() + (b * cin + gi * cin_g) * s.in_size;
         GemmB source;
-        source.pack = [&](const RunContext& pctx, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) {
-          // Panels are independent: each task expands a few of them.
-          const int64_t panels = (nc + nr - 1) / nr;
-          parallel(pctx, panels, 1, [&](int64_t p0, int64_t p1) {
-            const int64_t c0 = n0 + p0 * nr, count = std::min(nc - p0 * nr, (p1 - p0) * nr);
-            im2col_block(xg, x.dims, y.dims, g, cin_g, k0, k0 + kc, c0, count, dst + p0 * kc * nr, nr);
-          });
+        source.pack = [&](const RunContext&, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) {
+          im2col_block(xg, x.dims, y.dims, g, cin_g, k0, k0 + kc, n0, nc, dst, nr);
         };
         GemmEpilogue ep;
         ep.row_bias = bias != nullptr ? bias + gi * cout_g : nullptr;
@@ -532,6 +528,7 @@ class ConvKernel final : public Kernel {
 
   const ir::Node& node_;
   Epilogue epilogue_;
+  int threads_;
   std::vector<PackedA> packed_w_;  // per group; empty when the weights are not constant
 };
 

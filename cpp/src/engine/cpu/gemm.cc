@@ -80,7 +80,10 @@ void PackedMatrix::pack_into(float* dst, const float* b, int64_t k, int64_t n, i
 
 PackedMatrix PackedMatrix::pack(const float* b, int64_t k, int64_t n, int64_t row_stride, int64_t col_stride, int nr) {
   PackedMatrix m(k, n, nr);
-  pack_into(m.data_, b, k, n, row_stride, col_stride, nr);
+  // K block by K block, as sgemm reads them (see PackedA).
+  const int64_t width = (n + nr - 1) / nr * nr;
+  for (int64_t k0 = 0; k0 < k; k0 += kKc)
+    pack_into(m.data_ + k0 * width, b + k0 * row_stride, std::min(kKc, k - k0), n, row_stride, col_stride, nr);
   return m;
 }
 
@@ -109,11 +112,76 @@ void PackedA::pack_into(float* dst, const float* a, int64_t m, int64_t k0, int64
   }
 }
 
-int64_t sgemm_scratch_floats(int64_t m, int64_t n, int64_t k) {
+namespace {
+
+// Floats of one thread's scratch: a B block of KC x min(n, NC), then an A block of m x KC.
+int64_t per_thread_floats(int64_t m, int64_t n, int64_t k) {
   const int64_t nr = gemm_isa().nr, mr = gemm_isa().mr;
   const int64_t kc = std::min(kKc, std::max<int64_t>(k, 1));
-  // B block, then A block, each rounded to whole cache lines.
-  return (kc * std::min((n + nr - 1) / nr * nr, kNc) + 15) / 16 * 16 + (m + mr - 1) / mr * mr * kc + 16;
+  return (kc * std::min((n + nr - 1) / nr * nr, kNc) + 15) / 16 * 16 + ((m + mr - 1) / mr * mr * kc + 15) / 16 * 16;
+}
+
+// [begin, end) of part `i` when `count` items are split into `parts` near-equal runs.
+int64_t split_point(int64_t count, int64_t parts, int64_t i) { return count * i / parts; }
+
+// One task of sgemm: rows [t0 * MR, t1 * MR) and columns [p0 * NR, p1 * NR) of C (clipped
+// to m and n), through all of K, packing what it needs into its own scratch.
+void gemm_block(int64_t m, int64_t n, int64_t k, const GemmA& a, const GemmB& b, float* c, int64_t ldc,
+                const GemmEpilogue& ep, int64_t t0, int64_t t1, int64_t p0, int64_t p1, float* scratch) {
+  const GemmIsa& isa = gemm_isa();
+  const int64_t mr = isa.mr, nr = isa.nr;
+  const int64_t mtiles = (m + mr - 1) / mr, panels_all = (n + nr - 1) / nr;
+  const int64_t group = std::max<int64_t>(1, kMc / mr);  // M tiles whose A panels stay in L2 together
+  const int64_t m0 = t0 * mr, rows_here = std::min(m, t1 * mr) - m0;
+  float* b_block = scratch;
+  float* a_block = scratch + (std::min(kKc, k) * std::min(panels_all * nr, kNc) + 15) / 16 * 16;
+  const RunContext serial;  // packing runs on this task's thread
+  for (int64_t k0 = 0; k0 < k; k0 += kKc) {
+    const int64_t kc = std::min(kKc, k - k0);
+    const bool last = k0 + kc >= k;
+    // A's tiles t0.. for this K block: a window of the pre-packed matrix, or packed now.
+    const float* a_panels = nullptr;
+    if (a.packed != nullptr) {
+      a_panels = a.packed + k0 * (mtiles * mr) + t0 * kc * mr;  // PackedA::block(k0), tile t0
+    } else {
+      PackedA::pack_into(a_block, a.data + m0 * a.lda, rows_here, k0, kc, a.lda, static_cast<int>(mr));
+      a_panels = a_block;
+    }
+    for (int64_t q0 = p0; q0 < p1; q0 += kNc / nr) {
+      const int64_t q1 = std::min(p1, q0 + kNc / nr), n0 = q0 * nr, nc = std::min(n, q1 * nr) - n0;
+      const float* block = nullptr;
+      if (b.packed != nullptr) {
+        block = b.packed + k0 * (panels_all * nr) + q0 * kc * nr;  // PackedMatrix::block(k0), panel q0
+      } else {
+        b.pack(serial, k0, kc, n0, nc, b_block);
+        block = b_block;
+      }
+      // A group of M tiles at a time, walking the block's panels: the group's A panels stay
+      // in cache while each B panel slice is read once per tile from L1/L2.
+      for (int64_t g0 = t0; g0 < t1; g0 += group) {
+        const int64_t g1 = std::min(t1, g0 + group);
+        for (int64_t q = q0; q < q1; ++q) {
+          const int64_t j0 = q * nr, cols = std::min(nr, n - j0);
+          const float* panel = block + (q - q0) * kc * nr;
+          for (int64_t it = g0; it < g1; ++it) {
+            const int64_t i0 = it * mr, rows = std::min(mr, m - i0);
+            float* ct = c + i0 * ldc + j0;
+            isa.kernel(kc, a_panels + (it - t0) * kc * mr, mr, panel, ct, ldc, rows, cols, k0 > 0);
+            if (!last) continue;
+            ep.act.apply_tile(ct, ldc, rows, cols, ep.row_bias != nullptr ? ep.row_bias + i0 : nullptr,
+                              ep.col_bias != nullptr ? ep.col_bias + j0 : nullptr,
+                              ep.sum != nullptr ? ep.sum + i0 * ldc + j0 : nullptr);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int64_t sgemm_scratch_floats(int64_t m, int64_t n, int64_t k, int threads) {
+  return std::max(threads, 1) * per_thread_floats(m, n, k) + 16;
 }
 
 void sgemm(const RunContext& ctx, int64_t m, int64_t n, int64_t k, const GemmA& a, const GemmB& b, float* c,
@@ -133,64 +201,49 @@ void sgemm(const RunContext& ctx, int64_t m, int64_t n, int64_t k, const GemmA& 
     }
     return;
   }
-  const int64_t mtiles = (m + mr - 1) / mr;
-  const int64_t group = std::max<int64_t>(1, kMc / mr);  // M tiles whose A panels stay in L2 together
-  const int64_t mgroups = (mtiles + group - 1) / group;
-  float* b_block = scratch;
-  float* a_block = scratch == nullptr ? nullptr
-                                      : scratch + (std::min(kKc, k) * std::min((n + nr - 1) / nr * nr, kNc) + 15) / 16 * 16;
-  for (int64_t k0 = 0; k0 < k; k0 += kKc) {
-    const int64_t kc = std::min(kKc, k - k0);
-    const bool last = k0 + kc >= k;
-    // A's panels for this K block: a window of the pre-packed matrix, or packed now.
-    const float* a_panels = nullptr;
-    int64_t a_stride = 0;
-    if (a.packed != nullptr) {
-      a_panels = a.packed + k0 * (mtiles * mr);  // PackedA::block(k0)
-      a_stride = kc * mr;
-    } else {
-      TETHER_CHECK(a_block != nullptr, "sgemm: A packed on demand needs scratch");
-      parallel(ctx, mtiles, 4, [&](int64_t t0, int64_t t1) {
-        PackedA::pack_into(a_block + t0 * kc * mr, a.data + t0 * mr * a.lda, std::min(m, t1 * mr) - t0 * mr, k0, kc,
-                           a.lda, static_cast<int>(mr));
-      });
-      a_panels = a_block;
-      a_stride = kc * mr;
-    }
-    for (int64_t n0 = 0; n0 < n; n0 += kNc) {
-      const int64_t nc = std::min(kNc, n - n0);
-      const int64_t panels = (nc + nr - 1) / nr;
-      const float* block = nullptr;
-      int64_t panel_stride = 0;
-      if (b.packed != nullptr) {
-        block = b.packed + (n0 / nr) * k * nr + k0 * nr;
-        panel_stride = k * nr;
-      } else {
-        TETHER_CHECK(b_block != nullptr && b.pack, "sgemm: B packed on demand needs a pack function and scratch");
-        b.pack(ctx, k0, kc, n0, nc, b_block);
-        block = b_block;
-        panel_stride = kc * nr;
+  TETHER_CHECK(scratch != nullptr, "sgemm needs scratch");
+  TETHER_CHECK(a.packed != nullptr || a.data != nullptr, "sgemm: A has no data");
+  TETHER_CHECK(b.packed != nullptr || b.pack, "sgemm: B is neither packed nor packable");
+  const int64_t mtiles = (m + mr - 1) / mr, panels = (n + nr - 1) / nr;
+  const int threads = ctx.pool != nullptr ? ctx.pool->threads() : 1;
+  // One parallel region per product: a grid of tasks, each running all of K on its block of C
+  // with its own packing buffers (no barrier per K block). Columns are split first: B (im2col,
+  // or the weights) is then packed or streamed once, and only A is shared. Twice as many
+  // tasks as threads evens out blocks of unequal cost.
+  int64_t gn = 1, gm = 1;
+  if (threads > 1) {
+    // Every split copies work: with gn column blocks, A is packed (or read) gn times; with gm
+    // row blocks, B is. Packing costs more than reading pre-packed data from cache, so a
+    // matrix packed on demand weighs 4 to 1. Take the grid of about 2 x threads blocks that
+    // copies least, columns first on a tie.
+    const int64_t target = 2 * static_cast<int64_t>(threads);
+    const int64_t a_weight = a.packed != nullptr ? 1 : 4, b_weight = b.packed != nullptr ? 1 : 4;
+    double best = -1.0;
+    for (int64_t cn = std::min(panels, target); cn >= 1; --cn) {
+      const int64_t cm = std::min(mtiles, (target + cn - 1) / cn);
+      if (cm * cn < std::min<int64_t>(threads, mtiles * panels)) continue;
+      const double cost = static_cast<double>(a_weight * (cn - 1)) * static_cast<double>(m * k) +
+                          static_cast<double>(b_weight * (cm - 1)) * static_cast<double>(k * n);
+      if (best < 0.0 || cost < best) {
+        best = cost;
+        gn = cn;
+        gm = cm;
       }
-      // Tasks: (group of M tiles, panel); a thread walks the panels of one group, so the
-      // group's A panels stay in cache while each B panel is used once per tile.
-      parallel(ctx, mgroups * panels, 1, [&](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; ++t) {
-          const int64_t mg = t / panels, jt = t % panels;
-          const int64_t j0 = n0 + jt * nr, cols = std::min(nr, n - j0);
-          const float* panel = block + jt * panel_stride;
-          for (int64_t it = mg * group; it < std::min(mtiles, (mg + 1) * group); ++it) {
-            const int64_t i0 = it * mr, rows = std::min(mr, m - i0);
-            float* ct = c + i0 * ldc + j0;
-            isa.kernel(kc, a_panels + it * a_stride, mr, panel, ct, ldc, rows, cols, k0 > 0);
-            if (!last) continue;
-            ep.act.apply_tile(ct, ldc, rows, cols, ep.row_bias != nullptr ? ep.row_bias + i0 : nullptr,
-                              ep.col_bias != nullptr ? ep.col_bias + j0 : nullptr,
-                              ep.sum != nullptr ? ep.sum + i0 * ldc + j0 : nullptr);
-          }
-        }
-      });
     }
   }
+  const int64_t per_thread = per_thread_floats(m, n, k);
+  auto task = [&](int thread, int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t im = t / gn, jn = t % gn;
+      gemm_block(m, n, k, a, b, c, ldc, ep, split_point(mtiles, gm, im), split_point(mtiles, gm, im + 1),
+                 split_point(panels, gn, jn), split_point(panels, gn, jn + 1), scratch + thread * per_thread);
+    }
+  };
+  if (gm * gn == 1 || ctx.pool == nullptr) {
+    task(0, 0, gm * gn);
+    return;
+  }
+  ctx.pool->parallel_for_indexed(gm * gn, 1, task);
 }
 
 }  // namespace tether::engine::cpu

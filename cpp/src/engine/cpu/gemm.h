@@ -62,8 +62,9 @@ class PackedA {
   int64_t m_ = 0, k_ = 0;
 };
 
-/// B [k, n] in panels of `nr` columns: panel j holds columns [j*nr, j*nr + nr) row by row
-/// (k rows of nr floats), zero-padded past n. 64-byte aligned.
+/// B [k, n] packed for the micro-kernel, K block by K block as PackedA: block b (kc rows)
+/// holds ceil(n / nr) panels, panel j holding columns [j*nr, j*nr + nr) as kc rows of nr
+/// floats, zero-padded past n. 64-byte aligned. (pack_into fills one such block.)
 class PackedMatrix {
  public:
   PackedMatrix() = default;
@@ -117,12 +118,16 @@ struct GemmA {
   int64_t lda = 0;
 };
 
-/// Floats of scratch sgemm needs (for whatever of A and B is packed on demand).
-int64_t sgemm_scratch_floats(int64_t m, int64_t n, int64_t k);
+/// Floats of scratch sgemm needs on `threads` threads (each packs whatever of A and B is
+/// packed on demand into its own part).
+int64_t sgemm_scratch_floats(int64_t m, int64_t n, int64_t k, int threads);
 
 /// C[m, n] (row stride ldc) = A[m, k] @ B, then the epilogue. Blocked for the caches (B in
-/// blocks of KC x NC, A in groups of M tiles) and run in parallel on the context's pool.
-/// `scratch` holds sgemm_scratch_floats(m, n, k) floats, 64-byte aligned.
+/// blocks of KC x NC, A in groups of M tiles) and run in parallel on the context's pool: one
+/// parallel region, a grid of blocks of C each computed through all of K by one thread.
+/// `scratch` holds sgemm_scratch_floats(m, n, k, threads) floats, 64-byte aligned, for at
+/// least the pool's threads. B's pack function is called from the task's thread with a
+/// context without a pool (it must not start parallel work).
 void sgemm(const RunContext& ctx, int64_t m, int64_t n, int64_t k, const GemmA& a, const GemmB& b, float* c,
            int64_t ldc, const GemmEpilogue& ep, float* scratch);
 

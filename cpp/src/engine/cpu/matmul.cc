@@ -13,7 +13,7 @@ namespace {
 // MatMul and FusedMatMul (MatMul + optional bias over the last dim + activation).
 class MatMulKernel final : public Kernel {
  public:
-  explicit MatMulKernel(const KernelInit& init) : epilogue_(Epilogue::from_node(init.node)) {
+  explicit MatMulKernel(const KernelInit& init) : epilogue_(Epilogue::from_node(init.node)), threads_(init.threads) {
     if (const ir::Tensor* b = init.constant(1); b != nullptr && b->rank() == 2) {
       packed_ = PackedMatrix::pack(b->data<float>(), b->dims()[0], b->dims()[1], b->dims()[1], 1, gemm_isa().nr);
       has_packed_ = true;
@@ -27,7 +27,10 @@ class MatMulKernel final : public Kernel {
     const int64_t k = b.rank() == 1 ? b.dims[0] : b.dims[b.rank() - 2], n = b.rank() == 1 ? 1 : b.dims.back();
     // Rows of A: all of them when its batches fold into one GEMM (a bound for the other case).
     const int64_t rows = in[0].rank() >= 2 ? in[0].numel() / std::max<int64_t>(k, 1) : 1;
-    return sgemm_scratch_floats(rows, n, k) * static_cast<int64_t>(sizeof(float));
+    // Or one single-threaded product per thread, when batches run in parallel.
+    const int64_t m = in[0].rank() >= 2 ? in[0].dims[in[0].rank() - 2] : 1;
+    return std::max(sgemm_scratch_floats(rows, n, k, threads_), threads_ * sgemm_scratch_floats(m, n, k, 1)) *
+           static_cast<int64_t>(sizeof(float));
   }
 
   void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
@@ -73,7 +76,11 @@ class MatMulKernel final : public Kernel {
       sgemm(ctx, batches * m, n, k, lhs, source, out[0].as<float>(), n, ep, scratch);
       return;
     }
-    for (int64_t bi = 0; bi < batches; ++bi) {
+    // Enough batches to go round: each thread runs whole products on its own (attention's
+    // per-head products are too small to split), else the products split over threads.
+    const bool per_batch = ctx.pool != nullptr && batches >= ctx.pool->threads() && ctx.pool->threads() > 1;
+    const int64_t slot = sgemm_scratch_floats(m, n, k, 1);
+    auto product = [&](const RunContext& pctx, int64_t bi, float* buffer) {
       GemmB source;
       if (has_packed_) {
         source.packed = packed_.data();
@@ -86,12 +93,21 @@ class MatMulKernel final : public Kernel {
       GemmA lhs;
       lhs.data = in[0].as<float>() + offset(bi, sa) * m * k;
       lhs.lda = k;
-      sgemm(ctx, m, n, k, lhs, source, out[0].as<float>() + bi * m * n, n, ep, scratch);
+      sgemm(pctx, m, n, k, lhs, source, out[0].as<float>() + bi * m * n, n, ep, buffer);
+    };
+    if (!per_batch) {
+      for (int64_t bi = 0; bi < batches; ++bi) product(ctx, bi, scratch);
+      return;
     }
+    ctx.pool->parallel_for_indexed(batches, 1, [&](int thread, int64_t b0, int64_t b1) {
+      const RunContext serial;
+      for (int64_t bi = b0; bi < b1; ++bi) product(serial, bi, scratch + thread * slot);
+    });
   }
 
  private:
   Epilogue epilogue_;
+  int threads_;
   PackedMatrix packed_;
   bool has_packed_ = false;
 };
@@ -104,7 +120,8 @@ class GemmKernel final : public Kernel {
         beta_(init.node.attr_float("beta", 1.0f)),
         trans_a_(init.node.attr_int("transA", 0) != 0),
         trans_b_(init.node.attr_int("transB", 0) != 0),
-        epilogue_(Epilogue::from_node(init.node)) {
+        epilogue_(Epilogue::from_node(init.node)),
+        threads_(init.threads) {
     if (const ir::Tensor* b = init.constant(1); b != nullptr && b->rank() == 2) {
       packed_ = pack_b(b->data<float>(), b->dims()[0], b->dims()[1]);
       has_packed_ = true;
@@ -116,7 +133,7 @@ class GemmKernel final : public Kernel {
   int64_t scratch_bytes(const std::vector<View>& in, const std::vector<View>& out) const override {
     if (out[0].dims[1] == 0) return 0;
     int64_t floats = trans_a_ ? in[0].numel() : 0;
-    floats += sgemm_scratch_floats(out[0].dims[0], out[0].dims[1], in[1].numel() / out[0].dims[1]);
+    floats += sgemm_scratch_floats(out[0].dims[0], out[0].dims[1], in[1].numel() / out[0].dims[1], threads_);
     return (floats + 16) * static_cast<int64_t>(sizeof(float));
   }
 
@@ -185,6 +202,7 @@ class GemmKernel final : public Kernel {
   float alpha_, beta_;
   bool trans_a_, trans_b_;
   Epilogue epilogue_;
+  int threads_;
   PackedMatrix packed_;
   bool has_packed_ = false;
 };
