@@ -32,6 +32,12 @@ CONV_CASES = [
     # depthwise, row by row with column strides 2 and 3 (the padded rows split into phases)
     (2, 6, 6, (9, 75), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 6),
     (1, 5, 5, (6, 100), (3, 5), (1, 3), (0, 2, 1, 1), (1, 2), 5),
+    # depthwise rows past 64 outputs (blocks of 64, then a ragged 2- or 1-vector end)
+    (2, 3, 3, (6, 150), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 3),
+    (1, 4, 4, (8, 151), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 4),
+    # batches sharing the weights in one product: several panels per image, two K blocks
+    (3, 40, 70, (20, 30), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    (5, 300, 24, (7, 7), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
 ]
 GEMM_SIZES = [1, 3, 13, 127]
 

@@ -176,7 +176,9 @@ struct PaddedPlane {
   int64_t rows, cols;   // padded rows and columns: every input position any window reads
   int64_t phase;        // floats per phase: ceil(cols / stride)
   int64_t pitch;        // floats per padded row: stride * phase
-  int64_t floats() const { return rows * pitch + pitch; }  // the plane, then one row of staging
+  // The plane, then room for the 16 floats at most that the row stencil reads past its end,
+  // rounded to whole cache lines.
+  int64_t floats() const { return (rows * pitch + pitch + 16 + 15) / 16 * 16; }
 };
 
 PaddedPlane padded_plane(const View& x, const View& y, const ConvGeometry& g) {
@@ -188,38 +190,136 @@ PaddedPlane padded_plane(const View& x, const View& y, const ConvGeometry& g) {
   return pp;
 }
 
-// Splits one padded row (`pitch` floats) into `stride` phases of `phase` floats each.
+
+// Channels per vector block of the channels-last depthwise path, and outputs per vector of
+// the row stencil.
+constexpr int64_t kDwLanes = 16;
+
+// 16 floats as one value: one ZMM register, two YMM or four XMM, per the clone compiled.
+typedef float Lanes __attribute__((vector_size(kDwLanes * sizeof(float))));
+
+[[gnu::always_inline]] inline Lanes load_lanes(const float* p) {
+  Lanes v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// The zero-padded copy of one input plane (ih x iw) that the row stencil reads: padded row
+// r is input row r - ph; with a column stride sw each padded row is stored as sw phases of
+// `phase` floats, element k of phase q being padded column k * sw + q, i.e. input column
+// k * sw + q - pw (zero outside the row). Vector loads and stores throughout: no library call
+// per row (rows are short, and there are many).
+TETHER_MULTIVERSION __attribute__((optimize("no-tree-loop-distribute-patterns")))
+void fill_padded_plane(float* __restrict pad, const float* __restrict x, int64_t ih, int64_t iw, int64_t ph,
+                       int64_t pw, int64_t rows, int64_t sw, int64_t phase) {
+  const int64_t pitch = sw * phase;
+  const Lanes zero{};
+  for (int64_t r = 0; r < rows; ++r) {
+    float* dst = pad + r * pitch;
+    const int64_t xr = r - ph;
+    if (xr < 0 || xr >= ih) {
+      int64_t k = 0;
+      for (; k + kDwLanes <= pitch; k += kDwLanes) std::memcpy(dst + k, &zero, sizeof zero);
+      for (; k < pitch; ++k) dst[k] = 0.0f;
+      continue;
+    }
+    const float* src = x + xr * iw;
+    for (int64_t q = 0; q < sw; ++q) {
+      float* d = dst + q * phase;
+      // Elements [lo, hi) of this phase lie inside the input row.
+      const int64_t lo = std::clamp<int64_t>(ceil_div(pw - q, sw), 0, phase);
+      const int64_t hi = std::clamp<int64_t>(floor_div(iw - 1 + pw - q, sw) + 1, lo, phase);
+      int64_t k = 0;
+      for (; k < lo; ++k) d[k] = 0.0f;
+      const float* s = src + lo * sw + q - pw;  // input column of element lo
+      if (sw == 1) {
+        for (; k + kDwLanes <= hi; k += kDwLanes) std::memcpy(d + k, s + (k - lo), sizeof(Lanes));
+      } else if (sw == 2) {
+        // 16 elements from two vectors of the row; the last read (2 * 16 - 1 past element k)
+        // stays inside the row while element k + 16 does.
+        for (; k + kDwLanes < hi; k += kDwLanes) {
+          const Lanes a = load_lanes(s + 2 * (k - lo)), b = load_lanes(s + 2 * (k - lo) + kDwLanes);
+          const Lanes even = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+          std::memcpy(d + k, &even, sizeof even);
+        }
+      }
+      for (; k < hi; ++k) d[k] = s[(k - lo) * sw];
+      for (; k < phase; ++k) d[k] = 0.0f;
+    }
+  }
+}
+
+// Taps a row of the stencil keeps offsets for on the stack; wider kernels take the slow loop.
+constexpr int64_t kDwMaxTaps = 64;
+
+// Outputs [c0, c0 + n) of one row, n <= 16 * kVectors: every tap accumulated in kVectors
+// registers (independent chains hide the FMA latency), then stored once. Lanes past n read
+// whatever follows in the padded buffer and are dropped.
+template <int kVectors>
+[[gnu::always_inline]] inline void depthwise_run(float* yr, const float* src, const int64_t* offsets, const float* wp,
+                                                 int64_t taps, int64_t c0, int64_t n, float bias) {
+  Lanes acc[kVectors];
+  for (int v = 0; v < kVectors; ++v) acc[v] = Lanes{} + bias;
+  for (int64_t t = 0; t < taps; ++t) {
+    const float* s = src + offsets[t] + c0;
+    const float wv = wp[t];
+    for (int v = 0; v < kVectors; ++v) acc[v] += wv * load_lanes(s + v * kDwLanes);
+  }
+  for (int v = 0; v < kVectors; ++v) {
+    const int64_t count = n - v * kDwLanes;
+    if (count >= kDwLanes) {
+      std::memcpy(yr + c0 + v * kDwLanes, &acc[v], sizeof(Lanes));  // one vector store
+    } else {
+      // The row's ragged end, lane by lane (a copy of variable length would call memcpy).
+      for (int64_t l = 0; l < count; ++l) yr[c0 + v * kDwLanes + l] = acc[v][l];
+    }
+  }
+}
+
+// One output plane (oh x ow, rows contiguous) of a depthwise convolution from its padded
+// input plane (see fill_padded_plane). Tap (i, j) reads padded row i * dh, column phase
+// (j * dw) % sw, from offset (j * dw) / sw on; each row is computed 64 outputs at a time with
+// all taps held in registers. The padded buffer must hold 16 readable floats past the last
+// position any tap reads.
 TETHER_MULTIVERSION
-void split_phases(float* __restrict dst, const float* __restrict row, int64_t stride, int64_t phase) {
-  if (stride == 2) {
-    for (int64_t k = 0; k < phase; ++k) {
-      dst[k] = row[2 * k];
-      dst[phase + k] = row[2 * k + 1];
+void depthwise_plane(float* __restrict yp, const float* __restrict pad, int64_t pitch, int64_t phase,
+                     const float* __restrict wp, int64_t kh, int64_t kw, int64_t sh, int64_t dh, int64_t dw, int64_t sw,
+                     int64_t oh, int64_t ow, float bias) {
+  const int64_t taps = kh * kw;
+  if (taps > kDwMaxTaps) {  // a wide kernel: tap by tap over whole rows
+    for (int64_t r = 0; r < oh; ++r) {
+      float* yr = yp + r * ow;
+      const float* src = pad + r * sh * pitch;
+      for (int64_t c = 0; c < ow; ++c) yr[c] = bias;
+      for (int64_t i = 0; i < kh; ++i) {
+        int64_t q = 0, o = 0;
+        for (int64_t j = 0; j < kw; ++j) {
+          const float wv = wp[i * kw + j];
+          const float* __restrict s = src + i * dh * pitch + q * phase + o;
+          for (int64_t c = 0; c < ow; ++c) yr[c] += wv * s[c];
+          for (q += dw; q >= sw; q -= sw) ++o;
+        }
+      }
     }
     return;
   }
-  for (int64_t q = 0; q < stride; ++q)
-    for (int64_t k = 0; k < phase; ++k) dst[q * phase + k] = row[k * stride + q];
-}
-
-// One output row of a depthwise convolution: bias, then each kernel tap over the whole row
-// (the row stays in L1 between taps; the loops vectorise per ISA). Tap (i, j) reads padded
-// row i * dh, column phase (j * dw) % sw, from offset (j * dw) / sw on.
-TETHER_MULTIVERSION
-void depthwise_row(float* __restrict yr, const float* __restrict src, int64_t pitch, int64_t phase,
-                   const float* __restrict wp, int64_t kh, int64_t kw, int64_t dh, int64_t dw, int64_t sw, int64_t ow,
-                   float bias) {
-  for (int64_t c = 0; c < ow; ++c) yr[c] = bias;
+  int64_t offsets[kDwMaxTaps];
   for (int64_t i = 0; i < kh; ++i) {
-    // Tap column j * dw as (phase q, offset o), stepped without dividing (a division per tap
-    // costs more than the tap's loop on short rows).
+    // Tap column j * dw as (phase q, offset o), stepped without dividing.
     int64_t q = 0, o = 0;
     for (int64_t j = 0; j < kw; ++j) {
-      const float wv = wp[i * kw + j];
-      const float* __restrict s = src + i * dh * pitch + q * phase + o;
-      for (int64_t c = 0; c < ow; ++c) yr[c] += wv * s[c];
+      offsets[i * kw + j] = i * dh * pitch + q * phase + o;
       for (q += dw; q >= sw; q -= sw) ++o;
     }
+  }
+  const int64_t full = ow / (4 * kDwLanes) * (4 * kDwLanes), rest = ow - full;
+  for (int64_t r = 0; r < oh; ++r) {
+    float* yr = yp + r * ow;
+    const float* src = pad + r * sh * pitch;
+    for (int64_t c0 = 0; c0 < full; c0 += 4 * kDwLanes) depthwise_run<4>(yr, src, offsets, wp, taps, c0, 4 * kDwLanes, bias);
+    if (rest > 2 * kDwLanes) depthwise_run<4>(yr, src, offsets, wp, taps, full, rest, bias);
+    else if (rest > kDwLanes) depthwise_run<2>(yr, src, offsets, wp, taps, full, rest, bias);
+    else if (rest > 0) depthwise_run<1>(yr, src, offsets, wp, taps, full, rest, bias);
   }
 }
 
@@ -234,49 +334,24 @@ void depthwise_2d(const RunContext& ctx, const View& x, const View& w, const flo
   const int64_t sh = g.strides[0], sw = g.strides[1], dh = g.dilations[0], dw = g.dilations[1];
   const int64_t ph = g.pad_begin[0], pw = g.pad_begin[1];
   const PaddedPlane pp = padded_plane(x, y, g);
-  parallel(ctx, planes, 1, [&](int64_t p0, int64_t p1) {
+  // One padded plane per thread, reused plane after plane (it stays in cache).
+  auto planes_of = [&](int thread, int64_t p0, int64_t p1) {
+    float* pad = padded + thread * pp.floats();
     for (int64_t p = p0; p < p1; ++p) {
-      float* pad = padded + p * pp.floats();
-      float* staging = pad + pp.rows * pp.pitch;
-      const float* xp = x.as<float>() + p * ih * iw;
-      for (int64_t r = 0; r < pp.rows; ++r) {
-        float* dst = pad + r * pp.pitch;
-        const int64_t xr = r - ph;
-        if (xr < 0 || xr >= ih) {
-          std::fill(dst, dst + pp.pitch, 0.0f);
-          continue;
-        }
-        float* row = sw == 1 ? dst : staging;
-        std::fill(row, row + pw, 0.0f);
-        std::copy(xp + xr * iw, xp + xr * iw + iw, row + pw);
-        std::fill(row + pw + iw, row + pp.pitch, 0.0f);
-        if (sw > 1) split_phases(dst, staging, sw, pp.phase);
-      }
+      fill_padded_plane(pad, x.as<float>() + p * ih * iw, ih, iw, ph, pw, pp.rows, sw, pp.phase);
       const float* wp = w.as<float>() + (p % channels) * kh * kw;
       float* yp = y.as<float>() + p * oh * ow;
       const float b = bias != nullptr ? bias[p % channels] : 0.0f;
-      for (int64_t r = 0; r < oh; ++r) {
-        float* yr = yp + r * ow;
-        depthwise_row(yr, pad + r * sh * pp.pitch, pp.pitch, pp.phase, wp, kh, kw, dh, dw, sw, ow, b);
-        ep.apply(yr, sum != nullptr ? sum + (p * oh + r) * ow : nullptr, ow);
-      }
+      depthwise_plane(yp, pad, pp.pitch, pp.phase, wp, kh, kw, sh, dh, dw, sw, oh, ow, b);
+      ep.apply(yp, sum != nullptr ? sum + p * oh * ow : nullptr, oh * ow);
     }
-  });
+  };
+  if (ctx.pool == nullptr || planes < 2) planes_of(0, 0, planes);
+  else ctx.pool->parallel_for_indexed(planes, 1, planes_of);
 }
 
-// Channels per vector block of the channels-last depthwise path.
-constexpr int64_t kDwLanes = 16;
 // Below this output width, rows are too short to vectorise along: depthwise runs channels last.
 constexpr int64_t kDwChannelsLastWidth = 32;
-
-// 16 floats as one value: one ZMM register, two YMM or four XMM, per the clone compiled.
-typedef float Lanes __attribute__((vector_size(kDwLanes * sizeof(float))));
-
-[[gnu::always_inline]] inline Lanes load_lanes(const float* p) {
-  Lanes v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
 
 // One round of a 16 x 16 transpose: in every 2B x 2B block of the matrix held in r (row i in
 // r[i]), the top-right and bottom-left B x B blocks trade places.
@@ -453,7 +528,7 @@ class ConvKernel final : public Kernel {
     const ConvGeometry g = geometry(node_, in[0].dims, in[1].dims, out[0].dims, false);
     if (is_depthwise(in[0], out[0], g))
       return (out[0].dims[3] < kDwChannelsLastWidth ? depthwise_channels_last_floats(in[0], out[0], g)
-                                                    : in[0].dims[0] * in[0].dims[1] * padded_plane(in[0], out[0], g).floats()) *
+                                                    : threads_ * padded_plane(in[0], out[0], g).floats()) *
              4;
     const Shape s = shape_of(in[0], out[0], g);
     return sgemm_scratch_floats(out[0].dims[1] / g.group, s.out_size, s.rows, threads_) * 4;
@@ -483,27 +558,30 @@ class ConvKernel final : public Kernel {
     TETHER_CHECK(!packed_w_.empty() || w.numel() == cout * s.rows, "Conv: weight size differs from the plan");
     TETHER_CHECK(packed_w_.empty() || (static_cast<int64_t>(packed_w_.size()) == g.group && packed_w_[0].k() == s.rows),
                  "Conv: packed weights differ from the plan");
-    for (int64_t b = 0; b < batch; ++b) {
-      for (int64_t gi = 0; gi < g.group; ++gi) {
-        const float* xg = x.as<float>() + (b * cin + gi * cin_g) * s.in_size;
-        GemmB source;
-        source.pack = [&](const RunContext&, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) {
-          im2col_block(xg, x.dims, y.dims, g, cin_g, k0, k0 + kc, n0, nc, dst, nr);
-        };
-        GemmEpilogue ep;
-        ep.row_bias = bias != nullptr ? bias + gi * cout_g : nullptr;
-        ep.sum = sum != nullptr ? sum + (b * cout + gi * cout_g) * s.out_size : nullptr;
-        ep.act = epilogue_;
-        GemmA weights;
-        if (!packed_w_.empty()) {
-          weights.packed = packed_w_[static_cast<size_t>(gi)].data();
-        } else {
-          weights.data = w.as<float>() + gi * cout_g * s.rows;
-          weights.lda = s.rows;
-        }
-        sgemm(ctx, cout_g, s.out_size, s.rows, weights, source, y.as<float>() + (b * cout + gi * cout_g) * s.out_size,
-              s.out_size, ep, scratch);
+    // One product per group over the whole batch: the images share the weights (A), which
+    // sgemm then reads once per K block for all the images a thread takes.
+    GemmImages images;
+    images.count = batch;
+    images.c_stride = cout * s.out_size;
+    for (int64_t gi = 0; gi < g.group; ++gi) {
+      GemmB source;
+      source.pack = [&](const RunContext&, int64_t image, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) {
+        const float* xg = x.as<float>() + (image * cin + gi * cin_g) * s.in_size;
+        im2col_block(xg, x.dims, y.dims, g, cin_g, k0, k0 + kc, n0, nc, dst, nr);
+      };
+      GemmEpilogue ep;
+      ep.row_bias = bias != nullptr ? bias + gi * cout_g : nullptr;
+      ep.sum = sum != nullptr ? sum + gi * cout_g * s.out_size : nullptr;
+      ep.act = epilogue_;
+      GemmA weights;
+      if (!packed_w_.empty()) {
+        weights.packed = packed_w_[static_cast<size_t>(gi)].data();
+      } else {
+        weights.data = w.as<float>() + gi * cout_g * s.rows;
+        weights.lda = s.rows;
       }
+      sgemm(ctx, cout_g, s.out_size, s.rows, weights, source, y.as<float>() + gi * cout_g * s.out_size, s.out_size, ep,
+            scratch, images);
     }
   }
 

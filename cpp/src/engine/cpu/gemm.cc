@@ -124,17 +124,20 @@ int64_t per_thread_floats(int64_t m, int64_t n, int64_t k) {
 // [begin, end) of part `i` when `count` items are split into `parts` near-equal runs.
 int64_t split_point(int64_t count, int64_t parts, int64_t i) { return count * i / parts; }
 
-// One task of sgemm: rows [t0 * MR, t1 * MR) and columns [p0 * NR, p1 * NR) of C (clipped
-// to m and n), through all of K, packing what it needs into its own scratch.
+// One task of sgemm: rows [t0 * MR, t1 * MR) of C and panels [p0, p1) of the images' panels
+// laid end to end (panel v is panel v % ppi of image v / ppi), through all of K, packing what
+// it needs into its own scratch. Within a K block the task walks its images in turn, so A's
+// block is read from memory once for all of them.
 void gemm_block(int64_t m, int64_t n, int64_t k, const GemmA& a, const GemmB& b, float* c, int64_t ldc,
-                const GemmEpilogue& ep, int64_t t0, int64_t t1, int64_t p0, int64_t p1, float* scratch) {
+                const GemmEpilogue& ep, const GemmImages& images, int64_t t0, int64_t t1, int64_t p0, int64_t p1,
+                float* scratch) {
   const GemmIsa& isa = gemm_isa();
   const int64_t mr = isa.mr, nr = isa.nr;
-  const int64_t mtiles = (m + mr - 1) / mr, panels_all = (n + nr - 1) / nr;
+  const int64_t mtiles = (m + mr - 1) / mr, ppi = (n + nr - 1) / nr;
   const int64_t group = std::max<int64_t>(1, kMc / mr);  // M tiles whose A panels stay in L2 together
   const int64_t m0 = t0 * mr, rows_here = std::min(m, t1 * mr) - m0;
   float* b_block = scratch;
-  float* a_block = scratch + (std::min(kKc, k) * std::min(panels_all * nr, kNc) + 15) / 16 * 16;
+  float* a_block = scratch + (std::min(kKc, k) * std::min(ppi * nr, kNc) + 15) / 16 * 16;
   const RunContext serial;  // packing runs on this task's thread
   for (int64_t k0 = 0; k0 < k; k0 += kKc) {
     const int64_t kc = std::min(kKc, k - k0);
@@ -147,15 +150,21 @@ void gemm_block(int64_t m, int64_t n, int64_t k, const GemmA& a, const GemmB& b,
       PackedA::pack_into(a_block, a.data + m0 * a.lda, rows_here, k0, kc, a.lda, static_cast<int>(mr));
       a_panels = a_block;
     }
-    for (int64_t q0 = p0; q0 < p1; q0 += kNc / nr) {
-      const int64_t q1 = std::min(p1, q0 + kNc / nr), n0 = q0 * nr, nc = std::min(n, q1 * nr) - n0;
+    // Runs of at most NC columns, never across an image's end.
+    for (int64_t v0 = p0; v0 < p1;) {
+      const int64_t image = v0 / ppi, q0 = v0 % ppi;
+      const int64_t q1 = std::min({ppi, q0 + kNc / nr, q0 + (p1 - v0)});
+      v0 += q1 - q0;
+      const int64_t n0 = q0 * nr, nc = std::min(n, q1 * nr) - n0;
       const float* block = nullptr;
       if (b.packed != nullptr) {
-        block = b.packed + k0 * (panels_all * nr) + q0 * kc * nr;  // PackedMatrix::block(k0), panel q0
+        block = b.packed + k0 * (ppi * nr) + q0 * kc * nr;  // PackedMatrix::block(k0), panel q0
       } else {
-        b.pack(serial, k0, kc, n0, nc, b_block);
+        b.pack(serial, image, k0, kc, n0, nc, b_block);
         block = b_block;
       }
+      float* ci = c + image * images.c_stride;
+      const float* sum = ep.sum != nullptr ? ep.sum + image * images.c_stride : nullptr;
       // A group of M tiles at a time, walking the block's panels: the group's A panels stay
       // in cache while each B panel slice is read once per tile from L1/L2.
       for (int64_t g0 = t0; g0 < t1; g0 += group) {
@@ -165,12 +174,12 @@ void gemm_block(int64_t m, int64_t n, int64_t k, const GemmA& a, const GemmB& b,
           const float* panel = block + (q - q0) * kc * nr;
           for (int64_t it = g0; it < g1; ++it) {
             const int64_t i0 = it * mr, rows = std::min(mr, m - i0);
-            float* ct = c + i0 * ldc + j0;
+            float* ct = ci + i0 * ldc + j0;
             isa.kernel(kc, a_panels + (it - t0) * kc * mr, mr, panel, ct, ldc, rows, cols, k0 > 0);
             if (!last) continue;
             ep.act.apply_tile(ct, ldc, rows, cols, ep.row_bias != nullptr ? ep.row_bias + i0 : nullptr,
                               ep.col_bias != nullptr ? ep.col_bias + j0 : nullptr,
-                              ep.sum != nullptr ? ep.sum + i0 * ldc + j0 : nullptr);
+                              sum != nullptr ? sum + i0 * ldc + j0 : nullptr);
           }
         }
       }
@@ -185,26 +194,29 @@ int64_t sgemm_scratch_floats(int64_t m, int64_t n, int64_t k, int threads) {
 }
 
 void sgemm(const RunContext& ctx, int64_t m, int64_t n, int64_t k, const GemmA& a, const GemmB& b, float* c,
-           int64_t ldc, const GemmEpilogue& ep, float* scratch) {
+           int64_t ldc, const GemmEpilogue& ep, float* scratch, const GemmImages& images) {
   const GemmIsa& isa = gemm_isa();
   const int64_t mr = isa.mr, nr = isa.nr;
-  if (m == 0 || n == 0) return;
+  if (m == 0 || n == 0 || images.count == 0) return;
+  TETHER_CHECK(images.count == 1 || b.packed == nullptr, "sgemm: images need B packed on demand");
   if (k == 0) {  // no product: C is zeros, and the epilogue still applies
-    for (int64_t i = 0; i < m; ++i) {
-      float* row = c + i * ldc;
-      std::fill(row, row + n, 0.0f);
-      if (ep.row_bias != nullptr)
-        for (int64_t q = 0; q < n; ++q) row[q] += ep.row_bias[i];
-      if (ep.col_bias != nullptr)
-        for (int64_t q = 0; q < n; ++q) row[q] += ep.col_bias[q];
-      ep.act.apply(row, ep.sum != nullptr ? ep.sum + i * ldc : nullptr, n);
+    for (int64_t im = 0; im < images.count; ++im) {
+      for (int64_t i = 0; i < m; ++i) {
+        float* row = c + im * images.c_stride + i * ldc;
+        std::fill(row, row + n, 0.0f);
+        if (ep.row_bias != nullptr)
+          for (int64_t q = 0; q < n; ++q) row[q] += ep.row_bias[i];
+        if (ep.col_bias != nullptr)
+          for (int64_t q = 0; q < n; ++q) row[q] += ep.col_bias[q];
+        ep.act.apply(row, ep.sum != nullptr ? ep.sum + im * images.c_stride + i * ldc : nullptr, n);
+      }
     }
     return;
   }
   TETHER_CHECK(scratch != nullptr, "sgemm needs scratch");
   TETHER_CHECK(a.packed != nullptr || a.data != nullptr, "sgemm: A has no data");
   TETHER_CHECK(b.packed != nullptr || b.pack, "sgemm: B is neither packed nor packable");
-  const int64_t mtiles = (m + mr - 1) / mr, panels = (n + nr - 1) / nr;
+  const int64_t mtiles = (m + mr - 1) / mr, panels = (n + nr - 1) / nr * images.count;
   const int threads = ctx.pool != nullptr ? ctx.pool->threads() : 1;
   // One parallel region per product: a grid of tasks, each running all of K on its block of C
   // with its own packing buffers (no barrier per K block). Columns are split first: B (im2col,
@@ -223,7 +235,7 @@ void sgemm(const RunContext& ctx, int64_t m, int64_t n, int64_t k, const GemmA& 
       const int64_t cm = std::min(mtiles, (target + cn - 1) / cn);
       if (cm * cn < std::min<int64_t>(threads, mtiles * panels)) continue;
       const double cost = static_cast<double>(a_weight * (cn - 1)) * static_cast<double>(m * k) +
-                          static_cast<double>(b_weight * (cm - 1)) * static_cast<double>(k * n);
+                          static_cast<double>(b_weight * (cm - 1)) * static_cast<double>(k * n * images.count);
       if (best < 0.0 || cost < best) {
         best = cost;
         gn = cn;
@@ -235,7 +247,7 @@ void sgemm(const RunContext& ctx, int64_t m, int64_t n, int64_t k, const GemmA& 
   auto task = [&](int thread, int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t im = t / gn, jn = t % gn;
-      gemm_block(m, n, k, a, b, c, ldc, ep, split_point(mtiles, gm, im), split_point(mtiles, gm, im + 1),
+      gemm_block(m, n, k, a, b, c, ldc, ep, images, split_point(mtiles, gm, im), split_point(mtiles, gm, im + 1),
                  split_point(panels, gn, jn), split_point(panels, gn, jn + 1), scratch + thread * per_thread);
     }
   };

@@ -99,9 +99,19 @@ struct GemmEpilogue {
   Epilogue act;
 };
 
-/// Fills `dst` with rows [k0, k0 + kc) and columns [n0, n0 + nc) of B, packed: nc / nr panels
-/// (rounded up) of kc rows of nr floats, zero-padded past column n0 + nc.
-using PackBlock = std::function<void(const RunContext& ctx, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst)>;
+/// Fills `dst` with rows [k0, k0 + kc) and columns [n0, n0 + nc) of image `image`'s B (see
+/// GemmImages; 0 for a single product), packed: nc / nr panels (rounded up) of kc rows of nr
+/// floats, zero-padded past column n0 + nc.
+using PackBlock = std::function<void(const RunContext& ctx, int64_t image, int64_t k0, int64_t kc, int64_t n0,
+                                     int64_t nc, float* dst)>;
+
+/// Several products sharing A (a convolution over a batch of images): image i computes
+/// C + i * c_stride = A @ B_i (B_i from the pack function), its epilogue's summand likewise
+/// offset. sgemm then reads each block of A once for all the images a thread takes.
+struct GemmImages {
+  int64_t count = 1;
+  int64_t c_stride = 0;  ///< floats between images in C (and in the epilogue's summand)
+};
 
 /// Where the GEMM's B comes from: already packed for all of K (PackedMatrix layout), or packed
 /// block by block on demand (im2col, runtime matrices).
@@ -129,6 +139,6 @@ int64_t sgemm_scratch_floats(int64_t m, int64_t n, int64_t k, int threads);
 /// least the pool's threads. B's pack function is called from the task's thread with a
 /// context without a pool (it must not start parallel work).
 void sgemm(const RunContext& ctx, int64_t m, int64_t n, int64_t k, const GemmA& a, const GemmB& b, float* c,
-           int64_t ldc, const GemmEpilogue& ep, float* scratch);
+           int64_t ldc, const GemmEpilogue& ep, float* scratch, const GemmImages& images = {});
 
 }  // namespace tether::engine::cpu

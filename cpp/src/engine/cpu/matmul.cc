@@ -66,7 +66,7 @@ class MatMulKernel final : public Kernel {
         source.packed = packed_.data();
       } else {
         const float* b = in[1].as<float>();
-        source.pack = [b, n](const RunContext&, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) {
+        source.pack = [b, n](const RunContext&, int64_t, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) {
           PackedMatrix::pack_into(dst, b + k0 * n + n0, kc, nc, n, 1, gemm_isa().nr);
         };
       }
@@ -86,7 +86,7 @@ class MatMulKernel final : public Kernel {
         source.packed = packed_.data();
       } else {
         const float* b = in[1].as<float>() + offset(bi, sb) * k * n;
-        source.pack = [b, n](const RunContext&, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) {
+        source.pack = [b, n](const RunContext&, int64_t, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) {
           PackedMatrix::pack_into(dst, b + k0 * n + n0, kc, nc, n, 1, gemm_isa().nr);
         };
       }
@@ -158,7 +158,7 @@ class GemmKernel final : public Kernel {
     } else {
       const float* b = in[1].as<float>();
       const int64_t rs = trans_b_ ? 1 : n, cs = trans_b_ ? k : 1;
-      source.pack = [b, rs, cs](const RunContext&, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) {
+      source.pack = [b, rs, cs](const RunContext&, int64_t, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) {
         PackedMatrix::pack_into(dst, b + k0 * rs + n0 * cs, kc, nc, rs, cs, gemm_isa().nr);
       };
     }
