@@ -403,106 +403,115 @@ void transpose(const float* src, int64_t src_stride, float* dst, int64_t dst_str
     for (int64_t j = 0; j < cols; ++j) dst[j * dst_stride + i] = src[i * src_stride + j];
 }
 
-// The taps of one output position that fall inside the image: kernel rows [i0, i1) and
-// columns [j0, j1). Tap (i, j) reads xt at base + i * row_step + j * col_step and the
-// weights at (i * kw + j) * cp.
-struct DwTaps {
-  int64_t i0, i1, j0, j1, kw, base, row_step, col_step;
+// Outputs [o, o + kOut) of one output row, 16 channels each, from a zero-padded channels-last
+// block: the bias plus every tap, each tap's weights loaded once for the kOut positions, whose
+// accumulators are independent (they hide the FMA latency). Position u reads
+// x + u * col_step + offsets[t] at tap t.
+template <int kOut>
+[[gnu::always_inline]] inline void depthwise_positions(float* y, const float* x, const int64_t* offsets,
+                                                       const float* wt, const Lanes& bias, int64_t taps,
+                                                       int64_t col_step) {
+  Lanes acc[kOut];
+  for (int u = 0; u < kOut; ++u) acc[u] = bias;
+  for (int64_t t = 0; t < taps; ++t) {
+    const Lanes wv = load_lanes(wt + t * kDwLanes);
+    const float* xs = x + offsets[t];
+    for (int u = 0; u < kOut; ++u) acc[u] += wv * load_lanes(xs + u * col_step);
+  }
+  for (int u = 0; u < kOut; ++u) std::memcpy(y + u * kDwLanes, &acc[u], sizeof(Lanes));
+}
+
+// Geometry of the channels-last blocked path: a padded block holds `rows` x `cols` positions
+// of 16 channels.
+struct DwBlock {
+  int64_t rows, cols;
+  int64_t floats() const { return rows * cols * kDwLanes; }
 };
 
-// Channels [c0, c0 + 16 * kVectors) of one output position: the bias plus every tap,
-// accumulated in kVectors independent registers (several hide the FMA latency).
-template <int kVectors>
-[[gnu::always_inline]] inline void depthwise_block(float* yt, const float* xt, const float* wt, const float* bias,
-                                                   const DwTaps& t, int64_t cp, int64_t c0) {
-  Lanes acc[kVectors];
-  for (int v = 0; v < kVectors; ++v) acc[v] = load_lanes(bias + c0 + v * kDwLanes);
-  for (int64_t i = t.i0; i < t.i1; ++i) {
-    for (int64_t j = t.j0; j < t.j1; ++j) {
-      const float* xs = xt + (t.base + i * t.row_step + j * t.col_step + c0);  // in bounds: (i, j) is a valid tap
-      const float* ws = wt + (i * t.kw + j) * cp + c0;
-      for (int v = 0; v < kVectors; ++v) acc[v] += load_lanes(ws + v * kDwLanes) * load_lanes(xs + v * kDwLanes);
-    }
-  }
-  for (int v = 0; v < kVectors; ++v) std::memcpy(yt + c0 + v * kDwLanes, &acc[v], sizeof(Lanes));
+DwBlock dw_block(const View& x, const View& y, const ConvGeometry& g) {
+  const PaddedPlane pp = padded_plane(x, y, g);
+  return {pp.rows, pp.cols};
 }
 
-// One output position of a channels-last depthwise convolution, 64 channels at a time, then
-// 16 at a time.
+// Floats of one thread's scratch: the transposed input, its padded copy, the output block,
+// the weights and the bias (16 channels each).
+int64_t dw_block_floats(const View& x, const View& y, const ConvGeometry& g) {
+  return (x.dims[2] * x.dims[3] + y.dims[2] * y.dims[3] + g.kernel[0] * g.kernel[1] + 1) * kDwLanes +
+         dw_block(x, y, g).floats();
+}
+
+// One 16-channel block of one image, channels last: `xt` (ih * iw positions) is copied into
+// the zero-padded `pad`, convolved into `yt` (oh * ow positions), four positions at a time.
 TETHER_MULTIVERSION
-void depthwise_position(float* yt, const float* xt, const float* wt, const float* bias, const DwTaps& t, int64_t cp) {
-  int64_t c0 = 0;
-  for (; c0 + 4 * kDwLanes <= cp; c0 += 4 * kDwLanes) depthwise_block<4>(yt, xt, wt, bias, t, cp, c0);
-  for (; c0 < cp; c0 += kDwLanes) depthwise_block<1>(yt, xt, wt, bias, t, cp, c0);
+void depthwise_block16(float* __restrict yt, float* __restrict pad, const float* __restrict xt,
+                       const float* __restrict wt, const float* __restrict bias, const ConvGeometry& g, const DwBlock& b,
+                       int64_t ih, int64_t iw, int64_t oh, int64_t ow) {
+  const int64_t kh = g.kernel[0], kw = g.kernel[1], taps = kh * kw;
+  const int64_t ph = g.pad_begin[0], pw = g.pad_begin[1];
+  const Lanes zero{};
+  for (int64_t r = 0; r < b.rows; ++r) {
+    float* row = pad + r * b.cols * kDwLanes;
+    const int64_t xr = r - ph;
+    const int64_t lo = xr < 0 || xr >= ih ? b.cols : pw, hi = xr < 0 || xr >= ih ? b.cols : pw + iw;
+    for (int64_t q = 0; q < lo; ++q) std::memcpy(row + q * kDwLanes, &zero, sizeof zero);
+    for (int64_t q = lo; q < hi; ++q) std::memcpy(row + q * kDwLanes, xt + (xr * iw + q - pw) * kDwLanes, sizeof(Lanes));
+    for (int64_t q = std::max(lo, hi); q < b.cols; ++q) std::memcpy(row + q * kDwLanes, &zero, sizeof zero);
+  }
+  int64_t offsets[kDwMaxTaps];
+  for (int64_t i = 0; i < kh; ++i)
+    for (int64_t j = 0; j < kw; ++j)
+      offsets[i * kw + j] = (i * g.dilations[0] * b.cols + j * g.dilations[1]) * kDwLanes;
+  const Lanes bv = load_lanes(bias);
+  const int64_t col_step = g.strides[1] * kDwLanes;
+  for (int64_t oy = 0; oy < oh; ++oy) {
+    const float* xrow = pad + oy * g.strides[0] * b.cols * kDwLanes;
+    float* yrow = yt + oy * ow * kDwLanes;
+    int64_t ox = 0;
+    for (; ox + 4 <= ow; ox += 4)
+      depthwise_positions<4>(yrow + ox * kDwLanes, xrow + ox * col_step, offsets, wt, bv, taps, col_step);
+    for (; ox < ow; ++ox)
+      depthwise_positions<1>(yrow + ox * kDwLanes, xrow + ox * col_step, offsets, wt, bv, taps, col_step);
+  }
 }
 
-int64_t round_lanes(int64_t c) { return (c + kDwLanes - 1) / kDwLanes * kDwLanes; }
-
-int64_t depthwise_channels_last_floats(const View& x, const View& y, const ConvGeometry& g) {
-  const int64_t cp = round_lanes(x.dims[1]);
-  return (g.kernel[0] * g.kernel[1] + 1 + x.dims[2] * x.dims[3] + y.dims[2] * y.dims[3]) * cp;
-}
-
-// Depthwise 2-D convolution of small planes: each image is transposed to channels last (16
-// channels a vector), convolved one output position at a time, and transposed back through
-// the epilogue (with `sum`, laid out as y, when not nullptr). Channels past C (up to a
-// multiple of 16) are zero and dropped.
+// Depthwise 2-D convolution of small planes, channels last in blocks of 16 channels: each task
+// (an image and 16 of its channels) transposes its planes to positions x 16 channels (16 x 16
+// blocks in registers), pads them, convolves four positions at a time with each tap's 16
+// weights loaded once, and transposes back through the epilogue (with `sum`, laid out as y,
+// when not nullptr). Channels past C in the last block are zero and dropped. `scratch` holds
+// dw_block_floats per thread.
 void depthwise_2d_channels_last(const RunContext& ctx, const View& x, const View& w, const float* bias,
                                 const float* sum, View& y, const ConvGeometry& g, const Epilogue& ep, float* scratch) {
-  const int64_t batch = x.dims[0], c = x.dims[1], cp = round_lanes(c);
+  const int64_t batch = x.dims[0], c = x.dims[1], blocks = (c + kDwLanes - 1) / kDwLanes;
   const int64_t ih = x.dims[2], iw = x.dims[3], oh = y.dims[2], ow = y.dims[3];
-  const int64_t kh = g.kernel[0], kw = g.kernel[1], in_size = ih * iw, out_size = oh * ow;
-  float* wt = scratch;             // [kh * kw][cp]
-  float* bt = wt + kh * kw * cp;   // [cp]
-  float* xt = bt + cp;             // [ih * iw][cp]
-  float* yt = xt + in_size * cp;   // [oh * ow][cp]
-  for (int64_t q = 0; q < kh * kw; ++q) {
-    for (int64_t ch = 0; ch < c; ++ch) wt[q * cp + ch] = w.as<float>()[ch * kh * kw + q];
-    std::fill(wt + q * cp + c, wt + (q + 1) * cp, 0.0f);
-  }
-  for (int64_t ch = 0; ch < cp; ++ch) bt[ch] = bias != nullptr && ch < c ? bias[ch] : 0.0f;
-  for (int64_t b = 0; b < batch; ++b) {
-    const float* xb = x.as<float>() + b * c * in_size;
-    // Transposed 16 positions at a time, 16 x 16 blocks in registers: each channel's 16
-    // floats are one cache line read.
-    parallel(ctx, (in_size + 15) / 16, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t p0 = t0 * 16; p0 < std::min(in_size, t1 * 16); p0 += 16) {
-        const int64_t p1 = std::min(in_size, p0 + 16);
-        transpose(xb + p0, in_size, xt + p0 * cp, cp, c, p1 - p0);
-        for (int64_t p = p0; p < p1; ++p) std::fill(xt + p * cp + c, xt + (p + 1) * cp, 0.0f);
+  const int64_t taps = g.kernel[0] * g.kernel[1], in_size = ih * iw, out_size = oh * ow;
+  TETHER_CHECK(taps <= kDwMaxTaps, "depthwise: kernel too large for the channels-last path");
+  const DwBlock b = dw_block(x, y, g);
+  const int64_t per_thread = dw_block_floats(x, y, g);
+  auto run = [&](int thread, int64_t t0, int64_t t1) {
+    float* xt = scratch + thread * per_thread;  // [in_size][16]
+    float* yt = xt + in_size * kDwLanes;       // [out_size][16]
+    float* wt = yt + out_size * kDwLanes;      // [taps][16]
+    float* bt = wt + taps * kDwLanes;          // [16]
+    float* pad = bt + kDwLanes;                // [rows][cols][16]
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t image = t / blocks, c0 = t % blocks * kDwLanes, nch = std::min(kDwLanes, c - c0);
+      for (int64_t l = 0; l < kDwLanes; ++l) {
+        bt[l] = bias != nullptr && l < nch ? bias[c0 + l] : 0.0f;
+        for (int64_t q = 0; q < taps; ++q) wt[q * kDwLanes + l] = l < nch ? w.as<float>()[(c0 + l) * taps + q] : 0.0f;
       }
-    });
-    parallel(ctx, out_size, 4, [&](int64_t o0, int64_t o1) {
-      for (int64_t o = o0; o < o1; ++o) {
-        // Input row of kernel row i: y0 + i * dh, inside [0, ih) for i in [i0, i1); likewise columns.
-        const int64_t y0 = (o / ow) * g.strides[0] - g.pad_begin[0], x0 = (o % ow) * g.strides[1] - g.pad_begin[1];
-        const int64_t dh = g.dilations[0], dw = g.dilations[1];
-        DwTaps t;
-        t.i0 = std::clamp<int64_t>(ceil_div(-y0, dh), 0, kh);
-        t.i1 = std::clamp<int64_t>(floor_div(ih - 1 - y0, dh) + 1, t.i0, kh);
-        t.j0 = std::clamp<int64_t>(ceil_div(-x0, dw), 0, kw);
-        t.j1 = std::clamp<int64_t>(floor_div(iw - 1 - x0, dw) + 1, t.j0, kw);
-        t.kw = kw;
-        t.base = (y0 * iw + x0) * cp;
-        t.row_step = dh * iw * cp;
-        t.col_step = dw * cp;
-        depthwise_position(yt + o * cp, xt, wt, bt, t, cp);
-      }
-    });
-    float* yb = y.as<float>() + b * c * out_size;
-    // Back to channels first 16 channels at a time (one cache line of each position), then
-    // the epilogue over each channel's plane.
-    parallel(ctx, (c + 15) / 16, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t c0 = t0 * 16; c0 < std::min(c, t1 * 16); c0 += 16) {
-        const int64_t c1 = std::min(c, c0 + 16);
-        transpose(yt + c0, cp, yb + c0 * out_size, out_size, out_size, c1 - c0);
-        for (int64_t ch = c0; ch < c1; ++ch) {
-          const int64_t plane = (b * c + ch) * out_size;
-          ep.apply(y.as<float>() + plane, sum != nullptr ? sum + plane : nullptr, out_size);
-        }
-      }
-    });
-  }
+      if (nch < kDwLanes) std::fill(xt, xt + in_size * kDwLanes, 0.0f);
+      const float* xs = x.as<float>() + (image * c + c0) * in_size;
+      transpose(xs, in_size, xt, kDwLanes, nch, in_size);
+      depthwise_block16(yt, pad, xt, wt, bt, g, b, ih, iw, oh, ow);
+      float* ys = y.as<float>() + (image * c + c0) * out_size;
+      transpose(yt, kDwLanes, ys, out_size, out_size, nch);
+      for (int64_t l = 0; l < nch; ++l)
+        ep.apply(ys + l * out_size, sum != nullptr ? sum + (image * c + c0 + l) * out_size : nullptr, out_size);
+    }
+  };
+  if (ctx.pool == nullptr || batch * blocks < 2) run(0, 0, batch * blocks);
+  else ctx.pool->parallel_for_indexed(batch * blocks, 1, run);
 }
 
 // Conv (and FusedConv): the GEMM of the weights (A) with the im2col matrix (B), whose blocks
@@ -527,7 +536,7 @@ class ConvKernel final : public Kernel {
   int64_t scratch_bytes(const std::vector<View>& in, const std::vector<View>& out) const override {
     const ConvGeometry g = geometry(node_, in[0].dims, in[1].dims, out[0].dims, false);
     if (is_depthwise(in[0], out[0], g))
-      return (out[0].dims[3] < kDwChannelsLastWidth ? depthwise_channels_last_floats(in[0], out[0], g)
+      return (use_channels_last(out[0], g) ? threads_ * dw_block_floats(in[0], out[0], g)
                                                     : threads_ * padded_plane(in[0], out[0], g).floats()) *
              4;
     const Shape s = shape_of(in[0], out[0], g);
@@ -545,7 +554,7 @@ class ConvKernel final : public Kernel {
     TETHER_CHECK(sum == nullptr || in[3].dims == y.dims, "FusedConv: the summand's shape differs from the output's");
     auto* scratch = reinterpret_cast<float*>(ctx.scratch);
     if (is_depthwise(x, y, g)) {
-      if (y.dims[3] < kDwChannelsLastWidth)
+      if (use_channels_last(y, g))
         depthwise_2d_channels_last(ctx, x, w, bias, sum, y, g, epilogue_, scratch);
       else
         depthwise_2d(ctx, x, w, bias, sum, y, g, epilogue_, scratch);
@@ -598,6 +607,12 @@ class ConvKernel final : public Kernel {
       s.out_size *= y.dims[i + 2];
     }
     return s;
+  }
+
+  // Narrow output rows are too short to vectorise along: those planes run channels last
+  // (kernels of at most kDwMaxTaps taps).
+  static bool use_channels_last(const View& y, const ConvGeometry& g) {
+    return y.dims[3] < kDwChannelsLastWidth && g.kernel[0] * g.kernel[1] <= kDwMaxTaps;
   }
 
   static bool is_depthwise(const View& x, const View& y, const ConvGeometry& g) {
