@@ -351,7 +351,7 @@ void depthwise_2d(const RunContext& ctx, const View& x, const View& w, const flo
 }
 
 // Below this output width, rows are too short to vectorise along: depthwise runs channels last.
-constexpr int64_t kDwChannelsLastWidth = 32;
+constexpr int64_t kDwChannelsLastWidth = 64;
 
 // One round of a 16 x 16 transpose: in every 2B x 2B block of the matrix held in r (row i in
 // r[i]), the top-right and bottom-left B x B blocks trade places.
