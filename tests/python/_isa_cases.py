@@ -38,6 +38,10 @@ CONV_CASES = [
     # batches sharing the weights in one product: several panels per image, two K blocks
     (3, 40, 70, (20, 30), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
     (5, 300, 24, (7, 7), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    # direct convolution on phase planes: strides 2 and 3 with dilation and uneven pads; more
+    # output channels than one block of rows
+    (2, 5, 30, (17, 19), (3, 3), (2, 3), (0, 1, 2, 1), (2, 1), 1),
+    (1, 8, 300, (9, 9), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
 ]
 GEMM_SIZES = [1, 3, 13, 127]
 

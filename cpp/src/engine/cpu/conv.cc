@@ -204,48 +204,50 @@ typedef float Lanes __attribute__((vector_size(kDwLanes * sizeof(float))));
   return v;
 }
 
-// The zero-padded copy of one input plane (ih x iw) that the row stencil reads: padded row
-// r is input row r - ph; with a column stride sw each padded row is stored as sw phases of
-// `phase` floats, element k of phase q being padded column k * sw + q, i.e. input column
-// k * sw + q - pw (zero outside the row). Vector loads and stores throughout: no library call
-// per row (rows are short, and there are many).
+// One padded row split into sw column phases: element k of phase q (at d + q * phase_stride)
+// is padded column k * sw + q, i.e. input column k * sw + q - pw of `src` (zero outside the
+// row, and everywhere when src is nullptr: a padding row). Vector loads and stores: no library
+// call per row (rows are short, and there are many).
 TETHER_MULTIVERSION __attribute__((optimize("no-tree-loop-distribute-patterns")))
-void fill_padded_plane(float* __restrict pad, const float* __restrict x, int64_t ih, int64_t iw, int64_t ph,
-                       int64_t pw, int64_t rows, int64_t sw, int64_t phase) {
-  const int64_t pitch = sw * phase;
-  const Lanes zero{};
-  for (int64_t r = 0; r < rows; ++r) {
-    float* dst = pad + r * pitch;
-    const int64_t xr = r - ph;
-    if (xr < 0 || xr >= ih) {
-      int64_t k = 0;
-      for (; k + kDwLanes <= pitch; k += kDwLanes) std::memcpy(dst + k, &zero, sizeof zero);
-      for (; k < pitch; ++k) dst[k] = 0.0f;
+void fill_padded_row(float* __restrict d0, const float* __restrict src, int64_t iw, int64_t pw, int64_t sw,
+                     int64_t len, int64_t phase_stride) {
+  for (int64_t q = 0; q < sw; ++q) {
+    float* d = d0 + q * phase_stride;
+    // Elements [lo, hi) of this phase lie inside the input row.
+    const int64_t lo = src == nullptr ? len : std::clamp<int64_t>(ceil_div(pw - q, sw), 0, len);
+    const int64_t hi = src == nullptr ? len : std::clamp<int64_t>(floor_div(iw - 1 + pw - q, sw) + 1, lo, len);
+    int64_t k = 0;
+    const Lanes zero{};
+    if (lo == len) {
+      for (; k + kDwLanes <= len; k += kDwLanes) std::memcpy(d + k, &zero, sizeof zero);
+      for (; k < len; ++k) d[k] = 0.0f;
       continue;
     }
-    const float* src = x + xr * iw;
-    for (int64_t q = 0; q < sw; ++q) {
-      float* d = dst + q * phase;
-      // Elements [lo, hi) of this phase lie inside the input row.
-      const int64_t lo = std::clamp<int64_t>(ceil_div(pw - q, sw), 0, phase);
-      const int64_t hi = std::clamp<int64_t>(floor_div(iw - 1 + pw - q, sw) + 1, lo, phase);
-      int64_t k = 0;
-      for (; k < lo; ++k) d[k] = 0.0f;
-      const float* s = src + lo * sw + q - pw;  // input column of element lo
-      if (sw == 1) {
-        for (; k + kDwLanes <= hi; k += kDwLanes) std::memcpy(d + k, s + (k - lo), sizeof(Lanes));
-      } else if (sw == 2) {
-        // 16 elements from two vectors of the row; the last read (2 * 16 - 1 past element k)
-        // stays inside the row while element k + 16 does.
-        for (; k + kDwLanes < hi; k += kDwLanes) {
-          const Lanes a = load_lanes(s + 2 * (k - lo)), b = load_lanes(s + 2 * (k - lo) + kDwLanes);
-          const Lanes even = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-          std::memcpy(d + k, &even, sizeof even);
-        }
+    for (; k < lo; ++k) d[k] = 0.0f;
+    const float* s = src + lo * sw + q - pw;  // input column of element lo
+    if (sw == 1) {
+      for (; k + kDwLanes <= hi; k += kDwLanes) std::memcpy(d + k, s + (k - lo), sizeof(Lanes));
+    } else if (sw == 2) {
+      // 16 elements from two vectors of the row; the last read (2 * 16 - 1 past element k)
+      // stays inside the row while element k + 16 does.
+      for (; k + kDwLanes < hi; k += kDwLanes) {
+        const Lanes a = load_lanes(s + 2 * (k - lo)), b = load_lanes(s + 2 * (k - lo) + kDwLanes);
+        const Lanes even = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        std::memcpy(d + k, &even, sizeof even);
       }
-      for (; k < hi; ++k) d[k] = s[(k - lo) * sw];
-      for (; k < phase; ++k) d[k] = 0.0f;
     }
+    for (; k < hi; ++k) d[k] = s[(k - lo) * sw];
+    for (; k < len; ++k) d[k] = 0.0f;
+  }
+}
+
+// The zero-padded copy of one input plane (ih x iw) that the row stencil reads: padded row r
+// is input row r - ph, stored as sw phases of `phase` floats (see fill_padded_row).
+void fill_padded_plane(float* pad, const float* x, int64_t ih, int64_t iw, int64_t ph, int64_t pw, int64_t rows,
+                       int64_t sw, int64_t phase) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t xr = r - ph;
+    fill_padded_row(pad + r * sw * phase, xr < 0 || xr >= ih ? nullptr : x + xr * iw, iw, pw, sw, phase, phase);
   }
 }
 
@@ -514,6 +516,159 @@ void depthwise_2d_channels_last(const RunContext& ctx, const View& x, const View
   else ctx.pool->parallel_for_indexed(batch * blocks, 1, run);
 }
 
+// Direct 2-D convolution (groups of 1): the GEMM of the packed weights with an im2col matrix
+// that is never built. Each input channel is stored once, zero-padded and split into
+// sh x sw phase planes of hq x wq (phase (a, b) holds padded rows a, a + sh, ... and columns
+// b, b + sw, ...). Output position (oy, ox) is column oy * wq + ox of a "wide" output whose
+// rows are wq long; im2col row (c, i, j) is then one contiguous run of c's phase plane
+// ((i * dh) % sh, (j * dw) % sw), starting (i * dh) / sh rows and (j * dw) / sw columns in, and
+// the micro-kernel reads B's rows there in place. The wq - ow columns past each output row are
+// computed and dropped. A 1x1 convolution without stride or padding reads the input itself.
+struct Direct {
+  int64_t hq = 0, wq = 0, plane = 0;  // phase planes, and floats per channel (all its phases)
+  int64_t n_wide = 0;                 // oh * wq
+  bool in_place = false;              // pointwise: B's rows are the input's planes
+};
+
+constexpr int64_t kDirectGroupRows = 144;  // rows of C a task finishes before the next (A in L2)
+
+Direct direct_of(const View& x, const View& y, const ConvGeometry& g) {
+  Direct d;
+  d.in_place = g.kernel[0] == 1 && g.kernel[1] == 1 && g.strides[0] == 1 && g.strides[1] == 1 &&
+               g.pad_begin[0] == 0 && g.pad_begin[1] == 0 && y.dims[2] == x.dims[2] && y.dims[3] == x.dims[3];
+  if (d.in_place) {
+    d.hq = x.dims[2];
+    d.wq = x.dims[3];
+    d.plane = d.hq * d.wq;
+  } else {
+    const PaddedPlane pp = padded_plane(x, y, g);
+    d.hq = (pp.rows + g.strides[0] - 1) / g.strides[0];
+    d.wq = (pp.cols + g.strides[1] - 1) / g.strides[1];
+    d.plane = g.strides[0] * g.strides[1] * d.hq * d.wq;
+  }
+  d.n_wide = y.dims[2] * d.wq;
+  return d;
+}
+
+// Scratch of the direct path: the phase planes of every image (with room for a panel read
+// past the end), B's row offsets, then per thread a block of C and a packed panel.
+struct DirectScratch {
+  int64_t planes, offsets, per_thread;
+  int64_t floats(int threads) const { return planes + offsets + threads * per_thread; }
+};
+
+DirectScratch direct_scratch(const View& x, const View& y, const ConvGeometry& g) {
+  const Direct d = direct_of(x, y, g);
+  const int64_t nr = gemm_isa().nr, k = x.dims[1] * g.kernel[0] * g.kernel[1];
+  DirectScratch s;
+  s.planes = d.in_place ? 0 : (x.dims[0] * x.dims[1] * d.plane + 2 * nr + 15) / 16 * 16;
+  s.offsets = (2 * k + 15) / 16 * 16;  // int64 each
+  s.per_thread = (kDirectGroupRows + gemm_isa().mr) * nr + k * nr;
+  return s;
+}
+
+void conv_direct(const RunContext& ctx, const View& x, const View& y, const ConvGeometry& g, const PackedA& w,
+                 const float* bias, const float* sum, const Epilogue& act, float* scratch) {
+  const GemmIsa& isa = gemm_isa();
+  const int64_t mr = isa.mr, nr = isa.nr;
+  const int64_t batch = x.dims[0], cin = x.dims[1], ih = x.dims[2], iw = x.dims[3];
+  const int64_t cout = y.dims[1], oh = y.dims[2], ow = y.dims[3], out_size = oh * ow;
+  const int64_t kh = g.kernel[0], kw = g.kernel[1], sh = g.strides[0], sw = g.strides[1];
+  const int64_t k = cin * kh * kw;
+  const Direct d = direct_of(x, y, g);
+  const DirectScratch layout = direct_scratch(x, y, g);
+  float* planes = scratch;
+  auto* offsets = reinterpret_cast<int64_t*>(scratch + layout.planes);
+  float* per_thread = scratch + layout.planes + layout.offsets;
+  TETHER_CHECK(w.m() == cout && w.k() == k, "Conv: packed weights differ from the plan");
+
+  // B's row (c, i, j) as an offset from its image's planes.
+  for (int64_t c = 0; c < cin; ++c)
+    for (int64_t i = 0; i < kh; ++i)
+      for (int64_t j = 0; j < kw; ++j) {
+        const int64_t di = i * g.dilations[0], dj = j * g.dilations[1];
+        offsets[(c * kh + i) * kw + j] =
+            c * d.plane + ((di % sh) * sw + dj % sw) * d.hq * d.wq + (di / sh) * d.wq + dj / sw;
+      }
+  const float* source = x.as<float>();
+  if (!d.in_place) {
+    // Every (image, channel)'s padded phase planes; the room after them stays finite.
+    parallel(ctx, batch * cin, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const float* xp = x.as<float>() + p * ih * iw;
+        for (int64_t r = 0; r < d.hq * sh; ++r) {
+          const int64_t xr = r - g.pad_begin[0];
+          float* dst = planes + p * d.plane + (r % sh) * sw * d.hq * d.wq + (r / sh) * d.wq;
+          fill_padded_row(dst, xr < 0 || xr >= ih ? nullptr : xp + xr * iw, iw, g.pad_begin[1], sw, d.wq, d.hq * d.wq);
+        }
+      }
+    });
+    std::fill(planes + batch * cin * d.plane, planes + layout.planes, 0.0f);
+    source = planes;
+  }
+  const int64_t image_floats = d.in_place ? cin * ih * iw : cin * d.plane;
+
+  // Tasks: a grid over the images' panels (laid end to end) and M tiles, panels first.
+  const int64_t ppi = (d.n_wide + nr - 1) / nr, panels = batch * ppi, mtiles = (cout + mr - 1) / mr;
+  const int threads = ctx.pool != nullptr ? ctx.pool->threads() : 1;
+  int64_t gn = 1, gm = 1;
+  if (threads > 1) {
+    const int64_t target = 2 * static_cast<int64_t>(threads);
+    gn = std::min(panels, target);
+    gm = std::min(mtiles, (target + gn - 1) / gn);
+  }
+  const int64_t group = std::max<int64_t>(1, kDirectGroupRows / mr);
+  auto task = [&](int thread, int64_t t_begin, int64_t t_end) {
+    float* cbuf = per_thread + thread * layout.per_thread;  // group * mr rows x nr
+    float* packed = cbuf + (kDirectGroupRows + mr) * nr;   // k x nr: a panel that would read past the input
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      const int64_t im = t / gn, jn = t % gn;
+      const int64_t t0 = mtiles * im / gm, t1 = mtiles * (im + 1) / gm;
+      for (int64_t v = panels * jn / gn; v < panels * (jn + 1) / gn; ++v) {
+        const int64_t image = v / ppi, j0 = v % ppi * nr, cols = std::min(nr, d.n_wide - j0);
+        const float* base = source + image * image_floats + j0;
+        // In place, a ragged last panel would read past the input: it is packed instead.
+        const bool pack = d.in_place && j0 + nr > d.n_wide;
+        if (pack)
+          for (int64_t p = 0; p < k; ++p) {
+            std::copy(base + offsets[p], base + offsets[p] + cols, packed + p * nr);
+            std::fill(packed + p * nr + cols, packed + (p + 1) * nr, 0.0f);
+          }
+        for (int64_t g0 = t0; g0 < t1; g0 += group) {
+          const int64_t g1 = std::min(t1, g0 + group);
+          for (int64_t k0 = 0; k0 < k; k0 += kGemmKc) {
+            const int64_t kc = std::min(kGemmKc, k - k0);
+            const float* a_block = w.block(k0);
+            for (int64_t it = g0; it < g1; ++it) {
+              const int64_t rows = std::min(mr, cout - it * mr);
+              float* ct = cbuf + (it - g0) * mr * nr;
+              if (pack)
+                isa.kernel(kc, a_block + it * kc * mr, mr, packed + k0 * nr, ct, nr, rows, nr, k0 > 0);
+              else
+                isa.offsets_kernel(kc, a_block + it * kc * mr, mr, base, offsets + k0, ct, nr, rows, nr, k0 > 0);
+            }
+          }
+          // Finished rows [r0, r1): the wide columns inside output rows go to y, then the epilogue.
+          const int64_t r0 = g0 * mr, r1 = std::min(cout, g1 * mr);
+          for (int64_t oy = j0 / d.wq; oy < oh && oy * d.wq < j0 + cols; ++oy) {
+            const int64_t lo = std::max<int64_t>(0, j0 - oy * d.wq), hi = std::min(ow, j0 + cols - oy * d.wq);
+            if (lo >= hi) continue;
+            const int64_t at = (image * cout + r0) * out_size + oy * ow + lo;
+            float* dst = y.as<float>() + at;
+            for (int64_t r = r0; r < r1; ++r)
+              std::memcpy(dst + (r - r0) * out_size, cbuf + (r - r0) * nr + oy * d.wq + lo - j0,
+                          static_cast<size_t>(hi - lo) * sizeof(float));
+            act.apply_tile(dst, out_size, r1 - r0, hi - lo, bias != nullptr ? bias + r0 : nullptr, nullptr,
+                           sum != nullptr ? sum + at : nullptr);
+          }
+        }
+      }
+    }
+  };
+  if (ctx.pool == nullptr || gm * gn == 1) task(0, 0, gm * gn);
+  else ctx.pool->parallel_for_indexed(gm * gn, 1, task);
+}
+
 // Conv (and FusedConv): the GEMM of the weights (A) with the im2col matrix (B), whose blocks
 // are expanded on demand straight into packed panels, with the bias and activation fused into
 // the GEMM's tiles.
@@ -539,6 +694,7 @@ class ConvKernel final : public Kernel {
       return (use_channels_last(out[0], g) ? threads_ * dw_block_floats(in[0], out[0], g)
                                                     : threads_ * padded_plane(in[0], out[0], g).floats()) *
              4;
+    if (use_direct(in[0], out[0], g)) return direct_scratch(in[0], out[0], g).floats(threads_) * 4;
     const Shape s = shape_of(in[0], out[0], g);
     return sgemm_scratch_floats(out[0].dims[1] / g.group, s.out_size, s.rows, threads_) * 4;
   }
@@ -558,6 +714,10 @@ class ConvKernel final : public Kernel {
         depthwise_2d_channels_last(ctx, x, w, bias, sum, y, g, epilogue_, scratch);
       else
         depthwise_2d(ctx, x, w, bias, sum, y, g, epilogue_, scratch);
+      return;
+    }
+    if (use_direct(x, y, g)) {
+      conv_direct(ctx, x, y, g, packed_w_[0], bias, sum, epilogue_, scratch);
       return;
     }
     const Shape s = shape_of(x, y, g);
@@ -607,6 +767,13 @@ class ConvKernel final : public Kernel {
       s.out_size *= y.dims[i + 2];
     }
     return s;
+  }
+
+  // 2-D, one group, constant weights, a kernel wider than 1x1: the direct path. (A 1x1
+  // convolution's im2col matrix is the input itself, or a fraction of it when strided; packing
+  // its panels costs less than reading B's rows in place once many row tiles reuse them.)
+  bool use_direct(const View& x, const View&, const ConvGeometry& g) const {
+    return x.rank() == 4 && g.group == 1 && !packed_w_.empty() && g.kernel[0] * g.kernel[1] > 1;
   }
 
   // Narrow output rows are too short to vectorise along: those planes run channels last

@@ -19,11 +19,12 @@ constexpr int64_t kKc = kGemmKc;
 constexpr int64_t kMc = 144;
 constexpr int64_t kNc = 1024;
 
-void f32_gemm_4x16__generic(int64_t k, const float* a, int64_t a_stride, const float* panel, float* c, int64_t ldc,
-                            int64_t m, int64_t n, bool accumulate) {
+template <bool kOffsets>
+void gemm_4x16_generic(int64_t k, const float* a, int64_t a_stride, const float* panel, const int64_t* b_off, float* c,
+                       int64_t ldc, int64_t m, int64_t n, bool accumulate) {
   float acc[kGenericMr][kGenericNr] = {};
   for (int64_t p = 0; p < k; ++p) {
-    const float* b = panel + p * kGenericNr;
+    const float* b = kOffsets ? panel + b_off[p] : panel + p * kGenericNr;
     for (int64_t r = 0; r < m; ++r) {
       const float av = a[p * a_stride + r];
       for (int j = 0; j < kGenericNr; ++j) acc[r][j] += av * b[j];
@@ -33,11 +34,21 @@ void f32_gemm_4x16__generic(int64_t k, const float* a, int64_t a_stride, const f
     for (int64_t j = 0; j < n; ++j) c[r * ldc + j] = accumulate ? c[r * ldc + j] + acc[r][j] : acc[r][j];
 }
 
+void f32_gemm_4x16__generic(int64_t k, const float* a, int64_t a_stride, const float* panel, float* c, int64_t ldc,
+                            int64_t m, int64_t n, bool accumulate) {
+  gemm_4x16_generic<false>(k, a, a_stride, panel, nullptr, c, ldc, m, n, accumulate);
+}
+
+void f32_gemm_4x16_offsets__generic(int64_t k, const float* a, int64_t a_stride, const float* b, const int64_t* b_off,
+                                    float* c, int64_t ldc, int64_t m, int64_t n, bool accumulate) {
+  gemm_4x16_generic<true>(k, a, a_stride, b, b_off, c, ldc, m, n, accumulate);
+}
+
 GemmIsa select() {
   const util::CpuFeatures& f = util::cpu_features();
-  if (f.avx512) return {"f32_gemm_12x32__avx512", 12, 32, f32_gemm_12x32__avx512};
-  if (f.avx2) return {"f32_gemm_6x16__avx2", 6, 16, f32_gemm_6x16__avx2};
-  return {"f32_gemm_4x16__generic", kGenericMr, kGenericNr, f32_gemm_4x16__generic};
+  if (f.avx512) return {"f32_gemm_12x32__avx512", 12, 32, f32_gemm_12x32__avx512, f32_gemm_12x32_offsets__avx512};
+  if (f.avx2) return {"f32_gemm_6x16__avx2", 6, 16, f32_gemm_6x16__avx2, f32_gemm_6x16_offsets__avx2};
+  return {"f32_gemm_4x16__generic", kGenericMr, kGenericNr, f32_gemm_4x16__generic, f32_gemm_4x16_offsets__generic};
 }
 
 float* aligned_floats(int64_t count, std::shared_ptr<float>& owner) {

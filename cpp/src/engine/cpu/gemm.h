@@ -19,11 +19,17 @@ namespace tether::engine::cpu {
 using MicroKernel = void (*)(int64_t k, const float* a, int64_t a_stride, const float* panel, float* c, int64_t ldc,
                              int64_t m, int64_t n, bool accumulate);
 
+/// As MicroKernel, but B's row p (NR floats, all readable) is read in place at b + b_off[p]
+/// instead of from a packed panel: convolutions whose im2col rows are runs of a padded input.
+using OffsetKernel = void (*)(int64_t k, const float* a, int64_t a_stride, const float* b, const int64_t* b_off,
+                              float* c, int64_t ldc, int64_t m, int64_t n, bool accumulate);
+
 struct GemmIsa {
   const char* name;  ///< "f32_gemm_12x32__avx512", ...
   int mr;
   int nr;
   MicroKernel kernel;
+  OffsetKernel offsets_kernel;
 };
 
 /// The micro-kernel for this machine (widest ISA available, see util::cpu_features).
@@ -34,6 +40,10 @@ void f32_gemm_6x16__avx2(int64_t k, const float* a, int64_t a_stride, const floa
                          int64_t m, int64_t n, bool accumulate);
 void f32_gemm_12x32__avx512(int64_t k, const float* a, int64_t a_stride, const float* panel, float* c, int64_t ldc,
                             int64_t m, int64_t n, bool accumulate);
+void f32_gemm_6x16_offsets__avx2(int64_t k, const float* a, int64_t a_stride, const float* b, const int64_t* b_off,
+                                 float* c, int64_t ldc, int64_t m, int64_t n, bool accumulate);
+void f32_gemm_12x32_offsets__avx512(int64_t k, const float* a, int64_t a_stride, const float* b, const int64_t* b_off,
+                                    float* c, int64_t ldc, int64_t m, int64_t n, bool accumulate);
 
 /// Depth of sgemm's K blocks: a KC x NR slice of a B panel stays in L1.
 constexpr int64_t kGemmKc = 256;

@@ -9,17 +9,19 @@ namespace tether::engine::cpu {
 
 namespace {
 
-template <int kRows>
-void gemm_rows_x16(int64_t k, const float* a, int64_t a_stride, const float* panel, float* c, int64_t ldc, int64_t m,
-                   int64_t n, bool accumulate) {
+// B's row p: panel + p * 16 (packed), or b + b_off[p] (rows read in place, see OffsetKernel).
+template <int kRows, bool kOffsets>
+void gemm_rows_x16(int64_t k, const float* a, int64_t a_stride, const float* panel, const int64_t* b_off, float* c,
+                   int64_t ldc, int64_t m, int64_t n, bool accumulate) {
   __m256 acc[kRows][2];
 #pragma GCC unroll 6
   for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   for (int64_t p = 0; p < k; ++p) {
     // Packed A streams from memory once (see the AVX-512 kernel); fetch it ahead.
     _mm_prefetch(reinterpret_cast<const char*>(a + (p + 32) * a_stride), _MM_HINT_T0);
-    const __m256 b0 = _mm256_loadu_ps(panel + p * 16);
-    const __m256 b1 = _mm256_loadu_ps(panel + p * 16 + 8);
+    const float* row = kOffsets ? panel + b_off[p] : panel + p * 16;
+    const __m256 b0 = _mm256_loadu_ps(row);
+    const __m256 b1 = _mm256_loadu_ps(row + 8);
 #pragma GCC unroll 6
     for (int r = 0; r < kRows; ++r) {
       const __m256 av = _mm256_broadcast_ss(a + p * a_stride + r);
@@ -52,10 +54,18 @@ void gemm_rows_x16(int64_t k, const float* a, int64_t a_stride, const float* pan
 
 void f32_gemm_6x16__avx2(int64_t k, const float* a, int64_t a_stride, const float* panel, float* c, int64_t ldc,
                          int64_t m, int64_t n, bool accumulate) {
-  if (m <= 1) return gemm_rows_x16<1>(k, a, a_stride, panel, c, ldc, m, n, accumulate);
-  if (m <= 2) return gemm_rows_x16<2>(k, a, a_stride, panel, c, ldc, m, n, accumulate);
-  if (m <= 4) return gemm_rows_x16<4>(k, a, a_stride, panel, c, ldc, m, n, accumulate);
-  gemm_rows_x16<6>(k, a, a_stride, panel, c, ldc, m, n, accumulate);
+  if (m <= 1) return gemm_rows_x16<1, false>(k, a, a_stride, panel, nullptr, c, ldc, m, n, accumulate);
+  if (m <= 2) return gemm_rows_x16<2, false>(k, a, a_stride, panel, nullptr, c, ldc, m, n, accumulate);
+  if (m <= 4) return gemm_rows_x16<4, false>(k, a, a_stride, panel, nullptr, c, ldc, m, n, accumulate);
+  gemm_rows_x16<6, false>(k, a, a_stride, panel, nullptr, c, ldc, m, n, accumulate);
+}
+
+void f32_gemm_6x16_offsets__avx2(int64_t k, const float* a, int64_t a_stride, const float* b, const int64_t* b_off,
+                                 float* c, int64_t ldc, int64_t m, int64_t n, bool accumulate) {
+  if (m <= 1) return gemm_rows_x16<1, true>(k, a, a_stride, b, b_off, c, ldc, m, n, accumulate);
+  if (m <= 2) return gemm_rows_x16<2, true>(k, a, a_stride, b, b_off, c, ldc, m, n, accumulate);
+  if (m <= 4) return gemm_rows_x16<4, true>(k, a, a_stride, b, b_off, c, ldc, m, n, accumulate);
+  gemm_rows_x16<6, true>(k, a, a_stride, b, b_off, c, ldc, m, n, accumulate);
 }
 
 }  // namespace tether::engine::cpu

@@ -9,9 +9,10 @@ namespace tether::engine::cpu {
 
 namespace {
 
-template <int kRows>
-void gemm_rows_x32(int64_t k, const float* a, int64_t a_stride, const float* panel, float* c, int64_t ldc, int64_t m,
-                   int64_t n, bool accumulate) {
+// B's row p: panel + p * 32 (packed), or b + b_off[p] (rows read in place, see OffsetKernel).
+template <int kRows, bool kOffsets>
+void gemm_rows_x32(int64_t k, const float* a, int64_t a_stride, const float* panel, const int64_t* b_off, float* c,
+                   int64_t ldc, int64_t m, int64_t n, bool accumulate) {
   __m512 acc[kRows][2];
 #pragma GCC unroll 12
   for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
@@ -19,8 +20,9 @@ void gemm_rows_x32(int64_t k, const float* a, int64_t a_stride, const float* pan
     // Packed A is read once from memory (weights stream through); fetch it ahead. The tiles of
     // a K block lie one after another, so past this tile's end lies the next tile's start.
     _mm_prefetch(reinterpret_cast<const char*>(a + (p + 24) * a_stride), _MM_HINT_T0);
-    const __m512 b0 = _mm512_loadu_ps(panel + p * 32);
-    const __m512 b1 = _mm512_loadu_ps(panel + p * 32 + 16);
+    const float* row = kOffsets ? panel + b_off[p] : panel + p * 32;
+    const __m512 b0 = _mm512_loadu_ps(row);
+    const __m512 b1 = _mm512_loadu_ps(row + 16);
 #pragma GCC unroll 12
     for (int r = 0; r < kRows; ++r) {
       const __m512 av = _mm512_set1_ps(a[p * a_stride + r]);
@@ -48,11 +50,20 @@ void gemm_rows_x32(int64_t k, const float* a, int64_t a_stride, const float* pan
 void f32_gemm_12x32__avx512(int64_t k, const float* a, int64_t a_stride, const float* panel, float* c, int64_t ldc,
                             int64_t m, int64_t n, bool accumulate) {
   // The narrowest variant that covers the tile's rows.
-  if (m <= 1) return gemm_rows_x32<1>(k, a, a_stride, panel, c, ldc, m, n, accumulate);
-  if (m <= 2) return gemm_rows_x32<2>(k, a, a_stride, panel, c, ldc, m, n, accumulate);
-  if (m <= 4) return gemm_rows_x32<4>(k, a, a_stride, panel, c, ldc, m, n, accumulate);
-  if (m <= 8) return gemm_rows_x32<8>(k, a, a_stride, panel, c, ldc, m, n, accumulate);
-  gemm_rows_x32<12>(k, a, a_stride, panel, c, ldc, m, n, accumulate);
+  if (m <= 1) return gemm_rows_x32<1, false>(k, a, a_stride, panel, nullptr, c, ldc, m, n, accumulate);
+  if (m <= 2) return gemm_rows_x32<2, false>(k, a, a_stride, panel, nullptr, c, ldc, m, n, accumulate);
+  if (m <= 4) return gemm_rows_x32<4, false>(k, a, a_stride, panel, nullptr, c, ldc, m, n, accumulate);
+  if (m <= 8) return gemm_rows_x32<8, false>(k, a, a_stride, panel, nullptr, c, ldc, m, n, accumulate);
+  gemm_rows_x32<12, false>(k, a, a_stride, panel, nullptr, c, ldc, m, n, accumulate);
+}
+
+void f32_gemm_12x32_offsets__avx512(int64_t k, const float* a, int64_t a_stride, const float* b, const int64_t* b_off,
+                                    float* c, int64_t ldc, int64_t m, int64_t n, bool accumulate) {
+  if (m <= 1) return gemm_rows_x32<1, true>(k, a, a_stride, b, b_off, c, ldc, m, n, accumulate);
+  if (m <= 2) return gemm_rows_x32<2, true>(k, a, a_stride, b, b_off, c, ldc, m, n, accumulate);
+  if (m <= 4) return gemm_rows_x32<4, true>(k, a, a_stride, b, b_off, c, ldc, m, n, accumulate);
+  if (m <= 8) return gemm_rows_x32<8, true>(k, a, a_stride, b, b_off, c, ldc, m, n, accumulate);
+  gemm_rows_x32<12, true>(k, a, a_stride, b, b_off, c, ldc, m, n, accumulate);
 }
 
 }  // namespace tether::engine::cpu
