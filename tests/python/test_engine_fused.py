@@ -51,10 +51,15 @@ def models(op, act, attrs, params, inputs, weights, op_attrs):
 
 
 @pytest.mark.parametrize("act,attrs,params", ACTIVATIONS, ids=[a[0] for a in ACTIVATIONS])
-@pytest.mark.parametrize("op", ["Conv", "Gemm", "MatMul"])
+@pytest.mark.parametrize("op", ["Conv", "Conv1x1", "Gemm", "MatMul"])
 def test_fused_op_matches_onnx_op_then_activation(op, act, attrs, params):
     rng = np.random.default_rng(0)
-    if op == "Conv":
+    if op == "Conv1x1":  # the packed GEMM path, the activation inside the micro-kernel's store when it can
+        op = "Conv"
+        inputs = {"x": rng.standard_normal((2, 7, 9, 13)).astype(np.float32)}
+        weights = {"w": rng.standard_normal((20, 7, 1, 1)).astype(np.float32), "b": rng.standard_normal(20).astype(np.float32)}
+        op_attrs = {}
+    elif op == "Conv":
         inputs = {"x": rng.standard_normal((2, 3, 13, 11)).astype(np.float32)}
         weights = {"w": rng.standard_normal((5, 3, 3, 3)).astype(np.float32), "b": rng.standard_normal(5).astype(np.float32)}
         op_attrs = {"pads": [1, 1, 1, 1], "strides": [2, 1]}
@@ -140,3 +145,42 @@ def test_fused_conv_summand_of_another_shape_is_a_shape_error():
     fused.graph.input[1].type.tensor_type.shape.dim[3].dim_value = 4
     with pytest.raises(tt.ShapeError, match="summand"):
         tt.compile(tt.load(fused.SerializeToString())).run({"x": feeds["x"], "r": feeds["r"][..., :4]})
+
+
+CLAMPS = [ACTIVATIONS[0], ACTIVATIONS[2]]  # Relu, Clip
+
+
+@pytest.mark.parametrize("act", CLAMPS, ids=[a[0] for a in CLAMPS])
+@pytest.mark.parametrize("op,kernel", [("Conv", 1), ("Conv", 3), ("Gemm", 0)], ids=["conv1x1", "conv3x3", "gemm"])
+def test_fused_clamp_lets_nan_through_as_the_unfused_activation_does(op, kernel, act):
+    """Relu and Clip run inside the GEMM micro-kernels' store: NaN from the input must reach the
+    output where the product is NaN, and every other element must be the activation of the
+    product (onnxruntime computes the product, numpy the activation)."""
+    name, attrs, params = act
+    rng = np.random.default_rng(3)
+    if op == "Conv":
+        x = rng.standard_normal((2, 6, 11, 37)).astype(np.float32)
+        x[0, 2, 4, 5] = np.nan
+        x[1, 0, 0, 36] = np.nan
+        weights = {"w": rng.standard_normal((14, 6, kernel, kernel)).astype(np.float32),
+                   "b": rng.standard_normal(14).astype(np.float32)}
+        op_attrs = {"pads": [kernel // 2] * 4}
+    else:
+        x = rng.standard_normal((9, 40)).astype(np.float32)
+        x[3, 7] = np.nan
+        weights = {"w": rng.standard_normal((40, 33)).astype(np.float32), "b": rng.standard_normal(33).astype(np.float32)}
+        op_attrs = {}
+    ref, fused = models(op, "Relu", {}, [], {"x": x}, weights, op_attrs)  # ref: product then Relu, unused
+    product = helper.make_model(helper.make_graph(list(ref.graph.node)[:1], "p", list(ref.graph.input),
+                                                  [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+                                                  list(ref.graph.initializer)),
+                                opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
+    z = run_ort(product.SerializeToString(), {"x": x})[0]
+    lo, hi = (0.0, np.inf) if name == "Relu" else (params[0], params[1])
+    expected = np.where(np.isnan(z), np.nan, np.minimum(np.maximum(z, lo), hi)).astype(np.float32)
+    _, fused = models(op, name, attrs, params, {"x": x}, weights, op_attrs)
+    got = tt.compile(tt.load(fused.SerializeToString()), threads=2).run({"x": x})["y"]
+    assert np.isnan(z).any()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+    ok = ~np.isnan(expected)
+    assert np.abs(got[ok] - expected[ok]).max() <= 1e-5 * max(1.0, np.abs(expected[ok]).max())

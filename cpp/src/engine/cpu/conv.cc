@@ -523,35 +523,26 @@ void depthwise_2d_channels_last(const RunContext& ctx, const View& x, const View
 // rows are wq long; im2col row (c, i, j) is then one contiguous run of c's phase plane
 // ((i * dh) % sh, (j * dw) % sw), starting (i * dh) / sh rows and (j * dw) / sw columns in, and
 // the micro-kernel reads B's rows there in place. The wq - ow columns past each output row are
-// computed and dropped. A 1x1 convolution without stride or padding reads the input itself.
+// computed and dropped.
 struct Direct {
   int64_t hq = 0, wq = 0, plane = 0;  // phase planes, and floats per channel (all its phases)
   int64_t n_wide = 0;                 // oh * wq
-  bool in_place = false;              // pointwise: B's rows are the input's planes
 };
 
 constexpr int64_t kDirectGroupRows = 144;  // rows of C a task finishes before the next (A in L2)
 
 Direct direct_of(const View& x, const View& y, const ConvGeometry& g) {
   Direct d;
-  d.in_place = g.kernel[0] == 1 && g.kernel[1] == 1 && g.strides[0] == 1 && g.strides[1] == 1 &&
-               g.pad_begin[0] == 0 && g.pad_begin[1] == 0 && y.dims[2] == x.dims[2] && y.dims[3] == x.dims[3];
-  if (d.in_place) {
-    d.hq = x.dims[2];
-    d.wq = x.dims[3];
-    d.plane = d.hq * d.wq;
-  } else {
-    const PaddedPlane pp = padded_plane(x, y, g);
-    d.hq = (pp.rows + g.strides[0] - 1) / g.strides[0];
-    d.wq = (pp.cols + g.strides[1] - 1) / g.strides[1];
-    d.plane = g.strides[0] * g.strides[1] * d.hq * d.wq;
-  }
+  const PaddedPlane pp = padded_plane(x, y, g);
+  d.hq = (pp.rows + g.strides[0] - 1) / g.strides[0];
+  d.wq = (pp.cols + g.strides[1] - 1) / g.strides[1];
+  d.plane = g.strides[0] * g.strides[1] * d.hq * d.wq;
   d.n_wide = y.dims[2] * d.wq;
   return d;
 }
 
 // Scratch of the direct path: the phase planes of every image (with room for a panel read
-// past the end), B's row offsets, then per thread a block of C and a packed panel.
+// past the end), B's row offsets, then per thread a block of C.
 struct DirectScratch {
   int64_t planes, offsets, per_thread;
   int64_t floats(int threads) const { return planes + offsets + threads * per_thread; }
@@ -561,9 +552,9 @@ DirectScratch direct_scratch(const View& x, const View& y, const ConvGeometry& g
   const Direct d = direct_of(x, y, g);
   const int64_t nr = gemm_isa().nr, k = x.dims[1] * g.kernel[0] * g.kernel[1];
   DirectScratch s;
-  s.planes = d.in_place ? 0 : (x.dims[0] * x.dims[1] * d.plane + 2 * nr + 15) / 16 * 16;
+  s.planes = (x.dims[0] * x.dims[1] * d.plane + 2 * nr + 15) / 16 * 16;
   s.offsets = (2 * k + 15) / 16 * 16;  // int64 each
-  s.per_thread = (kDirectGroupRows + gemm_isa().mr) * nr + k * nr;
+  s.per_thread = (kDirectGroupRows + gemm_isa().mr) * nr;
   return s;
 }
 
@@ -590,23 +581,19 @@ void conv_direct(const RunContext& ctx, const View& x, const View& y, const Conv
         offsets[(c * kh + i) * kw + j] =
             c * d.plane + ((di % sh) * sw + dj % sw) * d.hq * d.wq + (di / sh) * d.wq + dj / sw;
       }
-  const float* source = x.as<float>();
-  if (!d.in_place) {
-    // Every (image, channel)'s padded phase planes; the room after them stays finite.
-    parallel(ctx, batch * cin, 1, [&](int64_t p0, int64_t p1) {
-      for (int64_t p = p0; p < p1; ++p) {
-        const float* xp = x.as<float>() + p * ih * iw;
-        for (int64_t r = 0; r < d.hq * sh; ++r) {
-          const int64_t xr = r - g.pad_begin[0];
-          float* dst = planes + p * d.plane + (r % sh) * sw * d.hq * d.wq + (r / sh) * d.wq;
-          fill_padded_row(dst, xr < 0 || xr >= ih ? nullptr : xp + xr * iw, iw, g.pad_begin[1], sw, d.wq, d.hq * d.wq);
-        }
+  // Every (image, channel)'s padded phase planes; the room after them stays finite.
+  parallel(ctx, batch * cin, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const float* xp = x.as<float>() + p * ih * iw;
+      for (int64_t r = 0; r < d.hq * sh; ++r) {
+        const int64_t xr = r - g.pad_begin[0];
+        float* dst = planes + p * d.plane + (r % sh) * sw * d.hq * d.wq + (r / sh) * d.wq;
+        fill_padded_row(dst, xr < 0 || xr >= ih ? nullptr : xp + xr * iw, iw, g.pad_begin[1], sw, d.wq, d.hq * d.wq);
       }
-    });
-    std::fill(planes + batch * cin * d.plane, planes + layout.planes, 0.0f);
-    source = planes;
-  }
-  const int64_t image_floats = d.in_place ? cin * ih * iw : cin * d.plane;
+    }
+  });
+  std::fill(planes + batch * cin * d.plane, planes + layout.planes, 0.0f);
+  const int64_t image_floats = cin * d.plane;
 
   // Tasks: a grid over the images' panels (laid end to end) and M tiles, panels first.
   const int64_t ppi = (d.n_wide + nr - 1) / nr, panels = batch * ppi, mtiles = (cout + mr - 1) / mr;
@@ -618,22 +605,19 @@ void conv_direct(const RunContext& ctx, const View& x, const View& y, const Conv
     gm = std::min(mtiles, (target + gn - 1) / gn);
   }
   const int64_t group = std::max<int64_t>(1, kDirectGroupRows / mr);
+  // Without a summand (laid out as y, not as the wide rows) a clamp-like activation and the
+  // bias are applied by the kernel; otherwise after the copy into y.
+  bool clamp = false;
+  float lo = 0.0f, hi = 0.0f;
+  const bool in_kernel = sum == nullptr && act.as_clamp(clamp, lo, hi);
   auto task = [&](int thread, int64_t t_begin, int64_t t_end) {
     float* cbuf = per_thread + thread * layout.per_thread;  // group * mr rows x nr
-    float* packed = cbuf + (kDirectGroupRows + mr) * nr;   // k x nr: a panel that would read past the input
     for (int64_t t = t_begin; t < t_end; ++t) {
       const int64_t im = t / gn, jn = t % gn;
       const int64_t t0 = mtiles * im / gm, t1 = mtiles * (im + 1) / gm;
       for (int64_t v = panels * jn / gn; v < panels * (jn + 1) / gn; ++v) {
         const int64_t image = v / ppi, j0 = v % ppi * nr, cols = std::min(nr, d.n_wide - j0);
-        const float* base = source + image * image_floats + j0;
-        // In place, a ragged last panel would read past the input: it is packed instead.
-        const bool pack = d.in_place && j0 + nr > d.n_wide;
-        if (pack)
-          for (int64_t p = 0; p < k; ++p) {
-            std::copy(base + offsets[p], base + offsets[p] + cols, packed + p * nr);
-            std::fill(packed + p * nr + cols, packed + (p + 1) * nr, 0.0f);
-          }
+        const float* base = planes + image * image_floats + j0;
         for (int64_t g0 = t0; g0 < t1; g0 += group) {
           const int64_t g1 = std::min(t1, g0 + group);
           for (int64_t k0 = 0; k0 < k; k0 += kGemmKc) {
@@ -642,24 +626,27 @@ void conv_direct(const RunContext& ctx, const View& x, const View& y, const Conv
             for (int64_t it = g0; it < g1; ++it) {
               const int64_t rows = std::min(mr, cout - it * mr);
               float* ct = cbuf + (it - g0) * mr * nr;
-              if (pack)
-                isa.kernel(kc, a_block + it * kc * mr, mr, packed + k0 * nr, ct, nr, rows, nr, k0 > 0);
-              else
-                isa.offsets_kernel(kc, a_block + it * kc * mr, mr, base, offsets + k0, ct, nr, rows, nr, k0 > 0);
+              // The last K block adds the bias and clamps in the kernel's store, when it can.
+              TileEpilogue te;
+              te.row_bias = bias != nullptr ? bias + it * mr : nullptr;
+              te.clamp = clamp;
+              te.lo = lo;
+              te.hi = hi;
+              const TileEpilogue* tep = in_kernel && k0 + kc >= k ? &te : nullptr;
+              isa.offsets_kernel(kc, a_block + it * kc * mr, mr, base, offsets + k0, ct, nr, rows, nr, k0 > 0, tep);
             }
           }
           // Finished rows [r0, r1): the wide columns inside output rows go to y, then the epilogue.
           const int64_t r0 = g0 * mr, r1 = std::min(cout, g1 * mr);
           for (int64_t oy = j0 / d.wq; oy < oh && oy * d.wq < j0 + cols; ++oy) {
-            const int64_t lo = std::max<int64_t>(0, j0 - oy * d.wq), hi = std::min(ow, j0 + cols - oy * d.wq);
-            if (lo >= hi) continue;
-            const int64_t at = (image * cout + r0) * out_size + oy * ow + lo;
+            const int64_t c0 = std::max<int64_t>(0, j0 - oy * d.wq), c1 = std::min(ow, j0 + cols - oy * d.wq);
+            if (c0 >= c1) continue;
+            const int64_t at = (image * cout + r0) * out_size + oy * ow + c0;
             float* dst = y.as<float>() + at;
-            for (int64_t r = r0; r < r1; ++r)
-              std::memcpy(dst + (r - r0) * out_size, cbuf + (r - r0) * nr + oy * d.wq + lo - j0,
-                          static_cast<size_t>(hi - lo) * sizeof(float));
-            act.apply_tile(dst, out_size, r1 - r0, hi - lo, bias != nullptr ? bias + r0 : nullptr, nullptr,
-                           sum != nullptr ? sum + at : nullptr);
+            copy_tile(dst, out_size, cbuf + oy * d.wq + c0 - j0, nr, r1 - r0, c1 - c0);
+            if (!in_kernel)
+              act.apply_tile(dst, out_size, r1 - r0, c1 - c0, bias != nullptr ? bias + r0 : nullptr, nullptr,
+                             sum != nullptr ? sum + at : nullptr);
           }
         }
       }

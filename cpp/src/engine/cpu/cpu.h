@@ -53,6 +53,14 @@ struct Epilogue {
   void apply_tile(float* c, int64_t ldc, int64_t rows, int64_t cols, const float* row_bias, const float* col_bias,
                   const float* sum) const;
   bool empty() const { return act == Act::kNone; }
+  /// True when the activation is none or a clamp (Relu: [0, inf), Clip: [alpha, beta]), which
+  /// a GEMM micro-kernel applies before its store; `clamp`, `lo` and `hi` then say which.
+  bool as_clamp(bool& clamp, float& lo, float& hi) const {
+    clamp = act == Act::kRelu || act == Act::kClip;
+    lo = act == Act::kRelu ? 0.0f : alpha;
+    hi = act == Act::kRelu ? __builtin_inff() : beta;
+    return act == Act::kNone || clamp;
+  }
 };
 
 /// The activations Epilogue knows, as ONNX op names ("Relu", "Clip", ..., "Gelu" with

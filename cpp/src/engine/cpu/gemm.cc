@@ -21,7 +21,7 @@ constexpr int64_t kNc = 1024;
 
 template <bool kOffsets>
 void gemm_4x16_generic(int64_t k, const float* a, int64_t a_stride, const float* panel, const int64_t* b_off, float* c,
-                       int64_t ldc, int64_t m, int64_t n, bool accumulate) {
+                       int64_t ldc, int64_t m, int64_t n, bool accumulate, const TileEpilogue* ep) {
   float acc[kGenericMr][kGenericNr] = {};
   for (int64_t p = 0; p < k; ++p) {
     const float* b = kOffsets ? panel + b_off[p] : panel + p * kGenericNr;
@@ -31,17 +31,19 @@ void gemm_4x16_generic(int64_t k, const float* a, int64_t a_stride, const float*
     }
   }
   for (int64_t r = 0; r < m; ++r)
-    for (int64_t j = 0; j < n; ++j) c[r * ldc + j] = accumulate ? c[r * ldc + j] + acc[r][j] : acc[r][j];
+    for (int64_t j = 0; j < n; ++j)
+      c[r * ldc + j] = tile_epilogue(accumulate ? c[r * ldc + j] + acc[r][j] : acc[r][j], ep, r, j);
 }
 
 void f32_gemm_4x16__generic(int64_t k, const float* a, int64_t a_stride, const float* panel, float* c, int64_t ldc,
-                            int64_t m, int64_t n, bool accumulate) {
-  gemm_4x16_generic<false>(k, a, a_stride, panel, nullptr, c, ldc, m, n, accumulate);
+                            int64_t m, int64_t n, bool accumulate, const TileEpilogue* ep) {
+  gemm_4x16_generic<false>(k, a, a_stride, panel, nullptr, c, ldc, m, n, accumulate, ep);
 }
 
 void f32_gemm_4x16_offsets__generic(int64_t k, const float* a, int64_t a_stride, const float* b, const int64_t* b_off,
-                                    float* c, int64_t ldc, int64_t m, int64_t n, bool accumulate) {
-  gemm_4x16_generic<true>(k, a, a_stride, b, b_off, c, ldc, m, n, accumulate);
+                                    float* c, int64_t ldc, int64_t m, int64_t n, bool accumulate,
+                                    const TileEpilogue* ep) {
+  gemm_4x16_generic<true>(k, a, a_stride, b, b_off, c, ldc, m, n, accumulate, ep);
 }
 
 GemmIsa select() {
@@ -66,6 +68,23 @@ const GemmIsa& gemm_isa() {
   return isa;
 }
 
+TETHER_MULTIVERSION __attribute__((optimize("no-tree-loop-distribute-patterns")))
+void copy_tile(float* __restrict dst, int64_t ldd, const float* __restrict src, int64_t lds, int64_t rows,
+               int64_t cols) {
+  typedef float Lanes __attribute__((vector_size(16 * sizeof(float))));
+  for (int64_t r = 0; r < rows; ++r) {
+    float* d = dst + r * ldd;
+    const float* s = src + r * lds;
+    int64_t q = 0;
+    for (; q + 16 <= cols; q += 16) {
+      Lanes v;
+      std::memcpy(&v, s + q, sizeof v);
+      std::memcpy(d + q, &v, sizeof v);
+    }
+    for (; q < cols; ++q) d[q] = s[q];
+  }
+}
+
 PackedMatrix::PackedMatrix(int64_t k, int64_t n, int nr) : k_(k), n_(n), nr_(nr) {
   data_ = aligned_floats(floats_needed(k, n, nr), storage_);
 }
@@ -76,14 +95,16 @@ void PackedMatrix::pack_into(float* dst, const float* b, int64_t k, int64_t n, i
   for (int64_t j = 0; j < panels; ++j) {
     const int64_t c0 = j * nr, cols = std::min<int64_t>(nr, n - c0);
     float* out = dst + j * k * nr;
+    if (col_stride == 1) {  // k rows of `cols` floats, without a library call per row
+      copy_tile(out, nr, b + c0, row_stride, k, cols);
+      if (cols < nr)
+        for (int64_t p = 0; p < k; ++p) std::fill(out + p * nr + cols, out + (p + 1) * nr, 0.0f);
+      continue;
+    }
     for (int64_t p = 0; p < k; ++p) {
       float* row = out + p * nr;
       const float* src = b + p * row_stride + c0 * col_stride;
-      if (col_stride == 1) {
-        std::memcpy(row, src, static_cast<size_t>(cols) * sizeof(float));
-      } else {
-        for (int64_t q = 0; q < cols; ++q) row[q] = src[q * col_stride];
-      }
+      for (int64_t q = 0; q < cols; ++q) row[q] = src[q * col_stride];
       for (int64_t q = cols; q < nr; ++q) row[q] = 0.0f;
     }
   }
@@ -150,6 +171,9 @@ void gemm_block(int64_t m, int64_t n, int64_t k, const GemmA& a, const GemmB& b,
   float* b_block = scratch;
   float* a_block = scratch + (std::min(kKc, k) * std::min(ppi * nr, kNc) + 15) / 16 * 16;
   const RunContext serial;  // packing runs on this task's thread
+  bool clamp = false;
+  float lo = 0.0f, hi = 0.0f;
+  const bool fused = ep.act.as_clamp(clamp, lo, hi);
   for (int64_t k0 = 0; k0 < k; k0 += kKc) {
     const int64_t kc = std::min(kKc, k - k0);
     const bool last = k0 + kc >= k;
@@ -186,11 +210,22 @@ void gemm_block(int64_t m, int64_t n, int64_t k, const GemmA& a, const GemmB& b,
           for (int64_t it = g0; it < g1; ++it) {
             const int64_t i0 = it * mr, rows = std::min(mr, m - i0);
             float* ct = ci + i0 * ldc + j0;
-            isa.kernel(kc, a_panels + (it - t0) * kc * mr, mr, panel, ct, ldc, rows, cols, k0 > 0);
-            if (!last) continue;
-            ep.act.apply_tile(ct, ldc, rows, cols, ep.row_bias != nullptr ? ep.row_bias + i0 : nullptr,
-                              ep.col_bias != nullptr ? ep.col_bias + j0 : nullptr,
-                              sum != nullptr ? sum + i0 * ldc + j0 : nullptr);
+            if (!last) {
+              isa.kernel(kc, a_panels + (it - t0) * kc * mr, mr, panel, ct, ldc, rows, cols, k0 > 0, nullptr);
+              continue;
+            }
+            // The last K block: biases, summand and a clamp go into the kernel's store; other
+            // activations follow over the stored tile.
+            TileEpilogue te;
+            te.row_bias = ep.row_bias != nullptr ? ep.row_bias + i0 : nullptr;
+            te.col_bias = ep.col_bias != nullptr ? ep.col_bias + j0 : nullptr;
+            te.sum = sum != nullptr ? sum + i0 * ldc + j0 : nullptr;
+            te.sum_ld = ldc;
+            te.clamp = clamp;
+            te.lo = lo;
+            te.hi = hi;
+            isa.kernel(kc, a_panels + (it - t0) * kc * mr, mr, panel, ct, ldc, rows, cols, k0 > 0, &te);
+            if (!fused) ep.act.apply_tile(ct, ldc, rows, cols, nullptr, nullptr, nullptr);
           }
         }
       }

@@ -12,17 +12,43 @@
 
 namespace tether::engine::cpu {
 
-/// C[0:m, 0:n] = (accumulate ? C : 0) + A @ Bpanel, for one tile with m <= MR and n <= NR.
+/// What a micro-kernel applies to a finished tile before storing it:
+/// C = clamp(acc + row_bias[r] + col_bias[q] + sum[r * sum_ld + q], lo, hi), each part
+/// optional; the clamp (Relu, Clip) lets NaN through.
+struct TileEpilogue {
+  const float* row_bias = nullptr;  ///< the tile's m values
+  const float* col_bias = nullptr;  ///< the tile's n values
+  const float* sum = nullptr;       ///< the tile's m x n values, row stride sum_ld
+  int64_t sum_ld = 0;
+  bool clamp = false;
+  float lo = 0.0f, hi = 0.0f;
+};
+
+/// The value TileEpilogue gives one element (row r, column q of the tile) of sum `v`.
+inline float tile_epilogue(float v, const TileEpilogue* ep, int64_t r, int64_t q) {
+  if (ep == nullptr) return v;
+  if (ep->row_bias != nullptr) v += ep->row_bias[r];
+  if (ep->col_bias != nullptr) v += ep->col_bias[q];
+  if (ep->sum != nullptr) v += ep->sum[r * ep->sum_ld + q];
+  if (ep->clamp) {
+    v = v < ep->lo ? ep->lo : v;
+    v = v > ep->hi ? ep->hi : v;
+  }
+  return v;
+}
+
+/// C[0:m, 0:n] = (accumulate ? C : 0) + A @ Bpanel, for one tile with m <= MR and n <= NR,
+/// then `ep` (when not nullptr) before the store.
 /// A is a packed panel: k steps of `a_stride` floats (the packing's MR), row r at offset r.
 /// The B panel holds k rows of NR floats. Only the first m rows and n columns of C are
 /// written; kernels use a narrower variant when m is small.
 using MicroKernel = void (*)(int64_t k, const float* a, int64_t a_stride, const float* panel, float* c, int64_t ldc,
-                             int64_t m, int64_t n, bool accumulate);
+                             int64_t m, int64_t n, bool accumulate, const TileEpilogue* ep);
 
 /// As MicroKernel, but B's row p (NR floats, all readable) is read in place at b + b_off[p]
 /// instead of from a packed panel: convolutions whose im2col rows are runs of a padded input.
 using OffsetKernel = void (*)(int64_t k, const float* a, int64_t a_stride, const float* b, const int64_t* b_off,
-                              float* c, int64_t ldc, int64_t m, int64_t n, bool accumulate);
+                              float* c, int64_t ldc, int64_t m, int64_t n, bool accumulate, const TileEpilogue* ep);
 
 struct GemmIsa {
   const char* name;  ///< "f32_gemm_12x32__avx512", ...
@@ -32,18 +58,22 @@ struct GemmIsa {
   OffsetKernel offsets_kernel;
 };
 
+/// dst[r * ldd + q] = src[r * lds + q] for r < rows, q < cols: short rows copied with vector
+/// moves, not a library call each.
+void copy_tile(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols);
+
 /// The micro-kernel for this machine (widest ISA available, see util::cpu_features).
 const GemmIsa& gemm_isa();
 
 // Micro-kernels, one per ISA, in files compiled for that ISA.
 void f32_gemm_6x16__avx2(int64_t k, const float* a, int64_t a_stride, const float* panel, float* c, int64_t ldc,
-                         int64_t m, int64_t n, bool accumulate);
+                         int64_t m, int64_t n, bool accumulate, const TileEpilogue* ep);
 void f32_gemm_12x32__avx512(int64_t k, const float* a, int64_t a_stride, const float* panel, float* c, int64_t ldc,
-                            int64_t m, int64_t n, bool accumulate);
+                            int64_t m, int64_t n, bool accumulate, const TileEpilogue* ep);
 void f32_gemm_6x16_offsets__avx2(int64_t k, const float* a, int64_t a_stride, const float* b, const int64_t* b_off,
-                                 float* c, int64_t ldc, int64_t m, int64_t n, bool accumulate);
+                                 float* c, int64_t ldc, int64_t m, int64_t n, bool accumulate, const TileEpilogue* ep);
 void f32_gemm_12x32_offsets__avx512(int64_t k, const float* a, int64_t a_stride, const float* b, const int64_t* b_off,
-                                    float* c, int64_t ldc, int64_t m, int64_t n, bool accumulate);
+                                    float* c, int64_t ldc, int64_t m, int64_t n, bool accumulate, const TileEpilogue* ep);
 
 /// Depth of sgemm's K blocks: a KC x NR slice of a B panel stays in L1.
 constexpr int64_t kGemmKc = 256;

@@ -12,7 +12,7 @@ namespace {
 // B's row p: panel + p * 16 (packed), or b + b_off[p] (rows read in place, see OffsetKernel).
 template <int kRows, bool kOffsets>
 void gemm_rows_x16(int64_t k, const float* a, int64_t a_stride, const float* panel, const int64_t* b_off, float* c,
-                   int64_t ldc, int64_t m, int64_t n, bool accumulate) {
+                   int64_t ldc, int64_t m, int64_t n, bool accumulate, const TileEpilogue* ep) {
   __m256 acc[kRows][2];
 #pragma GCC unroll 6
   for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
@@ -36,6 +36,28 @@ void gemm_rows_x16(int64_t k, const float* a, int64_t a_stride, const float* pan
         acc[r][0] = _mm256_add_ps(acc[r][0], _mm256_loadu_ps(cr));
         acc[r][1] = _mm256_add_ps(acc[r][1], _mm256_loadu_ps(cr + 8));
       }
+      if (ep != nullptr) {
+        if (ep->row_bias != nullptr) {
+          const __m256 bv = _mm256_set1_ps(ep->row_bias[r]);
+          acc[r][0] = _mm256_add_ps(acc[r][0], bv);
+          acc[r][1] = _mm256_add_ps(acc[r][1], bv);
+        }
+        if (ep->col_bias != nullptr) {
+          acc[r][0] = _mm256_add_ps(acc[r][0], _mm256_loadu_ps(ep->col_bias));
+          acc[r][1] = _mm256_add_ps(acc[r][1], _mm256_loadu_ps(ep->col_bias + 8));
+        }
+        if (ep->sum != nullptr) {
+          const float* sr = ep->sum + r * ep->sum_ld;
+          acc[r][0] = _mm256_add_ps(acc[r][0], _mm256_loadu_ps(sr));
+          acc[r][1] = _mm256_add_ps(acc[r][1], _mm256_loadu_ps(sr + 8));
+        }
+        if (ep->clamp) {
+          // max(lo, v) and min(hi, v) return v when it is NaN (the second operand wins).
+          const __m256 lo = _mm256_set1_ps(ep->lo), hi = _mm256_set1_ps(ep->hi);
+          acc[r][0] = _mm256_min_ps(hi, _mm256_max_ps(lo, acc[r][0]));
+          acc[r][1] = _mm256_min_ps(hi, _mm256_max_ps(lo, acc[r][1]));
+        }
+      }
       _mm256_storeu_ps(cr, acc[r][0]);
       _mm256_storeu_ps(cr + 8, acc[r][1]);
     }
@@ -46,26 +68,26 @@ void gemm_rows_x16(int64_t k, const float* a, int64_t a_stride, const float* pan
     _mm256_store_ps(tile, acc[r][0]);
     _mm256_store_ps(tile + 8, acc[r][1]);
     float* cr = c + r * ldc;
-    for (int64_t j = 0; j < n; ++j) cr[j] = accumulate ? cr[j] + tile[j] : tile[j];
+    for (int64_t j = 0; j < n; ++j) cr[j] = tile_epilogue(accumulate ? cr[j] + tile[j] : tile[j], ep, r, j);
   }
 }
 
 }  // namespace
 
 void f32_gemm_6x16__avx2(int64_t k, const float* a, int64_t a_stride, const float* panel, float* c, int64_t ldc,
-                         int64_t m, int64_t n, bool accumulate) {
-  if (m <= 1) return gemm_rows_x16<1, false>(k, a, a_stride, panel, nullptr, c, ldc, m, n, accumulate);
-  if (m <= 2) return gemm_rows_x16<2, false>(k, a, a_stride, panel, nullptr, c, ldc, m, n, accumulate);
-  if (m <= 4) return gemm_rows_x16<4, false>(k, a, a_stride, panel, nullptr, c, ldc, m, n, accumulate);
-  gemm_rows_x16<6, false>(k, a, a_stride, panel, nullptr, c, ldc, m, n, accumulate);
+                         int64_t m, int64_t n, bool accumulate, const TileEpilogue* ep) {
+  if (m <= 1) return gemm_rows_x16<1, false>(k, a, a_stride, panel, nullptr, c, ldc, m, n, accumulate, ep);
+  if (m <= 2) return gemm_rows_x16<2, false>(k, a, a_stride, panel, nullptr, c, ldc, m, n, accumulate, ep);
+  if (m <= 4) return gemm_rows_x16<4, false>(k, a, a_stride, panel, nullptr, c, ldc, m, n, accumulate, ep);
+  gemm_rows_x16<6, false>(k, a, a_stride, panel, nullptr, c, ldc, m, n, accumulate, ep);
 }
 
 void f32_gemm_6x16_offsets__avx2(int64_t k, const float* a, int64_t a_stride, const float* b, const int64_t* b_off,
-                                 float* c, int64_t ldc, int64_t m, int64_t n, bool accumulate) {
-  if (m <= 1) return gemm_rows_x16<1, true>(k, a, a_stride, b, b_off, c, ldc, m, n, accumulate);
-  if (m <= 2) return gemm_rows_x16<2, true>(k, a, a_stride, b, b_off, c, ldc, m, n, accumulate);
-  if (m <= 4) return gemm_rows_x16<4, true>(k, a, a_stride, b, b_off, c, ldc, m, n, accumulate);
-  gemm_rows_x16<6, true>(k, a, a_stride, b, b_off, c, ldc, m, n, accumulate);
+                                 float* c, int64_t ldc, int64_t m, int64_t n, bool accumulate, const TileEpilogue* ep) {
+  if (m <= 1) return gemm_rows_x16<1, true>(k, a, a_stride, b, b_off, c, ldc, m, n, accumulate, ep);
+  if (m <= 2) return gemm_rows_x16<2, true>(k, a, a_stride, b, b_off, c, ldc, m, n, accumulate, ep);
+  if (m <= 4) return gemm_rows_x16<4, true>(k, a, a_stride, b, b_off, c, ldc, m, n, accumulate, ep);
+  gemm_rows_x16<6, true>(k, a, a_stride, b, b_off, c, ldc, m, n, accumulate, ep);
 }
 
 }  // namespace tether::engine::cpu
