@@ -4,7 +4,8 @@ For ResNet-50, MobileNetV2 and BERT-base (sequence 128), defined in torch with r
 and exported to ONNX with a dynamic batch, it measures the median latency of tether and of
 onnxruntime (CPUExecutionProvider, intra-op threads = tether's threads, sequential execution)
 at each batch size and thread count, and prints the tether/onnxruntime ratio (below 1: tether
-is faster), tether's achieved GFLOP/s and its share of this machine's FP32 peak.
+is faster), tether's achieved GFLOP/s and its share of this machine's nominal FP32 peak (at the
+clock the OS reports; a CPU that boosts above it can pass 100%).
 
 Usage:
     python bench/cpu_latency.py [--models resnet50,mobilenetv2,bert_base_seq128]
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"machine: {machine}")
     header = (
-        "| model | batch | threads | tether ms | onnxruntime ms | ratio | tether GFLOP/s | % of FP32 peak "
+        "| model | batch | threads | tether ms | onnxruntime ms | ratio | tether GFLOP/s | % of nominal FP32 peak "
         "| max error vs onnxruntime |"
     )
     rows = [header, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]

@@ -14,7 +14,7 @@
 namespace tether::util {
 
 /// Runs parallel_for loops on `threads` threads: the calling thread plus threads - 1 workers.
-/// Idle workers sleep (no spinning). Several threads may call parallel_for at once; their
+/// Idle workers spin briefly, then sleep. Several threads may call parallel_for at once; their
 /// loops share the workers.
 class ThreadPool {
  public:
