@@ -124,8 +124,8 @@ PackedA::PackedA(const float* a, int64_t m, int64_t k, int64_t lda) : m_(m), k_(
   data_ = aligned_floats(floats_needed(m, k, mr), storage_);
   // K block by K block, as sgemm reads them: the panels one block needs lie together, so the
   // weights stream through memory in the order they are used.
-  for (int64_t k0 = 0; k0 < k; k0 += kKc)
-    pack_into(data_ + (block(k0) - data_), a, m, k0, std::min(kKc, k - k0), lda, mr);
+  const int64_t rows = (m + mr - 1) / mr * mr;  // block(k0) starts k0 * rows floats in
+  for (int64_t k0 = 0; k0 < k; k0 += kKc) pack_into(data_ + k0 * rows, a, m, k0, std::min(kKc, k - k0), lda, mr);
 }
 
 const float* PackedA::block(int64_t k0) const { return data_ + k0 * ((m_ + gemm_isa().mr - 1) / gemm_isa().mr * gemm_isa().mr); }
