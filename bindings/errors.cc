@@ -17,6 +17,7 @@ struct Classes {
   PyObject* write;
   PyObject* unsupported;
   PyObject* internal;
+  PyObject* calibration;
 };
 Classes classes{};
 
@@ -63,6 +64,9 @@ void register_errors(pyb::module_& m) {
   c.write = make_class(m, "WriteError", bases({c.error, PyExc_OSError}), "A file could not be written.");
   c.unsupported = make_class(m, "UnsupportedError", base(c.error),
                              "The model uses ops, dtypes or attributes the engine cannot run; every such node is listed.");
+  c.calibration = make_class(m, "CalibrationError", bases({c.error, PyExc_ValueError}),
+                             "Calibration data is unusable: NaN or infinity in a sample (tensor and sample named), no "
+                             "data, or states that cannot be merged.");
   c.internal = make_class(m, "InternalError", base(c.error), "A bug in tether: an internal invariant failed.");
 
   pyb::register_exception_translator([](std::exception_ptr p) {
@@ -86,6 +90,8 @@ void register_errors(pyb::module_& m) {
       raise(classes.write, e);
     } catch (const UnsupportedError& e) {
       raise(classes.unsupported, e);
+    } catch (const CalibrationError& e) {
+      raise(classes.calibration, e);
     } catch (const InternalError& e) {
       raise(classes.internal, e);
     } catch (const Error& e) {

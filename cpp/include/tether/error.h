@@ -75,6 +75,13 @@ class WriteError : public Error {
   using Error::Error;
 };
 
+/// Calibration data is unusable: NaN or infinity in a sample (the message names the tensor and
+/// the sample index), an empty stream, or calibration states that cannot be merged.
+class CalibrationError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// An internal invariant failed: a bug in tether, never a problem with user input.
 class InternalError : public Error {
  public:

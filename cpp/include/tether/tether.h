@@ -11,6 +11,7 @@
 #include "tether/onnx.h"
 #include "tether/parity.h"
 #include "tether/passes.h"
+#include "tether/quant.h"
 #include "tether/shape.h"
 #include "tether/shape_inference.h"
 #include "tether/summary.h"

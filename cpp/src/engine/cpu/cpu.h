@@ -7,14 +7,8 @@
 #include <vector>
 
 #include "engine/kernel.h"
+#include "util/multiversion.h"
 #include "util/thread_pool.h"
-
-/// Marks a loop-heavy function to be compiled once per x86-64 level (AVX-512, AVX2, baseline)
-/// with the best copy chosen when the library loads. The copies agree up to rounding: the
-/// AVX2 and AVX-512 ones may fuse a multiply and an add into one FMA. (Hand-written kernels
-/// such as the GEMM micro-kernels are chosen by util::cpu_features instead, which TETHER_ISA
-/// can cap.)
-#define TETHER_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 
 namespace tether::engine::cpu {
 

@@ -1,0 +1,315 @@
+// tether/quant.h: INT8 post-training quantization.
+//
+// A Calibrator compiles the float model on the CPU engine and observes every tensor to be
+// quantized as its kernel writes it, reducing it into a TensorStats: exact extremes and two
+// histograms of magnitudes (one per sign) whose bins depend only on the largest magnitude
+// seen. States merge exactly, so the result is the same whatever the batch size, the batch
+// order or the number of processes. Ranges come from any method (MinMax, Percentile, Entropy,
+// MSE, best-by-SQNR) computed from one state; quantize_qdq() writes a standard QDQ model.
+//
+//   using namespace tether;
+//   ir::Model float_model = quant::prepare(ir::load_model("m.onnx"));
+//   quant::QuantizeOptions opts = quant::profile_options("onnxruntime");
+//   quant::Plan plan = quant::plan(float_model, opts);
+//   quant::Calibrator cal(float_model, plan.observed(), {});
+//   for (auto& batch : batches) cal.observe(batch);            // {{"x", tensor}, ...}
+//   auto ranges = quant::compute_ranges(plan, cal.stats(), {.method = "entropy"}, opts);
+//   ir::Model q = quant::quantize_qdq(float_model, plan, ranges, opts).model;
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tether/error.h"
+#include "tether/model.h"
+#include "tether/tensor.h"
+
+namespace tether::quant {
+
+// ---- statistics ---------------------------------------------------------------------------
+
+/// Statistics of one float tensor over every sample observed.
+///
+/// The histograms count magnitudes |x| separately for x >= 0 (`positive`) and x < 0
+/// (`negative`) in `bins` equal bins covering [0, 2^exponent), where 2^exponent is the
+/// smallest power of two above every magnitude seen. When a larger magnitude arrives the
+/// exponent grows and bins merge in aligned groups of 2^k, which gives exactly the counts that
+/// binning at the new exponent would have given: the state depends only on the multiset of
+/// values observed, never on how they were batched or ordered.
+struct TensorStats {
+  static constexpr int kNoExponent = std::numeric_limits<int>::min();
+
+  int bins = 2048;        ///< bins per sign, a power of two in [16, 65536]
+  int64_t count = 0;      ///< finite values observed
+  int64_t zeros = 0;      ///< values equal to zero (either sign)
+  int64_t nonfinite = 0;  ///< NaN or infinite values seen (not binned, not in min/max)
+  float min = std::numeric_limits<float>::infinity();   ///< of finite values; > max while count == 0
+  float max = -std::numeric_limits<float>::infinity();
+  int exponent = kNoExponent;  ///< kNoExponent while every finite value seen is zero
+  std::vector<uint64_t> positive;  ///< bins counts (empty until the first value)
+  std::vector<uint64_t> negative;
+  /// Largest |x| per channel along `channel_axis` (empty when channels are not tracked).
+  std::vector<float> channel_absmax;
+  int channel_axis = -1;  ///< the axis channel_absmax follows, -1 for none
+
+  TensorStats() = default;
+  /// Empty statistics with `bins` per sign (ArgumentError unless a power of two in range).
+  explicit TensorStats(int bins, int channel_axis = -1);
+
+  /// Adds the values of a row-major float32 tensor of `dims`. Channels are tracked along
+  /// channel_axis when it is >= 0 and < the rank (every call must agree on that dim's size,
+  /// else ArgumentError).
+  void observe(const float* data, const std::vector<int64_t>& dims);
+  /// Adds another state of the same tensor. Throws ArgumentError when bins or channels differ.
+  void merge(const TensorStats& other);
+
+  /// Width of one bin: 2^exponent / bins (0 while exponent is kNoExponent).
+  double bin_width() const;
+  /// Largest finite magnitude seen (0 when none).
+  float absmax() const;
+  /// True when nothing finite was observed.
+  bool empty() const { return count == 0; }
+};
+
+// ---- quantization grids and parameters -----------------------------------------------------
+
+/// The integer grid a tensor is quantized to.
+struct Grid {
+  ir::DType dtype = ir::DType::kInt8;  ///< kInt8 or kUInt8
+  bool symmetric = false;              ///< range made symmetric around zero (zero point at the middle)
+  bool reduce_range = false;           ///< one bit less (7-bit values), for CPUs whose int8 products saturate
+
+  /// Smallest and largest integers used, following onnxruntime: int8 [-128, 127],
+  /// symmetric int8 [-127, 127], uint8 [0, 255]; reduce_range int8 [-64, 64], uint8 [0, 127].
+  int64_t qmin() const;
+  int64_t qmax() const;
+};
+
+/// Scale and zero point of one tensor: one entry per tensor, or one per channel along `axis`.
+struct QParams {
+  std::vector<float> scale;
+  std::vector<int64_t> zero_point;
+  int axis = -1;  ///< -1: per tensor
+  ir::DType dtype = ir::DType::kInt8;
+};
+
+/// Scale and zero point for the real range [rmin, rmax] on `grid`, as onnxruntime computes
+/// them: the range is widened to include zero (and made symmetric when the grid is),
+/// scale = (rmax - rmin) / (qmax - qmin) in double then stored as float32, and zero point
+/// round(qmin - rmin / scale) clamped to the grid (its middle when symmetric). A range too
+/// small to give a normal float scale (all zeros) gets scale 1 and zero point 0: scales are
+/// never 0, infinite or NaN. Throws ArgumentError for NaN bounds or rmin > rmax.
+QParams qparams_for_range(float rmin, float rmax, const Grid& grid);
+
+/// Per-channel (axis >= 0) or per-tensor parameters of a constant float32 weight, from its
+/// exact extremes per channel.
+QParams weight_qparams(const ir::Tensor& weight, int axis, const Grid& grid);
+
+// ---- range methods -------------------------------------------------------------------------
+
+/// How a tensor's range is chosen from its statistics. Methods: "minmax" (the exact extremes),
+/// "percentile" (the `percentile`-th percentile of the values, both tails cut for asymmetric
+/// grids, of magnitudes for symmetric ones), "entropy" (TensorRT's entropy calibration:
+/// the threshold minimising the KL divergence between the magnitude histogram and its
+/// quantized form), "mse" (the clipping threshold minimising the expected squared error of
+/// quantizing the histogram on the grid) and "sqnr" (per tensor, whichever of the four gives
+/// the highest signal-to-quantization-noise ratio on the histogram).
+struct MethodOptions {
+  std::string method = "minmax";
+  double percentile = 99.999;
+  int entropy_levels = 128;  ///< quantized levels of one sign in the entropy method
+};
+
+/// The names method accepts, in the order "sqnr" tries them.
+const std::vector<std::string>& method_names();
+
+/// A real range [min, max] chosen for a tensor (before widening to include zero).
+struct Range {
+  float min = 0;
+  float max = 0;
+};
+
+/// The range `options.method` picks for `stats` quantized on `grid`. Empty statistics give
+/// [0, 0]. Throws ArgumentError for an unknown method (naming the known ones) or a
+/// percentile outside (0, 100].
+Range compute_range(const TensorStats& stats, const MethodOptions& options, const Grid& grid);
+
+/// Estimated signal-to-quantization-noise ratio in dB of quantizing the histogram with the
+/// given range on `grid` (every bin's values taken at its centre). +inf for a histogram of
+/// zeros.
+double estimate_sqnr_db(const TensorStats& stats, Range range, const Grid& grid);
+
+/// Share (0..1) of the observed values that fall outside `range` and would be clipped,
+/// estimated at bin resolution (a bin cut by a bound counts in proportion).
+double clipped_fraction(const TensorStats& stats, Range range);
+
+// ---- where Q/DQ go ---------------------------------------------------------------------------
+
+/// Conventions of a quantized model; profile_options() gives named sets.
+struct QuantizeOptions {
+  std::string profile = "onnxruntime";
+  Grid activations{ir::DType::kInt8, false, false};
+  Grid weights{ir::DType::kInt8, true, false};
+  bool per_channel = true;          ///< weights per output channel
+  bool quantize_bias = true;        ///< bias as int32 with scale input_scale * weight_scale
+  bool quantize_outputs = true;     ///< Q/DQ on the outputs of quantized ops, not only their inputs
+  /// Op types quantized; empty: the profile's list.
+  std::vector<std::string> op_types;
+  /// Node names kept in float (no Q/DQ on the inputs they read, weights stay float).
+  std::vector<std::string> exclude_nodes;
+};
+
+/// The profiles: "onnxruntime" (QDQ S8S8 as quantize_static writes it: activations int8
+/// asymmetric, weights int8 symmetric, bias int32, Q/DQ on inputs and outputs of quantized
+/// ops, data-movement ops sharing their input's parameters), "tensorrt" (symmetric int8
+/// everywhere, Q/DQ on the inputs of Conv/Gemm/MatMul/pooling/Add only, bias float) and
+/// "ncnn" (symmetric int8, Q/DQ on the inputs of Conv/Gemm/MatMul only, bias float).
+/// Throws ArgumentError for another name.
+QuantizeOptions profile_options(const std::string& profile);
+/// The profile names.
+const std::vector<std::string>& profile_names();
+
+/// One node the plan quantizes.
+struct PlannedNode {
+  std::string node;            ///< node name
+  std::string op_type;
+  std::vector<std::string> activations;  ///< its inputs (and, with quantize_outputs, outputs) given Q/DQ
+  std::string weight;          ///< constant weight input quantized ("" for none)
+  int weight_axis = -1;        ///< channel axis of the weight (-1: per tensor)
+  std::string bias;            ///< bias input ("" for none or not quantized)
+};
+
+/// What quantize_qdq() will quantize: the activations to calibrate (each with the group of
+/// tensors that must share one set of parameters) and the nodes and their weights.
+struct Plan {
+  struct Tensor {
+    std::string name;
+    int channel_axis = -1;  ///< axis whose channels the calibrator tracks (dead channels)
+    int group = 0;          ///< tensors of one group share parameters (their stats are merged)
+  };
+  std::vector<Tensor> tensors;  ///< activations to observe and quantize, in graph order
+  std::vector<PlannedNode> nodes;
+  std::vector<std::string> notes;  ///< why some candidate nodes were not quantized
+
+  /// (name, channel_axis) of every tensor, for Calibrator.
+  std::vector<std::pair<std::string, int>> observed() const;
+};
+
+/// A copy of `model` simplified in standard ONNX before planning: Identity removed, shapes
+/// inferred, constants folded, BatchNormalization folded into the conv before it, dead nodes
+/// removed. Values keep their names.
+ir::Model prepare(const ir::Model& model);
+
+/// The quantization plan of a prepared model under `options`. Throws ModelError when the model
+/// has no float tensor to quantize, ArgumentError for an excluded node name that does not exist.
+Plan plan(const ir::Model& prepared, const QuantizeOptions& options);
+
+/// Per-tensor statistics of a calibration (value name -> stats).
+using StatsMap = std::map<std::string, TensorStats>;
+
+/// One tensor's chosen range and the method that chose it.
+struct TensorRange {
+  Range range;
+  std::string method;
+};
+
+/// Ranges of every planned tensor: each group's stats merged, then `method` applied, the
+/// result shared by the group. Tensors missing from `stats` raise CalibrationError.
+std::map<std::string, TensorRange> compute_ranges(const Plan& plan, const StatsMap& stats,
+                                                  const MethodOptions& method, const QuantizeOptions& options);
+
+/// A quantized model and the parameters written into it.
+struct QuantizedModel {
+  ir::Model model;
+  std::map<std::string, QParams> activations;  ///< per activation value name
+  std::map<std::string, QParams> weights;      ///< per weight initializer name (float name)
+  std::vector<std::string> notes;
+};
+
+/// Writes the QDQ model: each planned activation T gets QuantizeLinear -> DequantizeLinear
+/// (values "T_quantized", "T_dequantized"; parameters "T_scale", "T_zero_point") read by its
+/// quantized consumers; each planned weight W is stored as "W_quantized" (int8) and read
+/// through a DequantizeLinear whose output keeps the name W; biases likewise as int32.
+/// Graph outputs keep their float values. The result passes onnx.checker's full check.
+/// Throws CalibrationError for a planned tensor without a range.
+QuantizedModel quantize_qdq(const ir::Model& prepared, const Plan& plan,
+                            const std::map<std::string, TensorRange>& ranges, const QuantizeOptions& options);
+
+/// A copy of a QDQ model where every DequantizeLinear of constants is replaced by its float
+/// result: the model the float kernels of the CPU engine run fast, with the same values.
+ir::Model fold_dequantized_constants(const ir::Model& qdq);
+
+// ---- calibration ---------------------------------------------------------------------------
+
+struct CalibratorOptions {
+  int bins = 2048;      ///< histogram bins per sign
+  int threads = 0;      ///< engine threads (0: physical cores)
+  /// Samples with NaN or infinity in an observed tensor: false raises CalibrationError naming
+  /// the tensor and the sample index; true leaves them out and counts them.
+  bool skip_nonfinite = false;
+};
+
+/// Observes tensors of a float model batch by batch on the CPU engine.
+class Calibrator {
+ public:
+  /// Compiles `model` so that each of `tensors` (value name, channel axis) stays computed.
+  /// Throws ArgumentError for a name that is no float32 value of the model.
+  Calibrator(const ir::Model& model, const std::vector<std::pair<std::string, int>>& tensors,
+             const CalibratorOptions& options);
+  ~Calibrator();
+  Calibrator(const Calibrator&) = delete;
+  Calibrator& operator=(const Calibrator&) = delete;
+
+  /// Runs one batch (samples along axis 0 of every input) and adds what the observed
+  /// tensors held. Input errors are ArgumentError naming the input; a non-finite value is a
+  /// CalibrationError naming the tensor and the sample index in the whole stream (or, with
+  /// skip_nonfinite, the sample is left out). Safe to call from one thread at a time.
+  void observe(const std::vector<std::pair<std::string, ir::Tensor>>& batch);
+
+  const StatsMap& stats() const { return stats_; }
+  int64_t samples() const { return samples_; }  ///< samples observed (skipped ones included)
+  int64_t batches() const { return batches_; }
+  /// Sample indices left out for non-finite values.
+  const std::vector<int64_t>& skipped() const { return skipped_; }
+
+  /// The state as bytes: every tensor's statistics and the counters; merge() takes it.
+  std::string state() const;
+  /// Adds a state from another calibrator of the same model and tensors (ArgumentError when
+  /// tensors or bins differ, CalibrationError for bytes that are not a state).
+  void merge(const std::string& state);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  StatsMap stats_;
+  int64_t samples_ = 0;
+  int64_t batches_ = 0;
+  std::vector<int64_t> skipped_;
+};
+
+// ---- calibration files -----------------------------------------------------------------------
+
+/// TensorRT's calibration cache: a header line ("TRT-<version>-EntropyCalibration2") and one
+/// line per tensor, "name: <scale as the 8 hex digits of its float32 bits>".
+std::string write_tensorrt_cache(const std::map<std::string, float>& scales,
+                                 const std::string& header = "TRT-8601-EntropyCalibration2");
+/// Parses a TensorRT calibration cache (ParseError naming the line for malformed text).
+std::map<std::string, float> read_tensorrt_cache(const std::string& text);
+
+/// ncnn's int8 table as ncnn2table writes it: per quantized layer, "<layer>_param_0" followed by
+/// one weight scale per output channel, and "<layer>" followed by its input's scale; ncnn
+/// scales are 127 / threshold.
+struct NcnnTable {
+  std::map<std::string, std::vector<float>> weight_scales;  ///< layer -> per-channel scales
+  std::map<std::string, float> input_scales;                ///< layer -> bottom blob scale
+};
+std::string write_ncnn_table(const NcnnTable& table);
+/// Parses an ncnn table (ParseError naming the line for malformed text).
+NcnnTable read_ncnn_table(const std::string& text);
+
+}  // namespace tether::quant
