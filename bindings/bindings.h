@@ -28,6 +28,19 @@ pyb::object tensor_to_numpy(const ir::Tensor& t, bool writeable = false);
 /// the value in errors ("input 'x'"). Throws ArgumentError for a non-array or a dtype tether
 /// lacks.
 ir::Tensor borrow_numpy(const pyb::handle& value, const std::string& what, std::vector<pyb::array>& keep);
+/// Named numpy inputs borrowed as tensors; the arrays stay referenced here, so the GIL may be
+/// released while the tensors are read.
+struct Feeds {
+  std::vector<pyb::array> keep;
+  std::vector<std::pair<std::string, ir::Tensor>> inputs;
+  explicit Feeds(const pyb::dict& feeds) {
+    for (const auto& [key, value] : feeds) {
+      const std::string name = pyb::cast<std::string>(key);
+      inputs.emplace_back(name, borrow_numpy(value, "input '" + name + "'", keep));
+    }
+  }
+};
+
 /// A Python value for an attribute: numbers, str (bytes when not UTF-8), lists, numpy arrays
 /// for tensors, and dicts for graphs.
 pyb::object attribute_to_python(const ir::Attribute& a);

@@ -50,8 +50,42 @@ void register_stats(pyb::module_& m) {
       .def_property_readonly("absmax", &TensorStats::absmax);
 }
 
+void register_calibrator(pyb::module_& m) {
+  using quant::Calibrator;
+  pyb::class_<Calibrator>(m, "Calibrator")
+      .def(pyb::init([](const ir::Model& model, const std::vector<std::pair<std::string, int>>& tensors, int bins,
+                        int threads, bool skip_nonfinite) {
+             quant::CalibratorOptions o;
+             o.bins = bins;
+             o.threads = threads;
+             o.skip_nonfinite = skip_nonfinite;
+             pyb::gil_scoped_release release;
+             return std::make_unique<Calibrator>(model, tensors, o);
+           }),
+           pyb::arg("model"), pyb::arg("tensors"), pyb::arg("bins") = 2048, pyb::arg("threads") = 0,
+           pyb::arg("skip_nonfinite") = false)
+      .def(
+          "observe",
+          [](Calibrator& c, const pyb::dict& feeds) {
+            Feeds f(feeds);
+            pyb::gil_scoped_release release;
+            c.observe(f.inputs);
+          },
+          pyb::arg("feeds"))
+      .def("stats", [](const Calibrator& c) { return c.stats(); })
+      .def_property_readonly("samples", &Calibrator::samples)
+      .def_property_readonly("batches", &Calibrator::batches)
+      .def_property_readonly("skipped", &Calibrator::skipped)
+      .def("state", [](const Calibrator& c) { return pyb::bytes(c.state()); })
+      .def(
+          "merge", [](Calibrator& c, const pyb::bytes& state) { c.merge(std::string(state)); }, pyb::arg("state"));
+}
+
 }  // namespace
 
-void register_quant(pyb::module_& m) { register_stats(m); }
+void register_quant(pyb::module_& m) {
+  register_stats(m);
+  register_calibrator(m);
+}
 
 }  // namespace tether::py

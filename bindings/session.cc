@@ -8,19 +8,6 @@ namespace tether::py {
 
 namespace {
 
-// Named numpy inputs borrowed as tensors; the arrays stay referenced here, so the GIL may be
-// released while the tensors are read.
-struct Feeds {
-  std::vector<pyb::array> keep;
-  std::vector<std::pair<std::string, ir::Tensor>> inputs;
-  explicit Feeds(const pyb::dict& feeds) {
-    for (const auto& [key, value] : feeds) {
-      const std::string name = pyb::cast<std::string>(key);
-      inputs.emplace_back(name, borrow_numpy(value, "input '" + name + "'", keep));
-    }
-  }
-};
-
 pyb::list arrays(const std::vector<ir::Tensor>& tensors) {
   pyb::list out;
   for (const ir::Tensor& t : tensors) out.append(tensor_to_numpy(t, true));
@@ -126,17 +113,19 @@ void register_session(pyb::module_& m) {
 
   m.def(
       "compile",
-      [](const ir::Model& model, const std::string& device, int threads, bool optimize, bool profile) {
+      [](const ir::Model& model, const std::string& device, int threads, bool optimize, bool profile,
+         const std::vector<std::string>& keep) {
         engine::CompileOptions o;
         o.device = device;
         o.threads = threads;
         o.optimize = optimize;
         o.profile = profile;
+        o.keep = keep;
         pyb::gil_scoped_release release;
         return engine::compile(model, o);
       },
       pyb::arg("model"), pyb::arg("device") = "cpu", pyb::arg("threads") = 0, pyb::arg("optimize") = true,
-      pyb::arg("profile") = false);
+      pyb::arg("profile") = false, pyb::arg("keep") = std::vector<std::string>{});
 }
 
 }  // namespace tether::py

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -109,19 +110,23 @@ def compile(  # noqa: A001 - the public name mirrors the lifecycle: load, compil
     threads: int | None = None,
     optimize: bool = True,
     profile: bool = False,
+    keep: Sequence[str] = (),
 ) -> Session:
     """Compiles a model for ``device`` (``"cpu"``) and returns a :class:`Session`.
 
     ``threads``: threads per run (default: one per physical core). ``optimize``: apply the
     graph passes first. ``profile``: time every kernel (see :meth:`Session.profile`).
-    Raises UnsupportedError listing every node the device cannot run.
+    ``keep``: value names the passes must leave computed (never fused into another kernel),
+    for tools that observe intermediates. Raises UnsupportedError listing every node the
+    device cannot run, ArgumentError for a ``keep`` name the model lacks.
 
     Example:
         >>> sess = tt.compile("model.onnx", threads=1)    # doctest: +SKIP
+        >>> sess = tt.compile(model, keep=["conv1_out"])   # doctest: +SKIP
     """
     if not isinstance(model, Model):
         model = load(model)
-    core = _core.compile(model._core, device, 0 if threads is None else int(threads), optimize, profile)
+    core = _core.compile(model._core, device, 0 if threads is None else int(threads), optimize, profile, list(keep))
     return Session(core, device)
 
 

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -30,7 +31,22 @@ struct CompileOptions {
   bool optimize = true;
   /// Time every kernel of every run (a little overhead per node); read with Session::profile().
   bool profile = false;
+  /// Value names the graph passes must leave computed (never fused away), so that
+  /// Session::run_observe and run_capture see them. Unknown names: ArgumentError.
+  std::vector<std::string> keep;
 };
+
+/// A value as the kernel that wrote it left it. The data is valid during the observer call only.
+struct ObservedValue {
+  size_t index = 0;  ///< position of the value's name in the list given to run_observe
+  const std::string& name;
+  ir::DType dtype;
+  const std::vector<int64_t>& dims;
+  const void* data;  ///< row-major, dims' product elements of dtype
+};
+
+/// Called by Session::run_observe for each observed value.
+using Observer = std::function<void(const ObservedValue&)>;
 
 /// Time spent in one node's kernel over all profiled runs.
 struct NodeProfile {
@@ -86,6 +102,15 @@ class Session {
   virtual std::vector<ir::Tensor> run_capture(const std::vector<std::pair<std::string, ir::Tensor>>& inputs,
                                               const std::vector<std::string>& names,
                                               std::vector<std::pair<std::string, ir::Tensor>>& captured) const = 0;
+
+  /// Runs like run() and calls `observer` with each value named in `names` as soon as it exists:
+  /// graph inputs before the first kernel, every other value right after the kernel that
+  /// writes it, on the calling thread, in execution order; nothing is copied. Throws
+  /// ArgumentError for a name that no kernel writes and no input holds (unknown, constant, or
+  /// fused away: compile with CompileOptions::keep). An exception from the observer ends the
+  /// run and propagates.
+  virtual std::vector<ir::Tensor> run_observe(const std::vector<std::pair<std::string, ir::Tensor>>& inputs,
+                                              const std::vector<std::string>& names, const Observer& observer) const = 0;
 
   /// The kernels a run executes, in order.
   virtual std::vector<StepInfo> steps() const = 0;

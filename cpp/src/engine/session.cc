@@ -75,6 +75,8 @@ class CpuSession final : public Session {
   std::vector<ir::Tensor> run_capture(const std::vector<std::pair<std::string, ir::Tensor>>& inputs,
                                       const std::vector<std::string>& names,
                                       std::vector<std::pair<std::string, ir::Tensor>>& captured) const override;
+  std::vector<ir::Tensor> run_observe(const std::vector<std::pair<std::string, ir::Tensor>>& inputs,
+                                      const std::vector<std::string>& names, const Observer& observer) const override;
   std::vector<StepInfo> steps() const override;
   MemoryStats memory() const override {
     std::lock_guard<std::mutex> lock(plans_mutex_);
@@ -94,12 +96,14 @@ class CpuSession final : public Session {
   }
 
  private:
-  // Which values a run copies after the step that writes them, and where to.
-  struct Capture {
-    std::vector<bool> wanted;  // per value
-    std::vector<std::pair<std::string, ir::Tensor>>* into = nullptr;
+  // Which values a run hands to an observer: per value, the index passed along, or -1.
+  struct Watch {
+    std::vector<int> slot;
+    bool inputs = false;  // graph inputs too, before the first step
+    const Observer* observer = nullptr;
   };
-  std::vector<ir::Tensor> run_steps(const std::vector<std::pair<std::string, ir::Tensor>>& inputs, const Capture* capture) const;
+  std::vector<ir::Tensor> run_steps(const std::vector<std::pair<std::string, ir::Tensor>>& inputs, const Watch* watch) const;
+  void mark_kept(const std::vector<std::string>& names);
   void index_values();
   void create_steps(const Backend& backend);
   int64_t release_packed_constants();
@@ -128,6 +132,7 @@ class CpuSession final : public Session {
 CpuSession::CpuSession(const ir::Model& model, const CompileOptions& options)
     : model_(model.clone()), profile_(options.profile) {
   model_.graph().validate();
+  mark_kept(options.keep);
   std::ostringstream report;
   if (options.optimize) report << passes::optimize(model_);
   ops::infer_shapes(model_);
@@ -139,6 +144,14 @@ CpuSession::CpuSession(const ir::Model& model, const CompileOptions& options)
     report << "cpu: " << freed << " bytes of weights kept only in packed form\n";
   report << "cpu: " << steps_.size() << " kernels, " << pool_->threads() << " threads\n";
   report_ = report.str();
+}
+
+void CpuSession::mark_kept(const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    ir::Value* v = model_.graph().find(name);
+    if (v == nullptr) throw ArgumentError("keep: the model has no value named '" + name + "'");
+    v->metadata().emplace_back(passes::kKeep, "1");
+  }
 }
 
 void CpuSession::index_values() {
@@ -445,12 +458,37 @@ std::shared_ptr<Plan> CpuSession::make_plan(const std::vector<const ir::Tensor*>
 std::vector<ir::Tensor> CpuSession::run_capture(const std::vector<std::pair<std::string, ir::Tensor>>& inputs,
                                                 const std::vector<std::string>& names,
                                                 std::vector<std::pair<std::string, ir::Tensor>>& captured) const {
-  Capture capture{std::vector<bool>(values_.size(), names.empty()), &captured};
+  Watch watch{std::vector<int>(values_.size(), names.empty() ? 0 : -1)};
   for (const std::string& name : names) {
     const ir::Value* v = model_.graph().find(name);
-    if (v != nullptr) capture.wanted[static_cast<size_t>(index_.at(v))] = true;
+    if (v != nullptr) watch.slot[static_cast<size_t>(index_.at(v))] = 0;
   }
-  return run_steps(inputs, &capture);
+  const Observer copy = [&captured](const ObservedValue& o) {
+    const auto bytes = ir::storage_bytes(o.dtype, ir::checked_num_elements(o.dims).value_or(0)).value_or(0);
+    captured.emplace_back(o.name, ir::Tensor::copy_of(o.dtype, o.dims, o.data, bytes));
+  };
+  watch.observer = &copy;
+  return run_steps(inputs, &watch);
+}
+
+std::vector<ir::Tensor> CpuSession::run_observe(const std::vector<std::pair<std::string, ir::Tensor>>& inputs,
+                                                const std::vector<std::string>& names, const Observer& observer) const {
+  std::vector<bool> written(values_.size(), false);
+  for (const Step& step : steps_)
+    for (int o : step.outputs)
+      if (o >= 0) written[static_cast<size_t>(o)] = true;
+  Watch watch{std::vector<int>(values_.size(), -1), true, &observer};
+  for (size_t k = 0; k < names.size(); ++k) {
+    const ir::Value* v = model_.graph().find(names[k]);
+    const int i = v != nullptr ? index_.at(v) : -1;
+    if (i < 0 || !(written[static_cast<size_t>(i)] || values_[static_cast<size_t>(i)].slot == Slot::kInput))
+      throw ArgumentError("cannot observe '" + names[k] + "': " +
+                          (v == nullptr ? std::string("the compiled model has no value of that name (fused away? compile with keep)")
+                                        : std::string("no kernel writes it (a constant)")));
+    if (watch.slot[static_cast<size_t>(i)] >= 0) throw ArgumentError("cannot observe '" + names[k] + "' twice in one run");
+    watch.slot[static_cast<size_t>(i)] = static_cast<int>(k);
+  }
+  return run_steps(inputs, &watch);
 }
 
 std::vector<StepInfo> CpuSession::steps() const {
@@ -479,7 +517,7 @@ std::vector<StepInfo> CpuSession::steps() const {
 }
 
 std::vector<ir::Tensor> CpuSession::run_steps(const std::vector<std::pair<std::string, ir::Tensor>>& named,
-                                              const Capture* capture) const {
+                                              const Watch* watch) const {
   const std::vector<const ir::Tensor*> bound = bind_inputs(named);
   std::shared_ptr<Plan> plan = plan_for(bound);
 
@@ -530,6 +568,17 @@ std::vector<ir::Tensor> CpuSession::run_steps(const std::vector<std::pair<std::s
     }
   }
   RunContext ctx{pool_.get(), base + plan->arena_bytes};
+  auto notify = [&](int value, const View& view) {
+    const int slot = watch->slot[static_cast<size_t>(value)];
+    if (slot < 0 || view.data == nullptr) return;
+    const std::string& name = values_[static_cast<size_t>(value)].value->name();
+    (*watch->observer)(ObservedValue{static_cast<size_t>(slot), name, view.dtype, view.dims, view.data});
+  };
+  if (watch != nullptr && watch->inputs)
+    for (int in : input_values_) {
+      const auto i = static_cast<size_t>(in);
+      notify(in, View{values_[i].value->type().dtype(), plan->dims[i], data[i]});
+    }
   for (const Step& step : steps_) {
     std::vector<View> ins, outs;
     ins.reserve(step.inputs.size());
@@ -549,14 +598,9 @@ std::vector<ir::Tensor> CpuSession::run_steps(const std::vector<std::pair<std::s
       step.nanoseconds += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
       ++step.runs;
     }
-    if (capture == nullptr) continue;
-    for (size_t k = 0; k < step.outputs.size(); ++k) {
-      const int o = step.outputs[k];
-      if (o < 0 || !capture->wanted[static_cast<size_t>(o)] || outs[k].data == nullptr) continue;
-      const auto bytes = ir::storage_bytes(outs[k].dtype, ir::checked_num_elements(outs[k].dims).value_or(0)).value_or(0);
-      capture->into->emplace_back(values_[static_cast<size_t>(o)].value->name(),
-                                  ir::Tensor::copy_of(outs[k].dtype, outs[k].dims, outs[k].data, bytes));
-    }
+    if (watch == nullptr) continue;
+    for (size_t k = 0; k < step.outputs.size(); ++k)
+      if (step.outputs[k] >= 0) notify(step.outputs[k], outs[k]);
   }
   // Outputs that no step writes (a graph input or a constant passed straight through) are copies.
   for (size_t k = 0; k < outputs_.size(); ++k) {

@@ -26,7 +26,7 @@ int remove_identities(ir::Graph& graph) {
     if (!is_onnx(*n, "Identity") && !is_inference_dropout(*n)) continue;
     ir::Value* in = n->input(0);
     ir::Value* out = n->output(0);
-    if (in == nullptr || out == nullptr || out->is_output()) continue;
+    if (in == nullptr || out == nullptr || out->is_output() || is_kept(*out)) continue;
     graph.replace_all_uses(out, in);
     graph.remove_node(n);  // an unread Dropout mask goes with it
     ++removed;

@@ -59,8 +59,14 @@ std::optional<ir::Tensor> constant_of(const ir::Value* v) {
   return engine::constant_node_value(*p);
 }
 
+bool is_kept(const ir::Value& v) {
+  for (const auto& [key, value] : v.metadata())
+    if (key == kKeep) return true;
+  return false;
+}
+
 bool is_any_output(const ir::Value& v) {
-  if (v.is_output()) return true;
+  if (v.is_output() || is_kept(v)) return true;
   for (const ir::Node* n : v.graph()->nodes())
     if (node_subgraphs_return(*n, v)) return true;
   return false;
@@ -109,10 +115,12 @@ ir::Node* replace_chain(ir::Graph& g, const std::vector<ir::Node*>& chain, std::
 
   std::vector<std::string> out_names;
   std::vector<ir::ValueType> out_types;
+  std::vector<ir::Metadata> out_metadata;  // kKeep marks among them
   std::vector<ir::Value*> parked;
   for (ir::Value* v : last->outputs()) {
     out_names.push_back(v ? v->name() : "");
     out_types.push_back(v ? v->type() : ir::ValueType());
+    out_metadata.push_back(v ? v->metadata() : ir::Metadata());
     parked.push_back(v ? park_uses(g, v) : nullptr);
   }
   for (auto it = chain.rbegin(); it != chain.rend(); ++it) g.remove_node(*it);
@@ -123,6 +131,7 @@ ir::Node* replace_chain(ir::Graph& g, const std::vector<ir::Node*>& chain, std::
   for (size_t i = 0; i < parked.size(); ++i) {
     if (parked[i] == nullptr) continue;
     n->output(i)->set_type(out_types[i]);
+    n->output(i)->metadata() = out_metadata[i];
     unpark(g, parked[i], n->output(i));
   }
   return n;

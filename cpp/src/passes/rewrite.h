@@ -20,7 +20,15 @@ bool is_onnx(const ir::Node& n, const char* op);
 /// output of a Constant node (dense values only). nullopt otherwise.
 std::optional<ir::Tensor> constant_of(const ir::Value* v);
 
-/// True when `v` is a graph output of its graph or is returned directly by a subgraph of it.
+/// Metadata key on a value the passes must leave computed, as if it were a graph output (set by
+/// compile() for CompileOptions::keep, so that observers and captures see the value).
+inline constexpr char kKeep[] = "tether.keep";
+
+/// True when `v` is marked with kKeep.
+bool is_kept(const ir::Value& v);
+
+/// True when `v` is a graph output of its graph, is returned directly by a subgraph of it, or
+/// is kept (is_kept): a value the rewrites must not remove.
 bool is_any_output(const ir::Value& v);
 
 /// True when `reader` is the only node reading `v` (once) and `v` is no graph output.

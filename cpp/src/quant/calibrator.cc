@@ -1,0 +1,301 @@
+// Calibrator: runs batches on the CPU engine and reduces the observed tensors into TensorStats.
+//
+// Each batch is observed into a fresh state that joins the running one only when every value
+// in it was finite, so a rejected or skipped sample leaves no trace. The engine gives every
+// sample the same results whatever else is in its batch (its kernels never mix samples in a
+// reduction), and merging is exact, so the final state depends on the samples alone.
+#include <algorithm>
+#include <cstring>
+
+#include "tether/engine.h"
+#include "tether/quant.h"
+#include "tether/shape_inference.h"
+
+namespace tether::quant {
+
+namespace {
+
+using Batch = std::vector<std::pair<std::string, ir::Tensor>>;
+
+// Samples of a batch: the size of every input's first dim, which must agree (scalars: one).
+int64_t batch_samples(const Batch& batch, int64_t batch_index) {
+  int64_t n = -1;
+  std::string first;
+  for (const auto& [name, t] : batch) {
+    const int64_t here = t.rank() == 0 ? 1 : t.dims()[0];
+    if (n < 0) {
+      n = here;
+      first = name;
+    } else if (here != n) {
+      throw ArgumentError("calibration batch " + std::to_string(batch_index) + ": input '" + name + "' has " +
+                          std::to_string(here) + " samples along axis 0 but input '" + first + "' has " + std::to_string(n));
+    }
+  }
+  if (n <= 0)
+    throw ArgumentError("calibration batch " + std::to_string(batch_index) + (n < 0 ? " has no inputs" : " has no samples"));
+  return n;
+}
+
+// Sample i of a batch, borrowing the batch's memory.
+Batch sample_of(const Batch& batch, int64_t i) {
+  Batch one;
+  for (const auto& [name, t] : batch) {
+    if (t.rank() == 0) {
+      one.emplace_back(name, t);
+      continue;
+    }
+    std::vector<int64_t> dims = t.dims();
+    const int64_t bytes = dims[0] == 0 ? 0 : t.nbytes() / dims[0];
+    dims[0] = 1;
+    auto buffer = ir::Buffer::borrow(static_cast<const std::byte*>(t.raw_data()) + i * bytes, bytes, t.buffer());
+    one.emplace_back(name, ir::Tensor::from_buffer(t.dtype(), std::move(dims), std::move(buffer)));
+  }
+  return one;
+}
+
+// ---- state bytes ---------------------------------------------------------------------------
+
+constexpr char kMagic[] = "tether-calibration-state-1\n";
+
+class Writer {
+ public:
+  template <typename T>
+  void put(T v) {
+    out_.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  void put_string(const std::string& s) {
+    put<uint64_t>(s.size());
+    out_ += s;
+  }
+  // Histograms are mostly empty: (index, count) pairs of the non-zero bins.
+  void put_bins(const std::vector<uint64_t>& h) {
+    uint32_t nonzero = 0;
+    for (uint64_t c : h) nonzero += c != 0;
+    put<uint32_t>(nonzero);
+    for (size_t i = 0; i < h.size(); ++i)
+      if (h[i] != 0) {
+        put<uint32_t>(static_cast<uint32_t>(i));
+        put<uint64_t>(h[i]);
+      }
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& s) : s_(s) {}
+  template <typename T>
+  T get() {
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, s_.data() + pos_, sizeof v);
+    pos_ += sizeof v;
+    return v;
+  }
+  std::string get_string() {
+    const auto n = get<uint64_t>();
+    need(n);
+    std::string v = s_.substr(pos_, n);
+    pos_ += n;
+    return v;
+  }
+  void get_bins(std::vector<uint64_t>& h) {
+    const auto nonzero = get<uint32_t>();
+    for (uint32_t k = 0; k < nonzero; ++k) {
+      const auto i = get<uint32_t>();
+      const auto c = get<uint64_t>();
+      if (i >= h.size()) throw CalibrationError("calibration state is corrupt: bin " + std::to_string(i) + " out of range");
+      h[i] = c;
+    }
+  }
+  // A count of items of `item_bytes` each that must still fit in what is left.
+  size_t get_count(size_t item_bytes) {
+    const auto n = get<uint64_t>();
+    need(n > (s_.size() - pos_) / item_bytes ? s_.size() + 1 : n * item_bytes);
+    return static_cast<size_t>(n);
+  }
+  bool done() const { return pos_ == s_.size(); }
+
+ private:
+  void need(uint64_t n) const {
+    if (n > s_.size() - pos_) throw CalibrationError("calibration state is truncated or corrupt (" + std::to_string(s_.size()) + " bytes)");
+  }
+  const std::string& s_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+struct Calibrator::Impl {
+  std::unique_ptr<engine::Session> session;
+  std::vector<std::string> names;
+  std::vector<int> axes;
+  CalibratorOptions options;
+
+  StatsMap fresh() const {
+    StatsMap m;
+    for (size_t k = 0; k < names.size(); ++k) m.emplace(names[k], TensorStats(options.bins, axes[k]));
+    return m;
+  }
+
+  // Runs `batch` into `into`; returns the name of the first observed tensor (in execution order)
+  // holding a non-finite value, or "" when all were finite.
+  std::string run(const Batch& batch, StatsMap& into) const {
+    std::vector<TensorStats*> slots;
+    for (const std::string& n : names) slots.push_back(&into.at(n));
+    std::string first_bad;
+    session->run_observe(batch, names, [&](const engine::ObservedValue& v) {
+      TensorStats& s = *slots[v.index];
+      const int64_t before = s.nonfinite;
+      s.observe(static_cast<const float*>(v.data), v.dims);
+      if (s.nonfinite != before && first_bad.empty()) first_bad = v.name;
+    });
+    return first_bad;
+  }
+};
+
+Calibrator::Calibrator(const ir::Model& model, const std::vector<std::pair<std::string, int>>& tensors,
+                       const CalibratorOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  if (tensors.empty()) throw ArgumentError("nothing to calibrate: no tensors to observe");
+  TensorStats(options.bins);  // validates the bin count
+  ir::Model typed = model.clone();
+  ops::infer_shapes(typed);
+  for (const auto& [name, axis] : tensors) {
+    const ir::Value* v = typed.graph().find(name);
+    if (v == nullptr) throw ArgumentError("cannot observe '" + name + "': the model has no value of that name");
+    if (v->type().dtype() != ir::DType::kFloat32)
+      throw ArgumentError("cannot observe '" + name + "': it is " + std::string(ir::dtype_name(v->type().dtype())) +
+                          ", calibration observes float32 values");
+  }
+  impl_->options = options;
+  for (const auto& [name, axis] : tensors) {
+    if (std::find(impl_->names.begin(), impl_->names.end(), name) != impl_->names.end())
+      throw ArgumentError("tensor '" + name + "' is listed twice for calibration");
+    impl_->names.push_back(name);
+    impl_->axes.push_back(axis);
+  }
+  engine::CompileOptions co;
+  co.threads = options.threads;
+  co.keep = impl_->names;
+  impl_->session = engine::compile(model, co);
+  stats_ = impl_->fresh();
+}
+
+Calibrator::~Calibrator() = default;
+
+void Calibrator::observe(const Batch& batch) {
+  const int64_t index = batches_;
+  const int64_t n = batch_samples(batch, index);
+  StatsMap state = impl_->fresh();
+  std::string bad;
+  try {
+    bad = impl_->run(batch, state);
+  } catch (const ArgumentError& e) {
+    throw ArgumentError("calibration batch " + std::to_string(index) + ": " + e.what());
+  }
+  if (!bad.empty()) {
+    // Find the samples at fault by running them one by one; keep the clean ones.
+    state = impl_->fresh();
+    for (int64_t i = 0; i < n; ++i) {
+      StatsMap one = impl_->fresh();
+      const std::string tensor = impl_->run(sample_of(batch, i), one);
+      if (tensor.empty()) {
+        for (auto& [name, s] : state) s.merge(one.at(name));
+        continue;
+      }
+      const int64_t sample = samples_ + i;
+      if (!impl_->options.skip_nonfinite)
+        throw CalibrationError("calibration sample " + std::to_string(sample) + " (batch " + std::to_string(index) +
+                               ", row " + std::to_string(i) + "): tensor '" + tensor +
+                               "' holds NaN or infinity; fix the data, or skip such samples (skip_nonfinite)");
+      skipped_.push_back(sample);
+    }
+  }
+  for (auto& [name, s] : stats_) s.merge(state.at(name));
+  samples_ += n;
+  ++batches_;
+}
+
+std::string Calibrator::state() const {
+  Writer w;
+  w.put_string(kMagic);
+  w.put<int32_t>(impl_->options.bins);
+  w.put<int64_t>(samples_);
+  w.put<int64_t>(batches_);
+  w.put<uint64_t>(skipped_.size());
+  for (int64_t s : skipped_) w.put<int64_t>(s);
+  w.put<uint64_t>(impl_->names.size());
+  for (size_t k = 0; k < impl_->names.size(); ++k) {
+    const TensorStats& s = stats_.at(impl_->names[k]);
+    w.put_string(impl_->names[k]);
+    w.put<int32_t>(impl_->axes[k]);
+    w.put<int64_t>(s.count);
+    w.put<int64_t>(s.zeros);
+    w.put<int64_t>(s.nonfinite);
+    w.put<float>(s.min);
+    w.put<float>(s.max);
+    w.put<int32_t>(s.exponent);
+    w.put<uint64_t>(s.channel_absmax.size());
+    for (float c : s.channel_absmax) w.put<float>(c);
+    w.put<uint8_t>(s.positive.empty() ? 0 : 1);
+    if (!s.positive.empty()) {
+      w.put_bins(s.positive);
+      w.put_bins(s.negative);
+    }
+  }
+  return w.take();
+}
+
+void Calibrator::merge(const std::string& state) {
+  Reader r(state);
+  if (r.get_string() != kMagic) throw CalibrationError("these bytes are not a tether calibration state");
+  const auto bins = r.get<int32_t>();
+  if (bins != impl_->options.bins)
+    throw ArgumentError("cannot merge a calibration state of " + std::to_string(bins) + " bins into one of " +
+                        std::to_string(impl_->options.bins) + " bins");
+  const auto samples = r.get<int64_t>();
+  const auto batches = r.get<int64_t>();
+  std::vector<int64_t> skipped(r.get_count(sizeof(int64_t)));
+  for (int64_t& s : skipped) s = r.get<int64_t>();
+  const auto tensors = r.get<uint64_t>();
+  if (tensors != impl_->names.size())
+    throw ArgumentError("cannot merge a calibration state of " + std::to_string(tensors) + " tensors into one of " +
+                        std::to_string(impl_->names.size()) + " tensors: the states come from different models or plans");
+  // Everything is read and checked before anything is added: a bad state changes nothing.
+  StatsMap incoming;
+  for (size_t k = 0; k < tensors; ++k) {
+    const std::string name = r.get_string();
+    const auto axis = r.get<int32_t>();
+    if (name != impl_->names[k] || axis != impl_->axes[k])
+      throw ArgumentError("cannot merge a calibration state whose tensor " + std::to_string(k) + " is '" + name +
+                          "' (channel axis " + std::to_string(axis) + ") into one whose tensor " + std::to_string(k) +
+                          " is '" + impl_->names[k] + "' (channel axis " + std::to_string(impl_->axes[k]) + ")");
+    TensorStats s(bins, axis);
+    s.count = r.get<int64_t>();
+    s.zeros = r.get<int64_t>();
+    s.nonfinite = r.get<int64_t>();
+    s.min = r.get<float>();
+    s.max = r.get<float>();
+    s.exponent = r.get<int32_t>();
+    s.channel_absmax.resize(r.get_count(sizeof(float)));
+    for (float& c : s.channel_absmax) c = r.get<float>();
+    if (r.get<uint8_t>() != 0) {
+      s.positive.assign(static_cast<size_t>(bins), 0);
+      s.negative.assign(static_cast<size_t>(bins), 0);
+      r.get_bins(s.positive);
+      r.get_bins(s.negative);
+    }
+    incoming.emplace(name, std::move(s));
+  }
+  if (!r.done()) throw CalibrationError("calibration state is corrupt: bytes left after the last tensor");
+  for (auto& [name, s] : stats_) s.merge(incoming.at(name));
+  samples_ += samples;
+  batches_ += batches;
+  skipped_.insert(skipped_.end(), skipped.begin(), skipped.end());
+}
+
+}  // namespace tether::quant
