@@ -191,6 +191,9 @@ struct Plan {
     std::string name;
     int channel_axis = -1;  ///< axis whose channels the calibrator tracks (dead channels)
     int group = 0;          ///< tensors of one group share parameters (their stats are merged)
+    /// True for the output of a quantized node: every reader (but excluded nodes) reads the
+    /// quantized value. Else only the planned nodes listing it do.
+    bool all_readers = false;
   };
   std::vector<Tensor> tensors;  ///< activations to observe and quantize, in graph order
   std::vector<PlannedNode> nodes;
@@ -200,14 +203,22 @@ struct Plan {
   std::vector<std::pair<std::string, int>> observed() const;
 };
 
-/// A copy of `model` simplified in standard ONNX before planning: Identity removed, shapes
-/// inferred, constants folded, BatchNormalization folded into the conv before it, dead nodes
-/// removed. Values keep their names.
+/// A copy of `model` simplified in standard ONNX before planning: every node named (unnamed
+/// ones "<op>_<k>", repeated names "<name>_<k>"), Identity removed, shapes inferred, constants
+/// folded, BatchNormalization folded into the conv before it, dead nodes removed. Values keep
+/// their names.
 ir::Model prepare(const ir::Model& model);
 
 /// The quantization plan of a prepared model under `options`. Throws ModelError when the model
 /// has no float tensor to quantize, ArgumentError for an excluded node name that does not exist.
 Plan plan(const ir::Model& prepared, const QuantizeOptions& options);
+
+/// The part of `plan` that quantizes only `nodes` (names of planned nodes; ArgumentError for
+/// another name): their entries and the tensors they list. Ranges computed for the whole plan
+/// apply unchanged, so each node keeps the parameters it has in the whole model (what layer
+/// sensitivity measures). Planning with more exclude_nodes only ever drops tensors: the
+/// ranges of the plan without exclusions cover every such plan.
+Plan restrict_plan(const Plan& plan, const std::vector<std::string>& nodes);
 
 /// Per-tensor statistics of a calibration (value name -> stats).
 using StatsMap = std::map<std::string, TensorStats>;

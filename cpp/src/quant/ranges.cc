@@ -1,0 +1,46 @@
+// compute_ranges(): one range per group of tensors that share quantization parameters.
+#include <map>
+
+#include "tether/quant.h"
+
+namespace tether::quant {
+
+std::map<std::string, TensorRange> compute_ranges(const Plan& plan, const StatsMap& stats, const MethodOptions& method,
+                                                  const QuantizeOptions& options) {
+  // A group's statistics are its members' merged: one range then covers every member.
+  std::map<int, TensorStats> groups;
+  for (const Plan::Tensor& t : plan.tensors) {
+    auto it = stats.find(t.name);
+    if (it == stats.end())
+      throw CalibrationError("no statistics for tensor '" + t.name +
+                             "': calibrate the tensors the plan lists (Plan::observed()) before computing ranges");
+    TensorStats s = it->second;
+    s.channel_absmax.clear();  // members may differ in channels; ranges do not use them
+    s.channel_axis = -1;
+    auto [g, fresh] = groups.emplace(t.group, s);
+    if (!fresh) g->second.merge(s);
+  }
+  std::map<int, TensorRange> chosen;
+  for (const auto& [group, s] : groups) {
+    TensorRange r{compute_range(s, method, options.activations), method.method};
+    if (method.method == "sqnr") {
+      // Name the method whose range was taken.
+      for (const std::string& m : method_names()) {
+        if (m == "sqnr") continue;
+        MethodOptions one = method;
+        one.method = m;
+        const Range candidate = compute_range(s, one, options.activations);
+        if (candidate.min == r.range.min && candidate.max == r.range.max) {
+          r.method = "sqnr:" + m;
+          break;
+        }
+      }
+    }
+    chosen.emplace(group, r);
+  }
+  std::map<std::string, TensorRange> out;
+  for (const Plan::Tensor& t : plan.tensors) out.emplace(t.name, chosen.at(t.group));
+  return out;
+}
+
+}  // namespace tether::quant
