@@ -390,6 +390,11 @@ add(
     one("DequantizeLinear/int32", "DequantizeLinear", ["x", "s"], {"x": (I32, [3, 13])},
         inits={"s": const(0.1, np.float32)}),
     one("DynamicQuantizeLinear", "DynamicQuantizeLinear", ["x"], X3, outs=("y", "s", "z")),
+    one("QuantizeLinear/blocked", "QuantizeLinear", ["x", "s", "z"], X3,
+        inits={"s": np.full((3, 5), 0.1, np.float32), "z": np.zeros((3, 5), np.int8)}, axis=1, block_size=3,
+        opset=21, sym={}),  # the scale's dim 0 is x's: a symbolic batch would contradict it
+    one("DequantizeLinear/per_axis_last", "DequantizeLinear", ["x", "s", "z"], {"x": (I8, [2, 3, 13])},
+        inits={"s": np.full(13, 0.1, np.float32), "z": np.zeros(13, np.int8)}, axis=-1),
 )
 
 # ---- shape ops -----------------------------------------------------------------------------
@@ -1186,6 +1191,11 @@ BAD = [
     bad("attention_heads", [node("Attention", ["q", "k", "v"], ["y"], name="bad_attention",
                                  q_num_heads=5, kv_num_heads=2)],
         {"q": (F, [2, 5, 32]), "k": (F, [2, 7, 16]), "v": (F, [2, 7, 12])}, opset=23),
+    bad("quantize_axis_length", [node("QuantizeLinear", ["x", "s"], ["y"], name="bad_q_axis", axis=0)],
+        {"x": (F, [3, 4])}, {"s": np.ones(4, np.float32)}, opset=21),
+    bad("dequantize_blocked_shape", [node("DequantizeLinear", ["x", "s"], ["y"], name="bad_dq_block", axis=1,
+                                          block_size=2)],
+        {"x": (U8, [3, 5])}, {"s": np.ones((3, 2), np.float32)}, opset=21),
     bad("shape_chain_reshape", [
         node("Shape", ["x"], ["s"], name="shape"),
         node("Gather", ["s", "i"], ["n"], name="gather", axis=0),

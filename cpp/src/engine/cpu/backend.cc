@@ -22,6 +22,7 @@ class CpuBackend final : public Backend {
     register_resize(registry_);
     register_rnn(registry_);
     register_einsum(registry_);
+    register_quantize(registry_);
   }
 
   std::string_view name() const override { return "cpu"; }

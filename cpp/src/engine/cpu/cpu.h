@@ -27,6 +27,7 @@ void register_scatter(KernelRegistry& r);
 void register_resize(KernelRegistry& r);
 void register_rnn(KernelRegistry& r);
 void register_einsum(KernelRegistry& r);
+void register_quantize(KernelRegistry& r);
 
 /// The activation a fused kernel applies to its output in place (ai.tether fused ops carry it
 /// in the attributes `activation` and `activation_params`).
