@@ -8,10 +8,11 @@ Example:
     >>> print(model.summary())                      # doctest: +SKIP
 """
 
-from tether import _native, export, parity, testing  # noqa: F401  (_native first: it loads the core)
+from tether import _native, export, parity, quantize, testing  # noqa: F401  (_native first: it loads the core)
 from tether._builder import GraphBuilder
 from tether._core import (
     ArgumentError,
+    CalibrationError,
     Error,
     ExternalDataError,
     GraphError,
@@ -33,6 +34,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ArgumentError",
+    "CalibrationError",
     "Error",
     "ExternalDataError",
     "GraphBuilder",
@@ -58,6 +60,7 @@ __all__ = [
     "optimize",
     "export",
     "parity",
+    "quantize",
     "testing",
     "track",
 ]

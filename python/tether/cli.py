@@ -5,6 +5,7 @@ Example:
     $ tether inspect model.onnx --json
     $ tether run model.onnx --inputs x.npz --threads 2 --repeat 20
     $ tether compare model.onnx --against onnxruntime --layerwise --html report.html
+    $ tether quantize model.onnx --data calib.npz --method entropy -o model.int8.onnx --html int8.html
 """
 
 from __future__ import annotations
@@ -117,6 +118,42 @@ def _compare(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _quantize(args: argparse.Namespace) -> int:
+    if not os.path.exists(args.data):
+        raise tether.ArgumentError(f"--data '{args.data}' does not exist")
+    try:
+        npz = np.load(args.data, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise tether.ArgumentError(f"--data '{args.data}' is not an .npz file of arrays: {e}") from None
+    with npz:
+        data = {k: npz[k] for k in npz.files if k != args.labels_key}
+        labels = npz[args.labels_key] if args.labels_key in npz.files else None
+    if args.max_accuracy_drop is not None and labels is None:
+        raise tether.ArgumentError(f"--max-accuracy-drop needs labels: store them in the .npz under "
+                                   f"'{args.labels_key}' (or name the key with --labels-key)")
+    res = tether.quantize.static(
+        args.model, data, method=args.method, percentile=args.percentile, profile=args.profile,
+        per_channel=not args.per_tensor, activation_type=args.activation_type, reduce_range=args.reduce_range or None,
+        exclude_nodes=args.exclude, batch_size=args.batch_size, threads=args.threads,
+        skip_nonfinite=args.skip_nonfinite, labels=labels, max_accuracy_drop=args.max_accuracy_drop,
+        min_sqnr_db=args.min_sqnr, eval_samples=args.eval_samples, runner=args.runner)
+    res.save(args.output)
+    print(res.report.table() if res.report is not None else res.summary.table())
+    print(f"quantized model written to {args.output}")
+    if args.html:
+        if res.report is None:
+            raise tether.ArgumentError("--html needs evaluation samples (--eval-samples > 0)")
+        res.report.to_html(args.html)
+        print(f"HTML report written to {args.html}")
+    if args.trt_cache:
+        res.write_tensorrt_cache(args.trt_cache)
+        print(f"TensorRT calibration cache written to {args.trt_cache}")
+    if args.ncnn_table:
+        res.write_ncnn_table(args.ncnn_table)
+        print(f"ncnn table written to {args.ncnn_table}")
+    return 0 if res.summary.budget_met is not False else 1
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tether", description="Carry models to deployment and prove parity.")
     parser.add_argument("--version", action="version", version=f"tether {tether.__version__}")
@@ -160,6 +197,35 @@ def _parser() -> argparse.ArgumentParser:
     cmp.add_argument("--threads", type=int, default=None)
     cmp.add_argument("--no-optimize", action="store_true", help="compile without the graph passes")
     cmp.set_defaults(run=_compare)
+    q = sub.add_parser("quantize", help="calibrate INT8 from an .npz of samples and write a QDQ model; exit 1 when a "
+                       "budget is not met")
+    q.add_argument("model", help="a float ONNX file (only read)")
+    q.add_argument("--data", required=True, help=".npz with one array per input name, samples along axis 0")
+    q.add_argument("-o", "--output", required=True, help="where to write the QDQ model")
+    q.add_argument("--method", choices=["minmax", "percentile", "entropy", "mse", "sqnr"],
+                   help="range method (default: the profile's)")
+    q.add_argument("--percentile", type=float, default=99.999)
+    q.add_argument("--profile", default="onnxruntime", choices=["onnxruntime", "tensorrt", "ncnn"])
+    q.add_argument("--per-tensor", action="store_true", help="one weight scale per tensor (default: per channel)")
+    q.add_argument("--activation-type", choices=["int8", "uint8"])
+    q.add_argument("--reduce-range", action="store_true", help="7-bit values (CPUs whose int8 products saturate)")
+    q.add_argument("--exclude", action="append", default=[], metavar="NODE", help="keep this node in float; repeatable")
+    q.add_argument("--batch-size", type=int, default=32)
+    q.add_argument("--skip-nonfinite", action="store_true", help="leave out samples with NaN or infinity")
+    q.add_argument("--labels-key", default="labels", help="the .npz key holding one label per sample (default "
+                   "'labels'); not fed to the model")
+    q.add_argument("--max-accuracy-drop", type=float, help="keep sensitive layers in float until the top-1 accuracy "
+                   "drop is at most this (needs labels)")
+    q.add_argument("--min-sqnr", type=float, help="keep sensitive layers in float until every output's SQNR (dB) is "
+                   "at least this")
+    q.add_argument("--eval-samples", type=int, default=128, help="samples the report compares on (0: no report)")
+    q.add_argument("--runner", choices=["tether", "onnxruntime"], default="tether",
+                   help="what runs the quantized model for the report and the budget")
+    q.add_argument("--threads", type=int, default=None)
+    q.add_argument("--html", help="write the HTML report here")
+    q.add_argument("--trt-cache", help="write TensorRT's calibration cache here")
+    q.add_argument("--ncnn-table", help="write ncnn's int8 table here")
+    q.set_defaults(run=_quantize)
     return parser
 
 

@@ -225,7 +225,9 @@ def render(report: ParityReport) -> str:
     (``table#outputs``) and one error histogram per output (``figure.histogram``); in
     layer-wise mode the per-layer table (``table#layers``, first divergent row
     ``#first-divergent``) and the SNR chart (``figure.snr``); with labels the per-label table
-    (``table#slices``). Every name from the report is HTML-escaped. Needs matplotlib.
+    (``table#slices``); for a quantized candidate the quantization section
+    (``section#quantization``: nodes kept in float, layer sensitivity chart, ranges per tensor).
+    Every name from the report is HTML-escaped. Needs matplotlib.
 
     Example:
         >>> rep = compare(ref, cand, batches=3)                 # doctest: +SKIP
@@ -255,6 +257,8 @@ def render(report: ParityReport) -> str:
         body += ["<h2>Per label</h2>",
                  _table("slices", ["label", "samples", "top-1 agreement", "reference acc", "candidate acc"],
                         [_slice_row(s) for s in report.slices])]
+    if report.quantization is not None:
+        body.append('<section id="quantization">' + report.quantization.html() + "</section>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{_esc(title)}</title><style>{_CSS}</style></head>\n<body>\n"
             + "\n".join(body) + "\n</body></html>\n")

@@ -151,6 +151,8 @@ class ParityReport:
     layers: list[LayerResult] | None = None
     slices: list[SliceResult] | None = None
     notes: list[str] = field(default_factory=list)
+    #: A quantized candidate's quantization summary (tether.quantize.QuantizationSummary).
+    quantization: Any = None
     _errors: dict[str, Any] = field(default_factory=dict, repr=False)  # output -> sample of |c - r| for the HTML
 
     @property
@@ -208,6 +210,8 @@ class ParityReport:
                                   "" if s.candidate_accuracy is None else f"{s.candidate_accuracy:.2%}"]
                                  for s in self.slices]))
         lines.extend(f"note: {n}" for n in self.notes)
+        if self.quantization is not None:
+            lines.append(self.quantization.table())
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -225,6 +229,7 @@ class ParityReport:
             "first_divergent": None if first is None else first.to_dict(),
             "slices": None if self.slices is None else [s.to_dict() for s in self.slices],
             "notes": list(self.notes),
+            "quantization": None if self.quantization is None else self.quantization.to_dict(),
         }
 
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:

@@ -1,0 +1,174 @@
+"""Calibrator: observe the tensors a plan quantizes, batch by batch, on tether's CPU engine."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from tether import _core
+from tether._model import Model, load
+from tether.parity._inputs import Feeds, iter_feeds
+from tether.parity._types import InputSpec
+
+
+def _specs(model: Model) -> list[InputSpec]:
+    return [InputSpec(i.name, np.dtype(i.dtype), i.shape) for i in model.inputs]
+
+
+def iter_batches(data: Any, model: Model, batch_size: int = 32) -> Iterator[Feeds]:
+    """Calibration data as a stream of feeds, each a batch along axis 0 of every input.
+
+    ``data`` is an iterable of batches (dicts by input name, arrays for a single-input model,
+    tuples of arrays in input order), a ``.npz`` path, or the whole set at once (one array or
+    one dict of arrays), which is cut into batches of ``batch_size`` rows. A generator is read
+    once, lazily: nothing is materialised.
+
+    Example:
+        >>> sum(1 for _ in iter_batches(np.zeros((70, 4), np.float32), model))   # doctest: +SKIP
+        3
+    """
+    if batch_size < 1:
+        raise _core.ArgumentError(f"batch_size must be >= 1, got {batch_size}")
+    specs = _specs(model)
+    whole = isinstance(data, np.ndarray | Mapping | str | os.PathLike) or (
+        isinstance(data, tuple) and all(isinstance(a, np.ndarray) for a in data))
+    if not whole:
+        yield from iter_feeds(data, specs)
+        return
+    for feeds in iter_feeds(data, specs):
+        rows = {np.shape(a)[0] if np.ndim(a) else 1 for a in feeds.values()}
+        if len(rows) != 1:
+            raise _core.ArgumentError(f"the inputs differ in their number of samples along axis 0: "
+                                      f"{ {k: np.shape(v) for k, v in feeds.items()} }")
+        n = rows.pop()
+        for start in range(0, n, batch_size):
+            yield {k: (v[start:start + batch_size] if np.ndim(v) else v) for k, v in feeds.items()}
+
+
+def _progress(stream: Iterable[Feeds], progress: bool | None, desc: str) -> Iterable[Feeds]:
+    """The stream with a tqdm bar when asked, or by default when stderr is a terminal."""
+    show = sys.stderr.isatty() if progress is None else progress
+    if not show:
+        return stream
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return stream
+    return tqdm(stream, desc=desc, unit="batch")
+
+
+class Calibrator:
+    """Observes float tensors of a model as tether's CPU engine computes them and keeps, per
+    tensor, exact extremes and a histogram of 2 x ``bins`` bins: memory is bounded by tensors x
+    bins, whatever the number of samples, and the state is the same whatever the batch size or
+    order. States of calibrators of the same model and tensors merge exactly, also across
+    processes (:meth:`state` is bytes).
+
+    ``model``: a prepared float model (see :func:`tether.quantize.prepare`) or anything
+    :func:`tether.load` takes. ``tensors``: value names, or ``(name, channel_axis)`` pairs
+    (channels along that axis are tracked to report dead ones); by default every tensor the
+    ``profile``'s plan quantizes.
+
+    Example:
+        >>> cal = tt.quantize.Calibrator("model.onnx")          # doctest: +SKIP
+        >>> for batch in batches: cal.observe(batch)            # doctest: +SKIP
+        >>> ranges = cal.compute("entropy")                     # doctest: +SKIP
+        >>> blob = cal.state(); other.merge([blob])             # doctest: +SKIP
+    """
+
+    def __init__(self, model: Model | str | os.PathLike[str] | bytes, tensors: Sequence[Any] | None = None, *,
+                 profile: str = "onnxruntime", options: Mapping[str, Any] | None = None, bins: int = 2048,
+                 threads: int | None = None, skip_nonfinite: bool = False) -> None:
+        from tether.quantize._plan import make_options, plan, prepare
+
+        source = model if isinstance(model, Model) else load(model)
+        self.model = prepare(source)
+        self.options = make_options(profile, options)
+        self.plan = plan(self.model, self.options)
+        if tensors is None:
+            observed = self.plan.observed()
+        else:
+            observed = [(t, -1) if isinstance(t, str) else (str(t[0]), int(t[1])) for t in tensors]
+        self._core = _core.Calibrator(self.model._core, observed, bins, 0 if threads is None else int(threads),
+                                      skip_nonfinite)
+        self.bins = bins
+
+    def observe(self, batch: Any) -> None:
+        """Runs one batch (a dict by input name, or an array for a single-input model) and adds
+        what every observed tensor held. NaN or infinity raises :class:`tether.CalibrationError`
+        naming the tensor and the sample index (unless built with ``skip_nonfinite``).
+
+        Example:
+            >>> cal.observe({"x": x_batch})                       # doctest: +SKIP
+        """
+        for feeds in iter_feeds(batch, _specs(self.model)):
+            self._core.observe(dict(feeds))
+
+    def observe_all(self, batches: Any, *, batch_size: int = 32, progress: bool | None = None) -> int:
+        """Observes every batch of ``batches`` (see :func:`iter_batches`); returns the number of
+        batches. Raises ArgumentError when there were none.
+
+        Example:
+            >>> cal.observe_all(x_calib, batch_size=64)          # doctest: +SKIP
+            16
+        """
+        before = self._core.batches
+        for feeds in _progress(iter_batches(batches, self.model, batch_size), progress, "calibrating"):
+            self._core.observe(dict(feeds))
+        count = self._core.batches - before
+        if count == 0:
+            raise _core.ArgumentError("no calibration data: the iterable of batches was empty")
+        return count
+
+    @property
+    def samples(self) -> int:
+        """Samples observed (skipped ones included)."""
+        return int(self._core.samples)
+
+    @property
+    def batches(self) -> int:
+        return int(self._core.batches)
+
+    @property
+    def skipped(self) -> list[int]:
+        """Indices of the samples left out for NaN or infinity (with ``skip_nonfinite``)."""
+        return list(self._core.skipped)
+
+    def stats(self) -> dict[str, _core.TensorStats]:
+        """Per tensor: its :class:`TensorStats` (count, min, max, histograms, channel extremes)."""
+        return dict(self._core.stats())
+
+    def state(self) -> bytes:
+        """The whole state as bytes, for :meth:`merge` in another process.
+
+        Example:
+            >>> blob = cal.state()                                  # doctest: +SKIP
+        """
+        return bytes(self._core.state())
+
+    def merge(self, states: Iterable[bytes] | bytes) -> None:
+        """Adds states of other calibrators of the same model, tensors and bins. The result is
+        bit for bit the one a single calibrator observing all their samples would have.
+
+        Example:
+            >>> cal.merge([shard_a.state(), shard_b.state()])     # doctest: +SKIP
+        """
+        for s in [states] if isinstance(states, bytes | bytearray) else states:
+            self._core.merge(bytes(s))
+
+    def compute(self, method: str = "minmax", *, percentile: float = 99.999, entropy_levels: int = 128
+                ) -> dict[str, tuple[float, float, str]]:
+        """Ranges of every planned tensor by ``method`` (``"minmax"``, ``"percentile"``,
+        ``"entropy"``, ``"mse"`` or ``"sqnr"``): name -> (min, max, method used). Tensors that
+        share parameters (a group) get the range of their merged statistics.
+
+        Example:
+            >>> cal.compute("percentile", percentile=99.99)["conv1_out"]   # doctest: +SKIP
+            (0.0, 5.91, 'percentile')
+        """
+        return {str(k): (float(v[0]), float(v[1]), str(v[2])) for k, v in _core.quant_compute_ranges(
+            self.plan, self._core.stats(), method, percentile, entropy_levels, self.options).items()}

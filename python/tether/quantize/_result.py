@@ -1,0 +1,121 @@
+"""QuantizeResult: the quantized model, its parameters, its report, and calibration files."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tether import _core
+from tether._model import Model
+from tether.parity._report import ParityReport
+from tether.quantize._evaluate import LayerSensitivity
+from tether.quantize._summary import QuantizationSummary
+
+
+@dataclass
+class QuantParams:
+    """Scale and zero point of one tensor: scalars per tensor, vectors along ``axis``."""
+
+    scale: np.ndarray
+    zero_point: np.ndarray
+    axis: int | None
+    dtype: str
+
+    @staticmethod
+    def _from_core(t: tuple[list[float], list[int], int, str]) -> QuantParams:
+        scale, zero_point, axis, dtype = t
+        return QuantParams(np.asarray(scale, np.float32), np.asarray(zero_point, np.int64), None if axis < 0 else axis,
+                           dtype)
+
+
+def _write(path: str | os.PathLike[str], text: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise _core.WriteError(f"cannot write '{os.fspath(path)}': {e.strerror}") from e
+
+
+@dataclass
+class QuantizeResult:
+    """What :func:`tether.quantize.static` made.
+
+    ``model``: the QDQ model (standard ONNX, runs in onnxruntime and tether); ``float_model``:
+    the float model it was made from (prepared: BatchNormalization folded, nodes named);
+    ``report``: a :class:`tether.ParityReport` of the quantized model against the float one on
+    the evaluation samples, with a ``quantization`` section (None when ``eval_samples=0``);
+    ``ranges``: tensor -> (min, max, method); ``scales``: tensor -> :class:`QuantParams` for
+    activations, weights and biases; ``float_nodes``: node -> why it stayed float;
+    ``sensitivity``: per node, the error it adds alone, most sensitive first (when computed).
+
+    Example:
+        >>> res = tt.quantize.static(model, batches, method="entropy")   # doctest: +SKIP
+        >>> res.save("model.int8.onnx"); print(res.report)                # doctest: +SKIP
+    """
+
+    model: Model
+    float_model: Model
+    report: ParityReport | None
+    summary: QuantizationSummary
+    ranges: dict[str, tuple[float, float, str]]
+    scales: dict[str, QuantParams]
+    float_nodes: dict[str, str]
+    sensitivity: list[LayerSensitivity] | None
+    plan: Any
+
+    def save(self, path: str | os.PathLike[str], *, external_data: bool = False) -> None:
+        """Writes the quantized model (weights inline, or beside it with ``external_data``).
+
+        Example:
+            >>> res.save("model.int8.onnx")                        # doctest: +SKIP
+        """
+        self.model.save(path, external_data=external_data)
+
+    def tensorrt_scales(self) -> dict[str, float]:
+        """Per quantized activation, TensorRT's symmetric scale: max(|min|, |max|) / 127."""
+        return {name: max(abs(lo), abs(hi)) / 127.0 for name, (lo, hi, _) in self.ranges.items()}
+
+    def write_tensorrt_cache(self, path: str | os.PathLike[str]) -> None:
+        """Writes TensorRT's calibration cache (``TRT-...-EntropyCalibration2`` header, one
+        ``tensor: hex scale`` line per activation), for ``IInt8Calibrator.read_calibration_cache``.
+
+        Example:
+            >>> res.write_tensorrt_cache("model.cache")             # doctest: +SKIP
+        """
+        _write(path, _core.quant_write_tensorrt_cache(self.tensorrt_scales(), "TRT-8601-EntropyCalibration2"))
+
+    def ncnn_table(self) -> tuple[dict[str, list[float]], dict[str, float]]:
+        """ncnn's scales per quantized Conv/Gemm/MatMul with a weight: per output channel
+        127 / max|w|, and for its input 127 / threshold (max(|min|, |max|) of the input range)."""
+        weights: dict[str, list[float]] = {}
+        inputs: dict[str, float] = {}
+        init = {name: None for name in self.float_model.initializer_names}
+        for p in self.plan.nodes:
+            if not p.weight or p.weight not in init or not p.activations or p.activations[0] not in self.ranges:
+                continue
+            w = np.asarray(self.float_model.initializer(p.weight), np.float32)
+            axis = p.weight_axis if p.weight_axis >= 0 else None
+            absmax = (np.abs(w).max(axis=tuple(d for d in range(w.ndim) if d != axis)) if axis is not None
+                      else np.abs(w).max(keepdims=True))
+            weights[p.node] = [float(np.float32(127) / a) if a > 0 else 1.0 for a in np.atleast_1d(absmax)]
+            lo, hi, _ = self.ranges[p.activations[0]]
+            threshold = max(abs(lo), abs(hi))
+            inputs[p.node] = float(np.float32(127) / np.float32(threshold)) if threshold > 0 else 1.0
+        return weights, inputs
+
+    def write_ncnn_table(self, path: str | os.PathLike[str]) -> None:
+        """Writes ncnn's int8 calibration table (as ncnn2table does) for the quantized layers,
+        named by their ONNX node names.
+
+        Example:
+            >>> res.write_ncnn_table("model.table")                 # doctest: +SKIP
+        """
+        weights, inputs = self.ncnn_table()
+        _write(path, _core.quant_write_ncnn_table(weights, inputs))
+
+    def __repr__(self) -> str:
+        return (f"<QuantizeResult: {len(self.ranges)} activations, {len(self.float_nodes)} nodes in float, "
+                f"profile {self.summary.profile}, method {self.summary.method}>")
