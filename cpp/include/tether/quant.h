@@ -84,8 +84,10 @@ struct Grid {
   bool symmetric = false;              ///< range made symmetric around zero (zero point at the middle)
   bool reduce_range = false;           ///< one bit less (7-bit values), for CPUs whose int8 products saturate
 
-  /// Smallest and largest integers used, following onnxruntime: int8 [-128, 127],
-  /// symmetric int8 [-127, 127], uint8 [0, 255]; reduce_range int8 [-64, 64], uint8 [0, 127].
+  /// Smallest and largest integers used, following onnxruntime's get_qmin_qmax_for_qType:
+  /// int8 [-128, 127], symmetric int8 [-127, 127], uint8 [0, 255] (symmetric or not);
+  /// reduce_range (which takes precedence over symmetric) int8 [-64, 64], uint8 [0, 127].
+  /// Throws ArgumentError when dtype is neither kInt8 nor kUInt8.
   int64_t qmin() const;
   int64_t qmax() const;
 };
@@ -98,16 +100,23 @@ struct QParams {
   ir::DType dtype = ir::DType::kInt8;
 };
 
-/// Scale and zero point for the real range [rmin, rmax] on `grid`, as onnxruntime computes
-/// them: the range is widened to include zero (and made symmetric when the grid is),
-/// scale = (rmax - rmin) / (qmax - qmin) in double then stored as float32, and zero point
-/// round(qmin - rmin / scale) clamped to the grid (its middle when symmetric). A range too
-/// small to give a normal float scale (all zeros) gets scale 1 and zero point 0: scales are
-/// never 0, infinite or NaN. Throws ArgumentError for NaN bounds or rmin > rmax.
+/// Scale and zero point for the real range [rmin, rmax] on `grid`, bit for bit as onnxruntime's
+/// compute_scale_zp computes them: the range is widened to include zero (rmin = min(rmin, 0),
+/// rmax = max(rmax, 0), in float32), made symmetric when the grid is (both bounds become
+/// -+max(|rmin|, |rmax|)), scale = (rmax - rmin) / (qmax - qmin) in double, and the zero point
+/// is round(qmin - rmin / scale) in double, rounding half to even, clamped to the grid (for a
+/// symmetric grid round((qmin + qmax) / 2), i.e. 0 for int8 and 128 for uint8); the scale is
+/// then stored as float32. A double scale below the smallest normal float32 (an all-zero or
+/// tiny range) gives scale 1 and zero point 0: scales are never 0, subnormal, infinite or NaN.
+/// Throws ArgumentError (naming both bounds) for a NaN or infinite bound or rmin > rmax.
 QParams qparams_for_range(float rmin, float rmax, const Grid& grid);
 
-/// Per-channel (axis >= 0) or per-tensor parameters of a constant float32 weight, from its
-/// exact extremes per channel.
+/// Parameters of a constant float32 weight as onnxruntime's quantize_data gives them: per
+/// channel along `axis` (axis >= 0; entry c from the exact min and max of the elements whose
+/// index along `axis` is c) or per tensor (axis < 0; QParams::axis is then -1), each through
+/// qparams_for_range. An empty channel gets scale 1, zero point 0. Throws ArgumentError for a
+/// weight that is not float32, an axis >= its rank, or a NaN or infinite element (naming the
+/// weight and the channel).
 QParams weight_qparams(const ir::Tensor& weight, int axis, const Grid& grid);
 
 // ---- range methods -------------------------------------------------------------------------

@@ -1,0 +1,43 @@
+// tether._core range methods, quantization parameters and calibration files: conversions of
+// Python values to tether::quant's types and back; the logic lives in cpp/src/quant.
+#include "bindings.h"
+
+namespace tether::py {
+
+namespace {
+
+quant::Grid grid_of(const std::string& dtype, bool symmetric, bool reduce_range) {
+  const auto dt = ir::dtype_from_name(dtype);
+  if (!dt) throw ArgumentError("unknown data type '" + dtype + "'; quantization grids are int8 or uint8");
+  return {*dt, symmetric, reduce_range};
+}
+
+}  // namespace
+
+void register_quant_methods(pyb::module_& m) {
+  using namespace pybind11::literals;
+  m.def(
+      "quant_qparams_for_range",
+      [](float rmin, float rmax, const std::string& dtype, bool symmetric, bool reduce_range) {
+        const quant::QParams q = quant::qparams_for_range(rmin, rmax, grid_of(dtype, symmetric, reduce_range));
+        return std::make_pair(q.scale[0], q.zero_point[0]);
+      },
+      "rmin"_a, "rmax"_a, "dtype"_a = "int8", "symmetric"_a = false, "reduce_range"_a = false);
+  m.def(
+      "quant_weight_qparams",
+      [](const pyb::handle& array, int axis, const std::string& dtype, bool symmetric, bool reduce_range,
+         const std::string& name) {
+        std::vector<pyb::array> keep;
+        ir::Tensor weight = borrow_numpy(array, "weight '" + name + "'", keep);
+        weight.set_name(name);
+        const quant::QParams q = quant::weight_qparams(weight, axis, grid_of(dtype, symmetric, reduce_range));
+        pyb::array_t<float> scales(static_cast<pyb::ssize_t>(q.scale.size()));
+        pyb::array_t<int64_t> zero_points(static_cast<pyb::ssize_t>(q.zero_point.size()));
+        std::copy(q.scale.begin(), q.scale.end(), scales.mutable_data());
+        std::copy(q.zero_point.begin(), q.zero_point.end(), zero_points.mutable_data());
+        return std::make_pair(scales, zero_points);
+      },
+      "array"_a, "axis"_a, "dtype"_a = "int8", "symmetric"_a = true, "reduce_range"_a = false, "name"_a = "weight");
+}
+
+}  // namespace tether::py
