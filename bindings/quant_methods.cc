@@ -12,10 +12,41 @@ quant::Grid grid_of(const std::string& dtype, bool symmetric, bool reduce_range)
   return {*dt, symmetric, reduce_range};
 }
 
+quant::Range range_of(const std::pair<float, float>& r) { return {r.first, r.second}; }
+
+std::pair<float, float> pair_of(quant::Range r) { return {r.min, r.max}; }
+
 }  // namespace
 
 void register_quant_methods(pyb::module_& m) {
   using namespace pybind11::literals;
+  m.def("quant_method_names", &quant::method_names);
+  m.def(
+      "quant_compute_range",
+      [](const quant::TensorStats& stats, const std::string& method, double percentile, int entropy_levels,
+         const std::string& dtype, bool symmetric, bool reduce_range) {
+        const quant::Grid grid = grid_of(dtype, symmetric, reduce_range);
+        const quant::MethodOptions options{method, percentile, entropy_levels};
+        pyb::gil_scoped_release release;
+        return pair_of(quant::compute_range(stats, options, grid));
+      },
+      "stats"_a, "method"_a, "percentile"_a = 99.999, "entropy_levels"_a = 128, "dtype"_a = "int8", "symmetric"_a = false,
+      "reduce_range"_a = false);
+  m.def(
+      "quant_estimate_sqnr_db",
+      [](const quant::TensorStats& stats, const std::pair<float, float>& range, const std::string& dtype, bool symmetric,
+         bool reduce_range) {
+        const quant::Grid grid = grid_of(dtype, symmetric, reduce_range);
+        pyb::gil_scoped_release release;
+        return quant::estimate_sqnr_db(stats, range_of(range), grid);
+      },
+      "stats"_a, "range"_a, "dtype"_a = "int8", "symmetric"_a = false, "reduce_range"_a = false);
+  m.def(
+      "quant_clipped_fraction",
+      [](const quant::TensorStats& stats, const std::pair<float, float>& range) {
+        return quant::clipped_fraction(stats, range_of(range));
+      },
+      "stats"_a, "range"_a);
   m.def(
       "quant_qparams_for_range",
       [](float rmin, float rmax, const std::string& dtype, bool symmetric, bool reduce_range) {
