@@ -69,6 +69,22 @@ void register_quant_methods(pyb::module_& m) {
         return std::make_pair(scales, zero_points);
       },
       "array"_a, "axis"_a, "dtype"_a = "int8", "symmetric"_a = true, "reduce_range"_a = false, "name"_a = "weight");
+  m.def("quant_write_tensorrt_cache", &quant::write_tensorrt_cache, "scales"_a,
+        "header"_a = "TRT-8601-EntropyCalibration2");
+  m.def("quant_read_tensorrt_cache", &quant::read_tensorrt_cache, "text"_a);
+  m.def(
+      "quant_write_ncnn_table",
+      [](std::map<std::string, std::vector<float>> weight_scales, std::map<std::string, float> input_scales) {
+        return quant::write_ncnn_table({std::move(weight_scales), std::move(input_scales)});
+      },
+      "weight_scales"_a, "input_scales"_a);
+  m.def(
+      "quant_read_ncnn_table",
+      [](const std::string& text) {
+        quant::NcnnTable t = quant::read_ncnn_table(text);
+        return std::make_pair(std::move(t.weight_scales), std::move(t.input_scales));
+      },
+      "text"_a);
 }
 
 }  // namespace tether::py

@@ -360,11 +360,18 @@ class Calibrator {
 
 // ---- calibration files -----------------------------------------------------------------------
 
-/// TensorRT's calibration cache: a header line ("TRT-<version>-EntropyCalibration2") and one
-/// line per tensor, "name: <scale as the 8 hex digits of its float32 bits>".
+/// TensorRT's calibration cache: the header line (it must start with "TRT-", as in
+/// "TRT-<version>-EntropyCalibration2") and one line per tensor, sorted by name,
+/// "name: <8 lowercase hex digits>": the float32 bits of the scale as one big-endian uint32
+/// ("%08x"), where TensorRT's scale is amax / 127 (1/127 gives "3c010204"). Names may hold
+/// spaces and ": " (the reader splits at the last ": "). Throws ArgumentError for an empty
+/// name, a line break in a name or the header, or a NaN, infinite or negative scale.
 std::string write_tensorrt_cache(const std::map<std::string, float>& scales,
                                  const std::string& header = "TRT-8601-EntropyCalibration2");
-/// Parses a TensorRT calibration cache (ParseError naming the line for malformed text).
+/// Parses a TensorRT calibration cache (the header is checked, not returned; blank lines are
+/// skipped; 1 to 8 hex digits of either case are accepted). Throws ParseError naming the line
+/// number and text of a missing header, a line without ": ", an empty name, a value that is
+/// not hex or not a finite non-negative float, or a name that appears twice.
 std::map<std::string, float> read_tensorrt_cache(const std::string& text);
 
 /// ncnn's int8 table as ncnn2table writes it: per quantized layer, "<layer>_param_0" followed by
@@ -374,8 +381,18 @@ struct NcnnTable {
   std::map<std::string, std::vector<float>> weight_scales;  ///< layer -> per-channel scales
   std::map<std::string, float> input_scales;                ///< layer -> bottom blob scale
 };
+/// The table's text in ncnn2table's layout: every "<layer>_param_0 s0 s1 ..." line, then every
+/// "<layer> s" line, each group sorted by layer name, fields separated by one space. Numbers are
+/// written in the shortest form that reads back as the same float (ncnn2table prints "%f",
+/// which drops digits; ncnn's reader accepts both). Throws ArgumentError for a layer name that
+/// is empty, holds white space or "_param_" (ncnn would split it or take it for a weight
+/// line), or is longer than ncnn's 255-character keys allow, and for a layer without weight
+/// scales.
 std::string write_ncnn_table(const NcnnTable& table);
-/// Parses an ncnn table (ParseError naming the line for malformed text).
+/// Parses an ncnn table (fields separated by spaces or tabs, blank lines skipped). Throws
+/// ParseError naming the line number and text of a line with no scale, a field that is not a
+/// number, an input line with more than one scale, a "_param_N" line other than "_param_0"
+/// (ncnn's MultiHeadAttention entries), or a layer that appears twice.
 NcnnTable read_ncnn_table(const std::string& text);
 
 }  // namespace tether::quant
