@@ -18,6 +18,7 @@ void register_passes(pyb::module_& m);
 void register_parity(pyb::module_& m);
 void register_builder(pyb::module_& m);
 void register_quant(pyb::module_& m);
+void register_quant_methods(pyb::module_& m);
 
 /// A numpy array over the tensor's buffer (no copy), kept alive by the buffer; read-only
 /// unless `writeable` (for buffers the caller now owns alone). String tensors become object

@@ -9,4 +9,5 @@ PYBIND11_MODULE(_core, m) {
   tether::py::register_parity(m);
   tether::py::register_builder(m);
   tether::py::register_quant(m);
+  tether::py::register_quant_methods(m);
 }

@@ -84,8 +84,10 @@ struct Grid {
   bool symmetric = false;              ///< range made symmetric around zero (zero point at the middle)
   bool reduce_range = false;           ///< one bit less (7-bit values), for CPUs whose int8 products saturate
 
-  /// Smallest and largest integers used, following onnxruntime: int8 [-128, 127],
-  /// symmetric int8 [-127, 127], uint8 [0, 255]; reduce_range int8 [-64, 64], uint8 [0, 127].
+  /// Smallest and largest integers used, following onnxruntime's get_qmin_qmax_for_qType:
+  /// int8 [-128, 127], symmetric int8 [-127, 127], uint8 [0, 255] (symmetric or not);
+  /// reduce_range (which takes precedence over symmetric) int8 [-64, 64], uint8 [0, 127].
+  /// Throws ArgumentError when dtype is neither kInt8 nor kUInt8.
   int64_t qmin() const;
   int64_t qmax() const;
 };
@@ -98,34 +100,90 @@ struct QParams {
   ir::DType dtype = ir::DType::kInt8;
 };
 
-/// Scale and zero point for the real range [rmin, rmax] on `grid`, as onnxruntime computes
-/// them: the range is widened to include zero (and made symmetric when the grid is),
-/// scale = (rmax - rmin) / (qmax - qmin) in double then stored as float32, and zero point
-/// round(qmin - rmin / scale) clamped to the grid (its middle when symmetric). A range too
-/// small to give a normal float scale (all zeros) gets scale 1 and zero point 0: scales are
-/// never 0, infinite or NaN. Throws ArgumentError for NaN bounds or rmin > rmax.
+/// Scale and zero point for the real range [rmin, rmax] on `grid`, bit for bit as onnxruntime's
+/// compute_scale_zp computes them: the range is widened to include zero (rmin = min(rmin, 0),
+/// rmax = max(rmax, 0), in float32), made symmetric when the grid is (both bounds become
+/// -+max(|rmin|, |rmax|)), scale = (rmax - rmin) / (qmax - qmin) in double, and the zero point
+/// is round(qmin - rmin / scale) in double, rounding half to even, clamped to the grid (for a
+/// symmetric grid round((qmin + qmax) / 2), i.e. 0 for int8 and 128 for uint8); the scale is
+/// then stored as float32. A double scale below the smallest normal float32 (an all-zero or
+/// tiny range) gives scale 1 and zero point 0: scales are never 0, subnormal, infinite or NaN.
+/// Throws ArgumentError (naming both bounds) for a NaN or infinite bound or rmin > rmax.
 QParams qparams_for_range(float rmin, float rmax, const Grid& grid);
 
-/// Per-channel (axis >= 0) or per-tensor parameters of a constant float32 weight, from its
-/// exact extremes per channel.
+/// Parameters of a constant float32 weight as onnxruntime's quantize_data gives them: per
+/// channel along `axis` (axis >= 0; entry c from the exact min and max of the elements whose
+/// index along `axis` is c) or per tensor (axis < 0; QParams::axis is then -1), each through
+/// qparams_for_range. An empty channel gets scale 1, zero point 0. Throws ArgumentError for a
+/// weight that is not float32, an axis >= its rank, or a NaN or infinite element (naming the
+/// weight and the channel).
 QParams weight_qparams(const ir::Tensor& weight, int axis, const Grid& grid);
 
 // ---- range methods -------------------------------------------------------------------------
 
-/// How a tensor's range is chosen from its statistics. Methods: "minmax" (the exact extremes),
-/// "percentile" (the `percentile`-th percentile of the values, both tails cut for asymmetric
-/// grids, of magnitudes for symmetric ones), "entropy" (TensorRT's entropy calibration:
-/// the threshold minimising the KL divergence between the magnitude histogram and its
-/// quantized form), "mse" (the clipping threshold minimising the expected squared error of
-/// quantizing the histogram on the grid) and "sqnr" (per tensor, whichever of the four gives
-/// the highest signal-to-quantization-noise ratio on the histogram).
+/// How a tensor's range is chosen from its statistics. The methods are defined on the
+/// histograms of TensorStats with this notation: w = bin_width(); positive bin i holds the
+/// values in [i*w, (i+1)*w) (zeros included), negative bin i those in (-(i+1)*w, -i*w];
+/// h[i] = positive[i] + negative[i] is the magnitude histogram, N = sum of h = count; n is one
+/// more than the index of the last non-empty bin of h; min, max and absmax are the exact
+/// extremes. Sums are in double, counts compare as doubles (exact below 2^53). On symmetric
+/// grids only max(|range.min|, |range.max|) matters to qparams_for_range.
+///
+/// - "minmax": [min, max].
+/// - "percentile" p: symmetric grid: k = the first bin with h[0] + ... + h[k] >= p / 100 * N,
+///   t = (k + 1) * w (the bin's upper edge). Asymmetric grid: on the signed histogram s (the
+///   negative bins from the highest magnitude down, then the positive bins: 2 * bins bins,
+///   signed bin m covering [(m - bins) * w, (m - bins + 1) * w)) with cumulative counts C,
+///   cut = (100 - p) / 200, lo = the lower edge of the first m with C[m] >= cut * N and hi =
+///   the upper edge of the first m with C[m] >= (1 - cut) * N. Either way the range, [-t, t]
+///   or [lo, hi], is then clamped to [min, max] as onnxruntime's compute_percentile does
+///   (which takes the lower edge of the bin where the cumulative share reaches p / 100 on
+///   both sides, on bins spanning [0, absmax] or [-absmax, absmax]; the upper edge here makes
+///   percentile 100 give minmax).
+/// - "entropy" (TensorRT's entropy calibration, "EntropyCalibration2", as NVIDIA's
+///   pytorch-quantization _compute_amax_entropy implements it), with L = entropy_levels: on
+///   g = h[0..n) with g[0] replaced by g[1] (pytorch-quantization's guard against a spike of
+///   exact zeros), for each candidate i in [L, n]: the reference P = g[0..i) with the
+///   outliers g[i] + ... + g[n-1] added to P[i-1]; bin j < i belongs to level floor(j * L / i);
+///   the candidate Q has, at each bin j with g[j] > 0, the sum of g over j's level divided by
+///   the number of non-empty bins of that level (outliers are not in Q), and 0 at empty bins;
+///   KL = sum over P[j] > 0 of p[j] * ln(p[j] / q[j]) with p, q = P, Q normalised to sum 1
+///   (no smoothing: a bin with P > 0 and Q = 0, i.e. g[i-1] = 0 with outliers, gives +inf).
+///   The smallest KL wins, ties going to the largest i; t = min(i * w, absmax). With n < L
+///   the method gives minmax. (So, as in pytorch-quantization, an outlier above a bulk that
+///   fits in fewer than L bins is kept: every candidate below it has an empty last bin.)
+///   onnxruntime's variant (calibrate.py get_entropy_threshold, from MXNet) differs: it works
+///   on a signed histogram symmetric around zero with bin 0 kept, its candidates are
+///   symmetric windows quantized into num_quantized_bins levels over both signs (64 per side
+///   by default), merged in equal groups with the remainder in the last level and expanded as
+///   truncated integers; it takes the non-empty mask of Q from P (outliers included), smooths
+///   P and Q (empty bins get 1e-4, taken from the others) before scipy's entropy, resolves
+///   ties to the smallest threshold, and returns the window's edges clamped to [min, max].
+/// - "mse": for each candidate k in [0, n), t = min((k + 1) * w, absmax), the range R(t) (see
+///   below) and its noise: the squared error of quantize-dequantize on `grid` with
+///   qparams_for_range(R(t)) of every bin's values taken at its centre, i.e. the sum over bins
+///   of count * (x - q(x))^2 with x = (i + 0.5) * w for positive bin i and -(i + 0.5) * w for
+///   negative bin i, q(x) = (clamp(round_half_even(x / scale) + zp, qmin, qmax) - zp) * scale
+///   in double (clipped values are thereby counted at their distance to the saturated level).
+///   The smallest noise wins, ties going to the largest t.
+/// - "sqnr": the range of whichever of minmax, percentile, entropy and mse (with these
+///   options) has the highest estimate_sqnr_db, ties going to the earlier in that order.
+///
+/// Entropy and mse give R(t) = [-t, t] on a symmetric grid and, on an asymmetric one, the
+/// extremes clipped to [-t, t]: [clamp(min, -t, t), clamp(max, -t, t)], which is
+/// [max(min, -t), min(max, t)] unless every value lies beyond t on one side. Histograms with
+/// n > 2048 use every s-th candidate from the top (i = n, n - s, ... for entropy;
+/// k = n - 1, n - 1 - s, ... for mse), s = ceil(n / 2048), so that a tensor takes at most
+/// tens of milliseconds at any bin count (with 2048 bins, every candidate is tried).
+/// Statistics whose every value is zero give [min, max] = [0, 0] under every method.
 struct MethodOptions {
   std::string method = "minmax";
-  double percentile = 99.999;
-  int entropy_levels = 128;  ///< quantized levels of one sign in the entropy method
+  double percentile = 99.999;  ///< in (0, 100], for "percentile" (and "sqnr")
+  int entropy_levels = 128;    ///< quantized levels of one sign in the entropy method, >= 2
 };
 
-/// The names method accepts, in the order "sqnr" tries them.
+/// The names compute_range accepts: "minmax", "percentile", "entropy", "mse", then "sqnr",
+/// which tries the four before it in this order.
 const std::vector<std::string>& method_names();
 
 /// A real range [min, max] chosen for a tensor (before widening to include zero).
@@ -134,18 +192,26 @@ struct Range {
   float max = 0;
 };
 
-/// The range `options.method` picks for `stats` quantized on `grid`. Empty statistics give
-/// [0, 0]. Throws ArgumentError for an unknown method (naming the known ones) or a
-/// percentile outside (0, 100].
+/// The range `options.method` picks for `stats` quantized on `grid` (see MethodOptions).
+/// Empty statistics give [0, 0]. Deterministic: identical statistics give bit-identical
+/// ranges. Throws ArgumentError for an unknown method (naming the known ones), a percentile
+/// outside (0, 100], entropy_levels < 2, a grid dtype other than int8/uint8, or histograms
+/// whose sizes differ from each other.
 Range compute_range(const TensorStats& stats, const MethodOptions& options, const Grid& grid);
 
-/// Estimated signal-to-quantization-noise ratio in dB of quantizing the histogram with the
-/// given range on `grid` (every bin's values taken at its centre). +inf for a histogram of
-/// zeros.
+/// Estimated signal-to-quantization-noise ratio in dB of quantizing the histogram with
+/// qparams_for_range(range) on `grid`: 10 * log10(signal / noise), signal = sum of
+/// count * x^2 and noise = sum of count * (x - q(x))^2 over both histograms, with x and q as
+/// in the "mse" method. +inf when the noise is 0 (a histogram of zeros, empty statistics).
+/// Throws ArgumentError as qparams_for_range does for the range.
 double estimate_sqnr_db(const TensorStats& stats, Range range, const Grid& grid);
 
-/// Share (0..1) of the observed values that fall outside `range` and would be clipped,
-/// estimated at bin resolution (a bin cut by a bound counts in proportion).
+/// Share (0..1) of the observed values that fall outside [range.min, range.max] and would be
+/// clipped, at bin resolution: the values of a bin are taken as spread uniformly over the
+/// bin's part within [stats.min, stats.max] (at one point when that part is a point), so a
+/// bin cut by a bound counts in proportion to its part outside, and the range [min, max]
+/// clips nothing. Empty statistics give 0; when every value is zero the share is 0 or 1.
+/// Throws ArgumentError for a NaN bound or range.min > range.max.
 double clipped_fraction(const TensorStats& stats, Range range);
 
 // ---- where Q/DQ go ---------------------------------------------------------------------------
@@ -305,11 +371,18 @@ class Calibrator {
 
 // ---- calibration files -----------------------------------------------------------------------
 
-/// TensorRT's calibration cache: a header line ("TRT-<version>-EntropyCalibration2") and one
-/// line per tensor, "name: <scale as the 8 hex digits of its float32 bits>".
+/// TensorRT's calibration cache: the header line (it must start with "TRT-", as in
+/// "TRT-<version>-EntropyCalibration2") and one line per tensor, sorted by name,
+/// "name: <8 lowercase hex digits>": the float32 bits of the scale as one big-endian uint32
+/// ("%08x"), where TensorRT's scale is amax / 127 (1/127 gives "3c010204"). Names may hold
+/// spaces and ": " (the reader splits at the last ": "). Throws ArgumentError for an empty
+/// name, a line break in a name or the header, or a NaN, infinite or negative scale.
 std::string write_tensorrt_cache(const std::map<std::string, float>& scales,
                                  const std::string& header = "TRT-8601-EntropyCalibration2");
-/// Parses a TensorRT calibration cache (ParseError naming the line for malformed text).
+/// Parses a TensorRT calibration cache (the header is checked, not returned; blank lines are
+/// skipped; 1 to 8 hex digits of either case are accepted). Throws ParseError naming the line
+/// number and text of a missing header, a line without ": ", an empty name, a value that is
+/// not hex or not a finite non-negative float, or a name that appears twice.
 std::map<std::string, float> read_tensorrt_cache(const std::string& text);
 
 /// ncnn's int8 table as ncnn2table writes it: per quantized layer, "<layer>_param_0" followed by
@@ -319,8 +392,18 @@ struct NcnnTable {
   std::map<std::string, std::vector<float>> weight_scales;  ///< layer -> per-channel scales
   std::map<std::string, float> input_scales;                ///< layer -> bottom blob scale
 };
+/// The table's text in ncnn2table's layout: every "<layer>_param_0 s0 s1 ..." line, then every
+/// "<layer> s" line, each group sorted by layer name, fields separated by one space. Numbers are
+/// written in the shortest form that reads back as the same float (ncnn2table prints "%f",
+/// which drops digits; ncnn's reader accepts both). Throws ArgumentError for a layer name that
+/// is empty, holds white space or "_param_" (ncnn would split it or take it for a weight
+/// line), or is longer than ncnn's 255-character keys allow, and for a layer without weight
+/// scales.
 std::string write_ncnn_table(const NcnnTable& table);
-/// Parses an ncnn table (ParseError naming the line for malformed text).
+/// Parses an ncnn table (fields separated by spaces or tabs, blank lines skipped). Throws
+/// ParseError naming the line number and text of a line with no scale, a field that is not a
+/// number, an input line with more than one scale, a "_param_N" line other than "_param_0"
+/// (ncnn's MultiHeadAttention entries), or a layer that appears twice.
 NcnnTable read_ncnn_table(const std::string& text);
 
 }  // namespace tether::quant

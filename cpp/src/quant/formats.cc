@@ -1,0 +1,201 @@
+// Calibration files other toolchains read: TensorRT's calibration cache and ncnn's int8 table.
+//
+// Both are line-oriented text. Writers refuse names the reader at the other end would split or
+// truncate (rather than write a file that loads wrongly), and write entries sorted by name so
+// that equal inputs give equal bytes. Readers report the line number and text of what they
+// cannot parse.
+#include <bit>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+#include "tether/quant.h"
+
+namespace tether::quant {
+
+namespace {
+
+// Lines of `text` without their '\n' (and a '\r' before it); no empty last line for a
+// trailing newline.
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(begin, end - begin);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    lines.push_back(std::move(line));
+    begin = end + 1;
+  }
+  return lines;
+}
+
+bool blank(const std::string& line) { return line.find_first_not_of(" \t") == std::string::npos; }
+
+std::string quoted_line(const std::string& line) {
+  constexpr size_t kShown = 80;
+  return "'" + (line.size() > kShown ? line.substr(0, kShown) + "..." : line) + "'";
+}
+
+[[noreturn]] void parse_error(const char* file, size_t index, const std::string& line, const std::string& why) {
+  throw ParseError(std::string(file) + " line " + std::to_string(index + 1) + " " + quoted_line(line) + ": " + why);
+}
+
+std::string float_text(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
+  return buf;
+}
+
+// ---- TensorRT ------------------------------------------------------------------------------
+
+constexpr const char* kTrt = "TensorRT calibration cache";
+
+void check_trt_text(const std::string& s, const std::string& what) {
+  if (s.find_first_of("\r\n") != std::string::npos)
+    throw ArgumentError(std::string(kTrt) + ": " + what + " '" + s + "' contains a line break");
+}
+
+// ---- ncnn ----------------------------------------------------------------------------------
+
+constexpr const char* kNcnn = "ncnn int8 table";
+constexpr const char* kWeightSuffix = "_param_0";
+// ncnn reads a key with "%255s": a longer one would be cut.
+constexpr size_t kNcnnMaxKey = 255;
+
+void check_ncnn_layer(const std::string& layer) {
+  const std::string what = std::string(kNcnn) + ": layer name '" + layer + "'";
+  if (layer.empty()) throw ArgumentError(std::string(kNcnn) + ": a layer name is empty");
+  if (layer.find_first_of(" \t\r\n\v\f") != std::string::npos)
+    throw ArgumentError(what + " contains white space, which separates fields in the table");
+  if (layer.find("_param_") != std::string::npos)
+    throw ArgumentError(what + " contains '_param_', which ncnn reads as the mark of a weight line");
+  if (layer.size() + std::char_traits<char>::length(kWeightSuffix) > kNcnnMaxKey)
+    throw ArgumentError(what + " is longer than ncnn's keys (255 characters with '_param_0')");
+}
+
+// The shortest text that reads back as the same float (ncnn2table prints "%f", which drops
+// digits; ncnn's reader takes any form sscanf("%f") accepts).
+std::string shortest(float v) {
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, res.ptr);
+}
+
+std::vector<std::string> tokens(const std::string& line) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (true) {
+    i = line.find_first_not_of(" \t", i);
+    if (i == std::string::npos) break;
+    const size_t end = std::min(line.find_first_of(" \t", i), line.size());
+    out.push_back(line.substr(i, end - i));
+    i = end;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string write_tensorrt_cache(const std::map<std::string, float>& scales, const std::string& header) {
+  check_trt_text(header, "header");
+  if (header.rfind("TRT-", 0) != 0)
+    throw ArgumentError(std::string(kTrt) + ": header '" + header + "' must start with 'TRT-' (e.g. TRT-8601-EntropyCalibration2)");
+  std::string out = header + "\n";
+  for (const auto& [name, scale] : scales) {
+    if (name.empty()) throw ArgumentError(std::string(kTrt) + ": a tensor name is empty");
+    check_trt_text(name, "tensor name");
+    if (!std::isfinite(scale) || scale < 0.0f)
+      throw ArgumentError(std::string(kTrt) + ": scale of '" + name + "' is " + float_text(scale) +
+                          ", expected a finite non-negative float");
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(std::bit_cast<uint32_t>(scale)));
+    out += name + ": " + hex + "\n";
+  }
+  return out;
+}
+
+std::map<std::string, float> read_tensorrt_cache(const std::string& text) {
+  const std::vector<std::string> lines = split_lines(text);
+  if (lines.empty() || lines[0].rfind("TRT-", 0) != 0)
+    parse_error(kTrt, 0, lines.empty() ? "" : lines[0], "expected a header like 'TRT-8601-EntropyCalibration2'");
+  std::map<std::string, float> scales;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const std::string& line = lines[i];
+    if (blank(line)) continue;
+    // The value holds no ": ", so the last one separates it from a name that may hold some.
+    const size_t sep = line.rfind(": ");
+    if (sep == std::string::npos) parse_error(kTrt, i, line, "expected '<tensor name>: <8 hex digits>'");
+    if (sep == 0) parse_error(kTrt, i, line, "the tensor name is empty");
+    const std::string name = line.substr(0, sep), hex = line.substr(sep + 2);
+    uint32_t bits = 0;
+    const auto res = std::from_chars(hex.data(), hex.data() + hex.size(), bits, 16);
+    if (hex.empty() || hex.size() > 8 || res.ec != std::errc() || res.ptr != hex.data() + hex.size())
+      parse_error(kTrt, i, line, "the scale '" + hex + "' is not 1 to 8 hex digits");
+    const auto scale = std::bit_cast<float>(bits);
+    if (!std::isfinite(scale) || scale < 0.0f)
+      parse_error(kTrt, i, line, "the scale " + float_text(scale) + " is not a finite non-negative float");
+    if (!scales.emplace(name, scale).second) parse_error(kTrt, i, line, "tensor '" + name + "' appears twice");
+  }
+  return scales;
+}
+
+std::string write_ncnn_table(const NcnnTable& table) {
+  std::string out;
+  for (const auto& [layer, scales] : table.weight_scales) {
+    check_ncnn_layer(layer);
+    if (scales.empty()) throw ArgumentError(std::string(kNcnn) + ": layer '" + layer + "' has no weight scales");
+    out += layer + kWeightSuffix;
+    for (float s : scales) {
+      out += ' ';
+      out += shortest(s);
+    }
+    out += "\n";
+  }
+  for (const auto& [layer, scale] : table.input_scales) {
+    check_ncnn_layer(layer);
+    out += layer;
+    out += ' ';
+    out += shortest(scale);
+    out += '\n';
+  }
+  return out;
+}
+
+NcnnTable read_ncnn_table(const std::string& text) {
+  const std::vector<std::string> lines = split_lines(text);
+  NcnnTable table;
+  const size_t suffix = std::char_traits<char>::length(kWeightSuffix);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string& line = lines[i];
+    const std::vector<std::string> t = tokens(line);
+    if (t.empty()) continue;
+    if (t.size() == 1) parse_error(kNcnn, i, line, "expected a name followed by scales");
+    std::vector<float> values;
+    for (size_t k = 1; k < t.size(); ++k) {
+      float v = 0;
+      const auto res = std::from_chars(t[k].data(), t[k].data() + t[k].size(), v);
+      if (res.ec != std::errc() || res.ptr != t[k].data() + t[k].size())
+        parse_error(kNcnn, i, line, "'" + t[k] + "' is not a number");
+      values.push_back(v);
+    }
+    const std::string& key = t[0];
+    const size_t mark = key.find("_param_");
+    if (mark == std::string::npos) {
+      if (values.size() != 1)
+        parse_error(kNcnn, i, line, "expected one input scale for layer '" + key + "', found " + std::to_string(values.size()));
+      if (!table.input_scales.emplace(key, values[0]).second)
+        parse_error(kNcnn, i, line, "the input scale of layer '" + key + "' appears twice");
+      continue;
+    }
+    if (mark == 0 || mark + suffix != key.size() || key.compare(mark, suffix, kWeightSuffix) != 0)
+      parse_error(kNcnn, i, line, "only '<layer>_param_0' weight lines are supported (MultiHeadAttention's _param_1.. are not)");
+    const std::string layer = key.substr(0, mark);
+    if (!table.weight_scales.emplace(layer, std::move(values)).second)
+      parse_error(kNcnn, i, line, "the weight scales of layer '" + layer + "' appear twice");
+  }
+  return table;
+}
+
+}  // namespace tether::quant
