@@ -138,7 +138,8 @@ void register_plan(pyb::module_& m) {
   pyb::class_<PlannedNode>(m, "PlannedNode")
       .def_readonly("node", &PlannedNode::node)
       .def_readonly("op_type", &PlannedNode::op_type)
-      .def_readonly("activations", &PlannedNode::activations)
+      .def_readonly("inputs", &PlannedNode::inputs)
+      .def_readonly("outputs", &PlannedNode::outputs)
       .def_readonly("weight", &PlannedNode::weight)
       .def_readonly("weight_axis", &PlannedNode::weight_axis)
       .def_readonly("bias", &PlannedNode::bias);

@@ -147,7 +147,8 @@ def quant_read_ncnn_table(text: str) -> tuple[dict[str, list[float]], dict[str, 
 class PlannedNode:
     node: str
     op_type: str
-    activations: list[str]
+    inputs: list[str]
+    outputs: list[str]
     weight: str
     weight_axis: int
     bias: str

@@ -75,7 +75,7 @@ def test_minmax_ranges_equal_onnxruntimes_calibrator_and_scales_its_formula(tmp_
     calibrator = create_calibrator(str(path), augmented_model_path=str(tmp_path / "aug.onnx"),
                                    calibrate_method=CalibrationMethod.MinMax)
     calibrator.collect_data(_Reader(data, 8))
-    theirs = {k: tuple(float(x) for x in v.range_value) for k, v in calibrator.compute_data().data.items()}
+    theirs = {k: tuple(float(np.ravel(x)[0]) for x in v.range_value) for k, v in calibrator.compute_data().data.items()}
     cal = tt.quantize.Calibrator(cnn)
     cal.observe_all(data, batch_size=8, progress=False)
     mine = cal.compute("minmax")
@@ -207,10 +207,10 @@ def test_mixed_precision_keeps_exactly_the_fragile_layer_in_float():
     assert 'id="quantization"' in html and "fc2" in html and "kept in float" in html
 
 
-def test_a_budget_no_quantization_can_meet_returns_the_float_model_and_says_so():
-    model = _fragile_mlp()
-    data = np.random.default_rng(1).standard_normal((64, 16)).astype(np.float32)
-    res = tt.quantize.static(model, data, tolerance=tt.parity.Tolerance(atol=0.0, rtol=0.0), eval_samples=32,
+def test_a_budget_no_quantization_can_meet_returns_the_float_model_and_says_so(cnn, data):
+    """Bit-exact agreement with tether's float outputs: onnxruntime's convolutions round
+    differently, so not even the float model run by onnxruntime meets it."""
+    res = tt.quantize.static(cnn, data, tolerance=tt.parity.Tolerance(atol=0.0, rtol=0.0), eval_samples=16,
                              runner="onnxruntime")
     assert res.summary.budget_met is False
     assert "QuantizeLinear" not in _ops(res.model)

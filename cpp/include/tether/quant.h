@@ -244,7 +244,8 @@ const std::vector<std::string>& profile_names();
 struct PlannedNode {
   std::string node;            ///< node name
   std::string op_type;
-  std::vector<std::string> activations;  ///< its inputs (and, with quantize_outputs, outputs) given Q/DQ
+  std::vector<std::string> inputs;   ///< activation inputs it reads quantized (the first: the data input)
+  std::vector<std::string> outputs;  ///< its outputs given Q/DQ (with quantize_outputs)
   std::string weight;          ///< constant weight input quantized ("" for none)
   int weight_axis = -1;        ///< channel axis of the weight (-1: per tensor)
   std::string bias;            ///< bias input ("" for none or not quantized)
@@ -279,10 +280,11 @@ ir::Model prepare(const ir::Model& model);
 /// has no float tensor to quantize, ArgumentError for an excluded node name that does not exist.
 Plan plan(const ir::Model& prepared, const QuantizeOptions& options);
 
-/// The part of `plan` that quantizes only `nodes` (names of planned nodes; ArgumentError for
-/// another name): their entries and the tensors they list. Ranges computed for the whole plan
-/// apply unchanged, so each node keeps the parameters it has in the whole model (what layer
-/// sensitivity measures). Planning with more exclude_nodes only ever drops tensors: the
+/// The part of `plan` that quantizes only what `nodes` read (names of planned nodes;
+/// ArgumentError for another name): their entries with their inputs and weights, without their
+/// outputs (the inputs of the next nodes). Ranges computed for the whole plan apply unchanged,
+/// so each node keeps the parameters it has in the whole model: the error of one such plan is
+/// what keeping that node in float would save (layer sensitivity). Planning with more exclude_nodes only ever drops tensors: the
 /// ranges of the plan without exclusions cover every such plan.
 Plan restrict_plan(const Plan& plan, const std::vector<std::string>& nodes);
 

@@ -6,6 +6,7 @@
 // reduction), and merging is exact, so the final state depends on the samples alone.
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 #include "tether/engine.h"
 #include "tether/quant.h"
@@ -63,6 +64,7 @@ class Writer {
   void put(T v) {
     out_.append(reinterpret_cast<const char*>(&v), sizeof v);
   }
+  void put_raw(std::string_view s) { out_ += s; }
   void put_string(const std::string& s) {
     put<uint64_t>(s.size());
     out_ += s;
@@ -116,6 +118,10 @@ class Reader {
     const auto n = get<uint64_t>();
     need(n > (s_.size() - pos_) / item_bytes ? s_.size() + 1 : n * item_bytes);
     return static_cast<size_t>(n);
+  }
+  void skip(size_t n) {
+    need(n);
+    pos_ += n;
   }
   bool done() const { return pos_ == s_.size(); }
 
@@ -222,7 +228,7 @@ void Calibrator::observe(const Batch& batch) {
 
 std::string Calibrator::state() const {
   Writer w;
-  w.put_string(kMagic);
+  w.put_raw(kMagic);
   w.put<int32_t>(impl_->options.bins);
   w.put<int64_t>(samples_);
   w.put<int64_t>(batches_);
@@ -251,8 +257,10 @@ std::string Calibrator::state() const {
 }
 
 void Calibrator::merge(const std::string& state) {
+  const std::string_view magic = kMagic;
+  if (state.compare(0, magic.size(), magic) != 0) throw CalibrationError("these bytes are not a tether calibration state");
   Reader r(state);
-  if (r.get_string() != kMagic) throw CalibrationError("these bytes are not a tether calibration state");
+  r.skip(magic.size());
   const auto bins = r.get<int32_t>();
   if (bins != impl_->options.bins)
     throw ArgumentError("cannot merge a calibration state of " + std::to_string(bins) + " bins into one of " +

@@ -165,20 +165,20 @@ class Planner {
   }
 
   PlannedNode& add_node(const ir::Node& n) {
-    plan_.nodes.push_back({n.name(), n.op_type(), {}, "", -1, ""});
+    plan_.nodes.push_back({n.name(), n.op_type(), {}, {}, "", -1, ""});
     return plan_.nodes.back();
   }
 
   void input(PlannedNode& p, const ir::Value& v) {
     tensor(v, false);
-    p.activations.push_back(v.name());
+    p.inputs.push_back(v.name());
   }
 
   void output(PlannedNode& p, const ir::Value* v, int share_with) {
     if (!options_.quantize_outputs || !is_float_activation(v)) return;
     const int t = tensor(*v, true);
     if (share_with >= 0) sets_.unite(plan_.tensors[static_cast<size_t>(t)].group, plan_.tensors[static_cast<size_t>(share_with)].group);
-    p.activations.push_back(v->name());
+    p.outputs.push_back(v->name());
   }
 
   void compute(const ir::Node& n) {
@@ -249,7 +249,7 @@ class Planner {
     int first = -1;
     for (const ir::Value* v : ins) {
       const int t = tensor(*v, false);
-      p.activations.push_back(v->name());
+      p.inputs.push_back(v->name());
       if (first < 0) first = t;
       sets_.unite(plan_.tensors[static_cast<size_t>(first)].group, plan_.tensors[static_cast<size_t>(t)].group);
     }
@@ -344,11 +344,15 @@ Plan restrict_plan(const Plan& plan, const std::vector<std::string>& nodes) {
   for (const PlannedNode& p : plan.nodes) {
     if (wanted.erase(p.node) == 0) continue;
     out.nodes.push_back(p);
-    listed.insert(p.activations.begin(), p.activations.end());
+    out.nodes.back().outputs.clear();
+    listed.insert(p.inputs.begin(), p.inputs.end());
   }
   if (!wanted.empty()) throw ArgumentError("restrict_plan: '" + *wanted.begin() + "' is not a node of the plan");
   for (const Plan::Tensor& t : plan.tensors)
-    if (listed.count(t.name) > 0) out.tensors.push_back(t);
+    if (listed.count(t.name) > 0) {
+      out.tensors.push_back(t);
+      out.tensors.back().all_readers = false;  // read quantized by the nodes kept only
+    }
   return out;
 }
 

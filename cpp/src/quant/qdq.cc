@@ -60,7 +60,7 @@ class QdqWriter {
     for (ir::Node* n : graph().nodes()) nodes_.emplace(n->name(), n);
     excluded_.insert(options.exclude_nodes.begin(), options.exclude_nodes.end());
     for (const PlannedNode& p : plan.nodes)
-      for (const std::string& a : p.activations) readers_of_[a].insert(p.node);
+      for (const std::string& a : p.inputs) readers_of_[a].insert(p.node);
   }
 
   QuantizedModel run() {
@@ -69,6 +69,7 @@ class QdqWriter {
       if (!p.weight.empty()) weight(p);
       if (!p.bias.empty()) bias(p);
     }
+    passes::remove_unused_initializers(graph());  // float weights now read only through their DequantizeLinear
     graph().sort_topologically();
     ops::infer_shapes(out_.model);
     return std::move(out_);
@@ -157,10 +158,10 @@ class QdqWriter {
 
   void bias(const PlannedNode& p) {
     ir::Node* n = nodes_.at(p.node);
-    auto in = out_.activations.find(p.activations.empty() ? "" : p.activations[0]);
+    auto in = out_.activations.find(p.inputs.empty() ? "" : p.inputs[0]);
     auto w = out_.weights.find(p.weight);
     if (in == out_.activations.end() || w == out_.weights.end()) return;  // input or weight stayed float
-    const std::string key = p.bias + "@" + p.activations[0] + "@" + p.weight;
+    const std::string key = p.bias + "@" + p.inputs[0] + "@" + p.weight;
     auto done = bias_dq_.find(key);
     if (done == bias_dq_.end()) {
       const std::optional<ir::Tensor> b = passes::constant_of(graph().find(p.bias));

@@ -94,14 +94,14 @@ class QuantizeResult:
         inputs: dict[str, float] = {}
         init = {name: None for name in self.float_model.initializer_names}
         for p in self.plan.nodes:
-            if not p.weight or p.weight not in init or not p.activations or p.activations[0] not in self.ranges:
+            if not p.weight or p.weight not in init or not p.inputs or p.inputs[0] not in self.ranges:
                 continue
             w = np.asarray(self.float_model.initializer(p.weight), np.float32)
             axis = p.weight_axis if p.weight_axis >= 0 else None
             absmax = (np.abs(w).max(axis=tuple(d for d in range(w.ndim) if d != axis)) if axis is not None
                       else np.abs(w).max(keepdims=True))
             weights[p.node] = [float(np.float32(127) / a) if a > 0 else 1.0 for a in np.atleast_1d(absmax)]
-            lo, hi, _ = self.ranges[p.activations[0]]
+            lo, hi, _ = self.ranges[p.inputs[0]]
             threshold = max(abs(lo), abs(hi))
             inputs[p.node] = float(np.float32(127) / np.float32(threshold)) if threshold > 0 else 1.0
         return weights, inputs

@@ -88,7 +88,11 @@ class _Quantizer:
         key = tuple(sorted(float_nodes))
         if key not in self._cache:
             options = exclusions(self.cal.options, key)
-            p = plan(self.cal.model, options) if key else self.cal.plan
+            try:
+                p = plan(self.cal.model, options) if key else self.cal.plan
+            except _core.ModelError:  # every node that could be quantized is kept in float
+                self._cache[key] = (self.cal.model, {}, {}, [], None)
+                return self._cache[key]
             m, acts, weights, notes = _core.quant_quantize_qdq(self.cal.model._core, p, self.ranges, options)
             self._cache[key] = (Model(m), dict(acts), dict(weights), list(notes), p)
         return self._cache[key]

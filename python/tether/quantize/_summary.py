@@ -117,7 +117,7 @@ class QuantizationSummary:
         head = ["tensor", "min", "max", "method", "scale", "zero point", "clipped", "dead channels"]
         rows = "".join(
             "<tr>" + f"<td class='name'>{e(t.name)}</td>" + "".join(
-                f"<td>{e(c)}</td>" for c in (_fmt(t.min), _fmt(t.max), t.method,
+                f"<td>{e(str(c))}</td>" for c in (_fmt(t.min), _fmt(t.max), t.method,
                                              "" if t.scale is None else _fmt(t.scale),
                                              "" if t.zero_point is None else t.zero_point, f"{t.clipped:.3%}",
                                              f"{t.dead_channels}/{t.channels}" if t.channels else "")) + "</tr>"
