@@ -65,6 +65,11 @@ struct TensorStats {
   /// channel_axis when it is >= 0 and < the rank (every call must agree on that dim's size,
   /// else ArgumentError).
   void observe(const float* data, const std::vector<int64_t>& dims);
+  /// The two halves of observe(): `n` values into counts, extremes and histograms, and the
+  /// channel extremes of a tensor of `dims`. Parts of one tensor observed into separate states
+  /// (on separate threads) and merged give what one observe() of the whole gives.
+  void observe_values(const float* data, int64_t n);
+  void observe_channels(const float* data, const std::vector<int64_t>& dims);
   /// Adds another state of the same tensor. Throws ArgumentError when bins or channels differ.
   void merge(const TensorStats& other);
 

@@ -11,6 +11,7 @@
 #include "tether/engine.h"
 #include "tether/quant.h"
 #include "tether/shape_inference.h"
+#include "util/thread_pool.h"
 
 namespace tether::quant {
 
@@ -135,11 +136,32 @@ class Reader {
 
 }  // namespace
 
+// Tensors at least this large are observed by every thread, each into a partial state.
+constexpr int64_t kParallelElements = int64_t{1} << 15;
+
 struct Calibrator::Impl {
   std::unique_ptr<engine::Session> session;
+  // Observation runs between kernels, while the session's own threads wait: a pool of the
+  // same size takes it, so that it does not run on one core.
+  std::unique_ptr<util::ThreadPool> pool;
   std::vector<std::string> names;
   std::vector<int> axes;
   CalibratorOptions options;
+
+  void observe(TensorStats& s, const float* data, const std::vector<int64_t>& dims) const {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    if (n < kParallelElements || pool->threads() == 1) {
+      s.observe(data, dims);
+      return;
+    }
+    std::vector<TensorStats> parts(static_cast<size_t>(pool->threads()), TensorStats(s.bins));
+    pool->parallel_for_indexed(n, kParallelElements / 4, [&](int thread, int64_t begin, int64_t end) {
+      parts[static_cast<size_t>(thread)].observe_values(data + begin, end - begin);
+    });
+    s.observe_channels(data, dims);
+    for (const TensorStats& p : parts) s.merge(p);
+  }
 
   StatsMap fresh() const {
     StatsMap m;
@@ -156,7 +178,7 @@ struct Calibrator::Impl {
     session->run_observe(batch, names, [&](const engine::ObservedValue& v) {
       TensorStats& s = *slots[v.index];
       const int64_t before = s.nonfinite;
-      s.observe(static_cast<const float*>(v.data), v.dims);
+      observe(s, static_cast<const float*>(v.data), v.dims);
       if (s.nonfinite != before && first_bad.empty()) first_bad = v.name;
     });
     return first_bad;
@@ -188,6 +210,7 @@ Calibrator::Calibrator(const ir::Model& model, const std::vector<std::pair<std::
   co.threads = options.threads;
   co.keep = impl_->names;
   impl_->session = engine::compile(model, co);
+  impl_->pool = std::make_unique<util::ThreadPool>(impl_->session->threads());
   stats_ = impl_->fresh();
 }
 

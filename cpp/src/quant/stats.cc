@@ -160,10 +160,11 @@ float TensorStats::absmax() const { return count == 0 ? 0.0f : std::max(std::fab
 void TensorStats::observe(const float* data, const std::vector<int64_t>& dims) {
   int64_t n = 1;
   for (int64_t d : dims) n *= d;
-  if (positive.empty()) {
-    positive.assign(static_cast<size_t>(bins), 0);
-    negative.assign(static_cast<size_t>(bins), 0);
-  }
+  observe_channels(data, dims);
+  observe_values(data, n);
+}
+
+void TensorStats::observe_channels(const float* data, const std::vector<int64_t>& dims) {
   if (channel_axis >= 0 && static_cast<size_t>(channel_axis) < dims.size()) {
     const auto channels = static_cast<size_t>(dims[static_cast<size_t>(channel_axis)]);
     if (channel_absmax.empty()) channel_absmax.assign(channels, 0.0f);
@@ -171,6 +172,13 @@ void TensorStats::observe(const float* data, const std::vector<int64_t>& dims) {
       throw ArgumentError("tensor has " + std::to_string(channels) + " channels along axis " + std::to_string(channel_axis) +
                           ", earlier observations had " + std::to_string(channel_absmax.size()));
     channel_extremes(data, dims, channel_axis, channel_absmax);
+  }
+}
+
+void TensorStats::observe_values(const float* data, int64_t n) {
+  if (positive.empty()) {
+    positive.assign(static_cast<size_t>(bins), 0);
+    negative.assign(static_cast<size_t>(bins), 0);
   }
   for (int64_t begin = 0; begin < n; begin += kChunk) {
     const int64_t len = std::min(kChunk, n - begin);
