@@ -210,7 +210,8 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--activation-type", choices=["int8", "uint8"])
     q.add_argument("--reduce-range", action="store_true", help="7-bit values (CPUs whose int8 products saturate)")
     q.add_argument("--exclude", action="append", default=[], metavar="NODE", help="keep this node in float; repeatable")
-    q.add_argument("--batch-size", type=int, default=32)
+    q.add_argument("--batch-size", type=int, default=None, help="samples per calibration batch (default: the batch "
+                   "size the model fixes, else 32)")
     q.add_argument("--skip-nonfinite", action="store_true", help="leave out samples with NaN or infinity")
     q.add_argument("--labels-key", default="labels", help="the .npz key holding one label per sample (default "
                    "'labels'); not fed to the model")

@@ -206,3 +206,14 @@ def test_a_generator_is_read_lazily_and_the_state_stays_bounded(cnn):
     # Per tensor: counters, extremes, channel extremes and at most 2 x bins (index, count) pairs.
     bound = sum(200 + 4 * len(s.channel_absmax) + 2 * 2048 * 12 for s in cal.stats().values())
     assert len(cal.state()) <= bound
+
+
+def test_a_model_with_a_fixed_batch_takes_the_whole_set_in_batches_of_that_size():
+    b = tt.GraphBuilder("fixed")
+    x = b.input("x", "float32", (1, 4))
+    b.initializer("w", np.eye(4, dtype=np.float32))
+    b.output(b.node("MatMul", [x, "w"], name="mm"))
+    data = np.random.default_rng(0).standard_normal((10, 4)).astype(np.float32)
+    cal = tt.quantize.Calibrator(b.build())
+    assert cal.observe_all(data, progress=False) == 10
+    assert cal.stats()["x"].max == data.max()

@@ -19,18 +19,25 @@ def _specs(model: Model) -> list[InputSpec]:
     return [InputSpec(i.name, np.dtype(i.dtype), i.shape) for i in model.inputs]
 
 
-def iter_batches(data: Any, model: Model, batch_size: int = 32) -> Iterator[Feeds]:
+def _default_batch(model: Model) -> int:
+    """The model's fixed batch size when its first input fixes dim 0, else 32."""
+    shape = model.inputs[0].shape if model.inputs else None
+    return shape[0] if shape and isinstance(shape[0], int) and shape[0] > 0 else 32
+
+
+def iter_batches(data: Any, model: Model, batch_size: int | None = None) -> Iterator[Feeds]:
     """Calibration data as a stream of feeds, each a batch along axis 0 of every input.
 
     ``data`` is an iterable of batches (dicts by input name, arrays for a single-input model,
     tuples of arrays in input order), a ``.npz`` path, or the whole set at once (one array or
-    one dict of arrays), which is cut into batches of ``batch_size`` rows. A generator is read
-    once, lazily: nothing is materialised.
+    one dict of arrays), which is cut into batches of ``batch_size`` rows (default: the batch
+    size the model fixes, else 32). A generator is read once, lazily: nothing is materialised.
 
     Example:
         >>> sum(1 for _ in iter_batches(np.zeros((70, 4), np.float32), model))   # doctest: +SKIP
         3
     """
+    batch_size = _default_batch(model) if batch_size is None else batch_size
     if batch_size < 1:
         raise _core.ArgumentError(f"batch_size must be >= 1, got {batch_size}")
     specs = _specs(model)
@@ -108,7 +115,7 @@ class Calibrator:
         for feeds in iter_feeds(batch, _specs(self.model)):
             self._core.observe(dict(feeds))
 
-    def observe_all(self, batches: Any, *, batch_size: int = 32, progress: bool | None = None) -> int:
+    def observe_all(self, batches: Any, *, batch_size: int | None = None, progress: bool | None = None) -> int:
         """Observes every batch of ``batches`` (see :func:`iter_batches`); returns the number of
         batches. Raises ArgumentError when there were none.
 

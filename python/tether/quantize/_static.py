@@ -108,7 +108,7 @@ def static(model: Model | str | os.PathLike[str] | bytes, batches: Any, *, metho
            activation_type: str | None = None, weight_type: str | None = None,
            symmetric_activations: bool | None = None, symmetric_weights: bool | None = None,
            reduce_range: bool | None = None, op_types: Sequence[str] | None = None, exclude_nodes: Sequence[str] = (),
-           bins: int = 2048, threads: int | None = None, batch_size: int = 32, skip_nonfinite: bool = False,
+           bins: int = 2048, threads: int | None = None, batch_size: int | None = None, skip_nonfinite: bool = False,
            labels: Sequence[Any] | np.ndarray | None = None, label_output: str | None = None,
            max_accuracy_drop: float | None = None, min_sqnr_db: float | None = None,
            tolerance: Tolerance | str | None = None, eval_data: Any = None, eval_samples: int = 128,
@@ -121,7 +121,8 @@ def static(model: Model | str | os.PathLike[str] | bytes, batches: Any, *, metho
     ``"tensorrt"``, ``"ncnn"``: see :func:`profile_options`; the keyword options override it),
     and calibrated on tether's CPU engine from ``batches``: an iterable of batches (dicts by
     input name, arrays for a single-input model), a generator (read once, never materialised),
-    or one array / dict holding every sample, cut into ``batch_size`` rows. ``method``
+    or one array / dict holding every sample, cut into ``batch_size`` rows (default: the batch
+    size the model fixes, else 32). ``method``
     (``"minmax"``, ``"percentile"``, ``"entropy"``, ``"mse"``, ``"sqnr"``; by default the
     profile's) chooses every range from the same statistics.
 
