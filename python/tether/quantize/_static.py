@@ -227,10 +227,11 @@ def static(model: Model | str | os.PathLike[str] | bytes, batches: Any, *, metho
         sum(_rows(f) for f in eval_feeds), runner, notes)
     report = None
     if eval_feeds:
-        # tether runs the QDQ model with its weights dequantized once (the same values).
-        cand: Any = (OnnxRuntimeRunner(final_model, "int8 (onnxruntime)", threads=threads) if runner == "onnxruntime"
-                     else TetherRunner(Model(_core.quant_fold_dequantized_constants(final_model._core)), "int8 (tether)",
-                                       threads=threads))
+        # tether runs the QDQ model with its weights dequantized once (the same values). onnxruntime
+        # gets its bytes: a model made from a file keeps that file's path, which it would load instead.
+        folded = Model(_core.quant_fold_dequantized_constants(final_model._core))
+        cand: Any = (OnnxRuntimeRunner(final_model.to_bytes(), "int8 (onnxruntime)", threads=threads)
+                     if runner == "onnxruntime" else TetherRunner(folded, "int8 (tether)", threads=threads))
         report = compare(TetherRunner(cal.model, "float (tether)", threads=threads), cand, eval_feeds,
                          tolerance=budget.tolerance or "int8", layerwise=True, labels=eval_labels,
                          label_output=label_output)
