@@ -253,3 +253,15 @@ def test_report_lists_dead_channels_and_zero_range_tensors(data):
     assert all(np.isfinite(p.scale).all() and (p.scale > 0).all() for p in res.scales.values())
     assert res.scales["z"].scale[0] == 1.0 and res.scales["wz"].scale.tolist() == [1.0] * 4
     assert "channels were zero" in res.report.table()
+
+
+def test_onnxruntime_report_runs_the_quantized_model_not_the_file_it_was_made_from(tmp_path, cnn, data):
+    """A model quantized from a file keeps that file's path; the report's onnxruntime candidate
+    must still be the QDQ model, as onnxruntime runs it from its bytes."""
+    path = tmp_path / "cnn.onnx"
+    cnn.save(path)
+    res = tt.quantize.static(path, data, method="minmax", eval_samples=16, runner="onnxruntime")
+    ref = tt.compile(res.float_model).run({"x": data[:16]})["logits"].astype(np.float64)
+    got = _ort(res.model).run(None, {"x": data[:16]})[0].astype(np.float64)
+    assert np.abs(got - ref).max() > 1e-3  # INT8 really differs from float here
+    assert res.report.outputs[0].metrics.max_abs_error == pytest.approx(np.abs(got - ref).max(), rel=1e-6)
