@@ -265,3 +265,7 @@ def test_onnxruntime_report_runs_the_quantized_model_not_the_file_it_was_made_fr
     got = _ort(res.model).run(None, {"x": data[:16]})[0].astype(np.float64)
     assert np.abs(got - ref).max() > 1e-3  # INT8 really differs from float here
     assert res.report.outputs[0].metrics.max_abs_error == pytest.approx(np.abs(got - ref).max(), rel=1e-6)
+    # Every model the quantizer returns is new: none claims the source file as its own.
+    assert res.model.path == res.float_model.path == ""
+    direct = tt.parity.OnnxRuntimeRunner(res.model).run({"x": data[:16]})["logits"]
+    np.testing.assert_array_equal(direct, got)

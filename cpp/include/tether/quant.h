@@ -278,7 +278,8 @@ struct Plan {
 /// A copy of `model` simplified in standard ONNX before planning: every node named (unnamed
 /// ones "<op>_<k>", repeated names "<name>_<k>"), Identity removed, shapes inferred, constants
 /// folded, BatchNormalization folded into the conv before it, dead nodes removed. Values keep
-/// their names.
+/// their names. Like every model the quantizer returns, it has no source_path: it is not the
+/// file its source was loaded from.
 ir::Model prepare(const ir::Model& model);
 
 /// The quantization plan of a prepared model under `options`. Throws ModelError when the model

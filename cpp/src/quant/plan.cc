@@ -358,6 +358,7 @@ Plan restrict_plan(const Plan& plan, const std::vector<std::string>& nodes) {
 
 ir::Model prepare(const ir::Model& model) {
   ir::Model m = model.clone();
+  m.source_path.clear();  // a new model: the file it came from no longer holds it
   ir::Graph& g = m.graph();
   g.validate();
   name_nodes(g);

@@ -57,6 +57,7 @@ class QdqWriter {
             const QuantizeOptions& options)
       : plan_(plan), ranges_(ranges), options_(options) {
     out_.model = prepared.clone();
+    out_.model.source_path.clear();  // a new model: the file it came from no longer holds it
     for (ir::Node* n : graph().nodes()) nodes_.emplace(n->name(), n);
     excluded_.insert(options.exclude_nodes.begin(), options.exclude_nodes.end());
     for (const PlannedNode& p : plan.nodes)
@@ -215,6 +216,7 @@ QuantizedModel quantize_qdq(const ir::Model& prepared, const Plan& plan, const s
 
 ir::Model fold_dequantized_constants(const ir::Model& qdq) {
   ir::Model m = qdq.clone();
+  m.source_path.clear();
   ir::Graph& g = m.graph();
   for (ir::Node* n : g.nodes()) {
     if (!passes::is_onnx(*n, "DequantizeLinear")) continue;
