@@ -72,9 +72,11 @@ class QuantizationSummary:
         acc = ""
         if self.accuracy is not None and self.float_accuracy is not None:
             acc = f"; top-1 accuracy {self.float_accuracy:.2%} float -> {self.accuracy:.2%} int8"
+        written = sum(1 for t in self.tensors if t.scale is not None)
         lines = [f"quantization: profile {self.profile}, method {self.method}, {self.samples} calibration samples in "
-                 f"{self.batches} batches, {len(self.tensors)} activations quantized, {len(self.float_nodes)} nodes in "
-                 f"float; evaluated on {self.evaluated_samples} samples by {self.runner}{acc}"]
+                 f"{self.batches} batches, {written} activations quantized ({len(self.tensors)} calibrated), "
+                 f"{len(self.float_nodes)} nodes in float; evaluated on {self.evaluated_samples} samples by "
+                 f"{self.runner}{acc}"]
         if self.budget:
             lines.append(f"budget: {self.budget}: {'met' if self.budget_met else 'NOT met'}")
         if self.float_nodes:
@@ -83,6 +85,10 @@ class QuantizationSummary:
             rows = [[s.node, s.op_type, _fmt(s.sqnr_db), "" if s.accuracy_drop is None else f"{s.accuracy_drop:+.2%}"]
                     for s in self.sensitivity[:10]]
             lines.append(_table(["most sensitive layers", "op", "SQNR dB alone", "accuracy drop alone"], rows))
+        lines.append(_table(["tensor", "min", "max", "method", "scale", "zero point", "clipped", "dead channels"],
+                            [[t.name, _fmt(t.min), _fmt(t.max), t.method, "float" if t.scale is None else _fmt(t.scale),
+                              "" if t.zero_point is None else str(t.zero_point), f"{t.clipped:.3%}",
+                              f"{t.dead_channels}/{t.channels}" if t.channels else ""] for t in self.tensors]))
         lines.extend(f"calibration: {p}" for p in self.problems())
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
