@@ -707,6 +707,24 @@ TEST(QuantizeQdq, GemmWithoutTransposeAndA3dMatMulWeightArePerOutputFeature) {
   expect_runs_close(r.q.model, model, {{"x", x}}, 0.05);
 }
 
+TEST(QuantizeQdq, GroupedConvTransposeBiasUsesTheScaleOfEachOutputChannel) {
+  // 4 input channels in 2 groups, 3 output channels per group: the weight is [4, 3, 3, 3],
+  // quantized per channel along axis 1 (3 scales), and output channel c uses scale c % 3.
+  GraphBuilder b("deconv");
+  b.input("x", DType::kFloat32, Shape({Dim::symbol("N"), Dim(4), Dim(5), Dim(5)}));
+  const Tensor w = filled({4, 3, 3, 3}, 0.4f, 0.5f), bias = filled({6}, 0.3f, 0.9f);
+  b.initializer("w", w);
+  b.initializer("b", bias);
+  b.node("ConvTranspose", {"x", "w", "b"}, {Attribute::i("group", 2)}, {.name = "deconv", .outputs = {"y"}});
+  b.output("y");
+  const ir::Model model = b.build();
+  const Tensor x = random_tensor({4, 4, 5, 5}, 25);
+  const Quantized r = quantize(model, {{"x", x}}, quant::profile_options("onnxruntime"));
+  expect_int8_weight(r.q.model, "deconv", 1, w, 1);
+  expect_int32_bias(r.q.model, "deconv", "x", bias, [](size_t c) { return c % 3; });
+  expect_runs_close(r.q.model, model, {{"x", x}}, 0.05);
+}
+
 TEST(QuantizeQdq, OpsetTwelveQuantizesWeightsPerTensorAndSaysSo) {
   ConvNet net;
   const ir::Model model = net.builder(8, 12).build();

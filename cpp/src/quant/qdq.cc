@@ -174,11 +174,14 @@ class QdqWriter {
       std::vector<int64_t> values(n_out);
       int64_t clipped = 0;
       const float in_scale = in->second.scale[0];
+      // Output channel c reads weight channel c, but for a grouped ConvTranspose, whose weight
+      // [C_in, C_out / group, ...] has C_out / group channels: c % (C_out / group).
+      const size_t weight_channels = wq.scale.size();
       for (size_t c = 0; c < n_out; ++c) {
         if (!std::isfinite(b->data<float>()[c]))
           throw ArgumentError(n->describe() + ": bias '" + p.bias + "' holds " + std::to_string(b->data<float>()[c]) +
                               " at index " + std::to_string(c) + "; a quantized bias must be finite");
-        const float s = in_scale * wq.scale[wq.axis >= 0 ? c : 0];
+        const float s = in_scale * wq.scale[wq.axis >= 0 ? c % weight_channels : 0];
         if (c == 0 || q.axis >= 0) q.scale.push_back(s);
         const int64_t v = quantize_one(b->data<float>()[c], s, 0, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max());
         clipped += v == std::numeric_limits<int32_t>::min() || v == std::numeric_limits<int32_t>::max();
