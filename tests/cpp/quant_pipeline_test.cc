@@ -725,6 +725,31 @@ TEST(QuantizeQdq, GroupedConvTransposeBiasUsesTheScaleOfEachOutputChannel) {
   expect_runs_close(r.q.model, model, {{"x", x}}, 0.05);
 }
 
+TEST(QuantizeQdq, TwoConvsSharingWeightsAndBiasReadOneInt8WeightAndNodeNamesStayUnique) {
+  // A siamese pair: the same w and b on two inputs (so two int32 biases, one per input scale).
+  GraphBuilder b("siamese");
+  b.input("x1", DType::kFloat32, Shape({Dim::symbol("N"), Dim(3), Dim(6), Dim(6)}));
+  b.input("x2", DType::kFloat32, Shape({Dim::symbol("N"), Dim(3), Dim(6), Dim(6)}));
+  const Tensor w = filled({4, 3, 3, 3}, 0.4f, 0.2f), bias = filled({4}, 0.2f, 0.1f);
+  b.initializer("w", w);
+  b.initializer("b", bias);
+  b.node("Conv", {"x1", "w", "b"}, {}, {.name = "left", .outputs = {"l"}});
+  b.node("Conv", {"x2", "w", "b"}, {}, {.name = "right", .outputs = {"r"}});
+  b.node("Add", {"l", "r"}, {}, {.name = "join", .outputs = {"y"}});
+  b.output("y");
+  const ir::Model model = b.build();
+  const Tensor x1 = random_tensor({4, 3, 6, 6}, 26), x2 = random_tensor({4, 3, 6, 6}, 27, 3.0f);
+  const Quantized r = quantize(model, {{"x1", x1}, {"x2", x2}}, quant::profile_options("onnxruntime"));
+  const ir::Model& q = r.q.model;
+  EXPECT_EQ(node_named(q, "left")->input(1), node_named(q, "right")->input(1));
+  EXPECT_NE(node_named(q, "left")->input(2), node_named(q, "right")->input(2));
+  expect_int32_bias(q, "left", "x1", bias, [](size_t c) { return c; });
+  expect_int32_bias(q, "right", "x2", bias, [](size_t c) { return c; });
+  std::set<std::string> names;
+  for (const ir::Node* n : q.graph().nodes()) EXPECT_TRUE(names.insert(n->name()).second) << "node name repeated: " << n->name();
+  expect_runs_close(q, model, {{"x1", x1}, {"x2", x2}}, 0.05);
+}
+
 TEST(QuantizeQdq, OpsetTwelveQuantizesWeightsPerTensorAndSaysSo) {
   ConvNet net;
   const ir::Model model = net.builder(8, 12).build();

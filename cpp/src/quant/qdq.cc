@@ -57,7 +57,10 @@ class QdqWriter {
             const QuantizeOptions& options)
       : plan_(plan), ranges_(ranges), options_(options) {
     out_.model = prepared.clone();
-    for (ir::Node* n : graph().nodes()) nodes_.emplace(n->name(), n);
+    for (ir::Node* n : graph().nodes()) {
+      nodes_.emplace(n->name(), n);
+      node_names_.insert(n->name());
+    }
     excluded_.insert(options.exclude_nodes.begin(), options.exclude_nodes.end());
     for (const PlannedNode& p : plan.nodes)
       for (const std::string& a : p.inputs) readers_of_[a].insert(p.node);
@@ -78,6 +81,15 @@ class QdqWriter {
  private:
   ir::Graph& graph() { return out_.model.graph(); }
 
+  // A node name not yet used: passes::unique_name looks at value names only, and one weight or
+  // bias may get several DequantizeLinear nodes (one per axis, or per input scale).
+  std::string node_name(const std::string& base) {
+    std::string name = base;
+    for (int i = 1; node_names_.count(name) > 0; ++i) name = base + "_" + std::to_string(i);
+    node_names_.insert(name);
+    return name;
+  }
+
   ir::Value* constant(ir::Tensor t, const std::string& base) {
     return graph().add_initializer(std::move(t), passes::unique_name(graph(), base));
   }
@@ -86,7 +98,7 @@ class QdqWriter {
     std::vector<ir::Value*> ins = {q, scale};
     if (zero_point != nullptr) ins.push_back(zero_point);
     ir::Node* dq = graph().add_node("DequantizeLinear", ins, {passes::unique_name(graph(), base + "_dequantized")},
-                                    passes::unique_name(graph(), base + "_DequantizeLinear"));
+                                    node_name(base + "_DequantizeLinear"));
     if (axis >= 0) dq->set_attr(ir::Attribute::i("axis", axis));
     return dq->output(0);
   }
@@ -116,7 +128,7 @@ class QdqWriter {
     ir::Value* scale = constant(float_tensor({}, q.scale), t.name + "_scale");
     ir::Value* zero_point = constant(integer_tensor(q.dtype, {}, q.zero_point), t.name + "_zero_point");
     ir::Node* quant = graph().add_node("QuantizeLinear", {v, scale, zero_point}, {passes::unique_name(graph(), t.name + "_quantized")},
-                                       passes::unique_name(graph(), t.name + "_QuantizeLinear"));
+                                       node_name(t.name + "_QuantizeLinear"));
     ir::Value* dq = dequantize(t.name, quant->output(0), scale, zero_point, -1);
     for (const ir::Use& u : uses) u.node->set_input(u.index, dq);
   }
@@ -204,6 +216,7 @@ class QdqWriter {
   const QuantizeOptions& options_;
   QuantizedModel out_;
   std::map<std::string, ir::Node*> nodes_;
+  std::set<std::string> node_names_;
   std::set<std::string> excluded_;
   std::map<std::string, std::set<std::string>> readers_of_;  // tensor -> planned nodes listing it
   std::map<std::string, ir::Value*> weight_dq_, bias_dq_;
