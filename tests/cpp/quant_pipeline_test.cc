@@ -750,6 +750,26 @@ TEST(QuantizeQdq, TwoConvsSharingWeightsAndBiasReadOneInt8WeightAndNodeNamesStay
   expect_runs_close(q, model, {{"x1", x1}, {"x2", x2}}, 0.05);
 }
 
+TEST(QuantizeQdq, ATiedWeightReadOnTwoAxesGivesEachBiasTheScalesOfItsOwnAxis) {
+  // w[5, 3] is read by MatMul as [in 5, out 3] (per channel along axis 1: 3 scales) and, tied,
+  // by Gemm transB=1 as [out 5, in 3] (along axis 0: 5 scales), whose bias has 5 values.
+  GraphBuilder b("tied");
+  b.input("x", DType::kFloat32, Shape({Dim::symbol("N"), Dim(5)}));
+  const Tensor w = filled({5, 3}, 0.5f, 0.7f), bias = filled({5}, 0.2f, 0.1f);
+  b.initializer("w", w);
+  b.initializer("b", bias);
+  b.node("MatMul", {"x", "w"}, {}, {.name = "encode", .outputs = {"h"}});
+  b.node("Gemm", {"h", "w", "b"}, {Attribute::i("transB", 1)}, {.name = "decode", .outputs = {"y"}});
+  b.output("y");
+  const ir::Model model = b.build();
+  const Tensor x = random_tensor({16, 5}, 33);
+  const Quantized r = quantize(model, {{"x", x}}, quant::profile_options("onnxruntime"));
+  expect_int8_weight(r.q.model, "encode", 1, w, 1);
+  expect_int8_weight(r.q.model, "decode", 1, w, 0);
+  expect_int32_bias(r.q.model, "decode", "h", bias, [](size_t c) { return c; });
+  expect_runs_close(r.q.model, model, {{"x", x}}, 0.05);
+}
+
 TEST(QuantizeQdq, OpsetTwelveQuantizesWeightsPerTensorAndSaysSo) {
   ConvNet net;
   const ir::Model model = net.builder(8, 12).build();

@@ -133,9 +133,12 @@ class QdqWriter {
     for (const ir::Use& u : uses) u.node->set_input(u.index, dq);
   }
 
+  // A weight read along different axes (tied weights) is quantized once per axis.
+  static std::string weight_key(const PlannedNode& p) { return p.weight + "@" + std::to_string(p.weight_axis); }
+
   void weight(const PlannedNode& p) {
     ir::Node* n = nodes_.at(p.node);
-    const std::string key = p.weight + "@" + std::to_string(p.weight_axis);
+    const std::string key = weight_key(p);
     auto done = weight_dq_.find(key);
     if (done == weight_dq_.end()) {
       const std::optional<ir::Tensor> w = passes::constant_of(graph().find(p.weight));
@@ -163,6 +166,7 @@ class QdqWriter {
       ir::Value* scale = constant(float_tensor(param_dims(q), q.scale), p.weight + "_scale");
       ir::Value* zero_point = constant(integer_tensor(q.dtype, param_dims(q), q.zero_point), p.weight + "_zero_point");
       done = weight_dq_.emplace(key, dequantize(p.weight, data, scale, zero_point, q.axis)).first;
+      weight_q_.emplace(key, q);
       out_.weights.emplace(p.weight, std::move(q));
     }
     n->set_input(1, done->second);
@@ -171,9 +175,9 @@ class QdqWriter {
   void bias(const PlannedNode& p) {
     ir::Node* n = nodes_.at(p.node);
     auto in = out_.activations.find(p.inputs.empty() ? "" : p.inputs[0]);
-    auto w = out_.weights.find(p.weight);
-    if (in == out_.activations.end() || w == out_.weights.end()) return;  // input or weight stayed float
-    const std::string key = p.bias + "@" + p.inputs[0] + "@" + p.weight;
+    auto w = weight_q_.find(weight_key(p));
+    if (in == out_.activations.end() || w == weight_q_.end()) return;  // input or weight stayed float
+    const std::string key = p.bias + "@" + p.inputs[0] + "@" + weight_key(p);
     auto done = bias_dq_.find(key);
     if (done == bias_dq_.end()) {
       const std::optional<ir::Tensor> b = passes::constant_of(graph().find(p.bias));
@@ -220,6 +224,7 @@ class QdqWriter {
   std::set<std::string> excluded_;
   std::map<std::string, std::set<std::string>> readers_of_;  // tensor -> planned nodes listing it
   std::map<std::string, ir::Value*> weight_dq_, bias_dq_;
+  std::map<std::string, QParams> weight_q_;  // by weight_key()
 };
 
 }  // namespace
