@@ -317,6 +317,35 @@ TEST(Calibrator, TruncatedOrForeignBytesAreCalibrationErrorsThatChangeNothing) {
   EXPECT_TRUE(cal.state() == before);
 }
 
+TEST(Calibrator, SkippedSampleIndicesOfAMergedStateCountFromTheSamplesBeforeIt) {
+  // x -> Sqrt -> conv: a negative input gives NaN in the conv's input.
+  GraphBuilder b("sqrtnet");
+  b.input("x", DType::kFloat32, Shape({Dim::symbol("N"), Dim(2), Dim(4), Dim(4)}));
+  b.initializer("w", filled({2, 2, 1, 1}, 0.5f, 0.2f));
+  b.node("Sqrt", {"x"}, {}, {.name = "sqrt", .outputs = {"r"}});
+  b.node("Conv", {"r", "w"}, {}, {.name = "conv", .outputs = {"y"}});
+  b.output("y");
+  const ir::Model m = quant::prepare(b.build());
+  const quant::Plan plan = plan_of(m);
+  auto batch = [](int64_t n, int64_t bad_row, uint32_t seed) {
+    Tensor t = random_tensor({n, 2, 4, 4}, seed);
+    for (int64_t i = 0; i < t.num_elements(); ++i) t.mutable_data<float>()[i] = std::fabs(t.data<float>()[i]);
+    if (bad_row >= 0) t.mutable_data<float>()[bad_row * 32 + 5] = -1.0f;
+    return t;
+  };
+  const quant::CalibratorOptions skip{.threads = 1, .skip_nonfinite = true};
+  quant::Calibrator a(m, plan.observed(), skip), bb(m, plan.observed(), skip), all(m, plan.observed(), skip);
+  const Tensor first = batch(3, 1, 11), second = batch(3, 0, 12);
+  a.observe({{"x", first}});
+  bb.observe({{"x", second}});
+  all.observe({{"x", first}});
+  all.observe({{"x", second}});
+  ASSERT_EQ(all.skipped(), (std::vector<int64_t>{1, 3}));
+  a.merge(bb.state());
+  EXPECT_EQ(a.skipped(), all.skipped());
+  expect_same_stats(a.stats(), all.stats());
+}
+
 TEST(Calibrator, ANanSampleIsNamedByTensorAndStreamIndexAndChangesNothing) {
   GraphBuilder b("sqrtnet");
   b.input("x", DType::kFloat32, Shape({Dim::symbol("N"), Dim(2), Dim(4), Dim(4)}));

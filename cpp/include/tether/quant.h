@@ -358,7 +358,8 @@ class Calibrator {
   const StatsMap& stats() const { return stats_; }
   int64_t samples() const { return samples_; }  ///< samples observed (skipped ones included)
   int64_t batches() const { return batches_; }
-  /// Sample indices left out for non-finite values.
+  /// Sample indices left out for non-finite values, in the stream of the samples observed and
+  /// merged in that order (a merged state's samples follow the ones before it).
   const std::vector<int64_t>& skipped() const { return skipped_; }
 
   /// The state as bytes: every tensor's statistics and the counters; merge() takes it.

@@ -324,9 +324,10 @@ void Calibrator::merge(const std::string& state) {
   }
   if (!r.done()) throw CalibrationError("calibration state is corrupt: bytes left after the last tensor");
   for (auto& [name, s] : stats_) s.merge(incoming.at(name));
+  // The merged samples follow this calibrator's own in the stream.
+  for (int64_t s : skipped) skipped_.push_back(samples_ + s);
   samples_ += samples;
   batches_ += batches;
-  skipped_.insert(skipped_.end(), skipped.begin(), skipped.end());
 }
 
 }  // namespace tether::quant
