@@ -317,6 +317,109 @@ TEST(Calibrator, TruncatedOrForeignBytesAreCalibrationErrorsThatChangeNothing) {
   EXPECT_TRUE(cal.state() == before);
 }
 
+// x[N,3,4,4] -> 1x1 conv of `channels` outputs -> z.
+ir::Model one_conv(int64_t channels) {
+  GraphBuilder b("one_conv");
+  b.input("x", DType::kFloat32, Shape({Dim::symbol("N"), Dim(3), Dim(4), Dim(4)}));
+  b.initializer("w", filled({channels, 3, 1, 1}, 0.5f, 0.3f));
+  b.node("Conv", {"x", "w"}, {}, {.name = "conv", .outputs = {"z"}});
+  b.node("Relu", {"z"}, {}, {.name = "relu", .outputs = {"y"}});
+  b.output("y");
+  return quant::prepare(b.build());
+}
+
+// A state whose first tensor merges and whose second ("z", after "x" in every order) has another
+// channel count: merge() must refuse it before adding the first.
+TEST(Calibrator, AStateRefusedAtItsLastTensorLeavesTheFirstOnesUnchanged) {
+  const std::vector<std::pair<std::string, int>> tensors = {{"x", 1}, {"z", 1}};
+  quant::Calibrator cal(one_conv(4), tensors, {.threads = 1}), src(one_conv(5), tensors, {.threads = 1});
+  cal.observe({{"x", random_tensor({2, 3, 4, 4}, 9)}});
+  src.observe({{"x", random_tensor({2, 3, 4, 4}, 10, 4.0f)}});
+  const std::string before = cal.state();
+  const std::string what = message_of([&] { cal.merge(src.state()); });
+  expect_contains(what, {"'z'", "5 channels", "4 channels"});
+  EXPECT_THROW(cal.merge(src.state()), ArgumentError);
+  EXPECT_TRUE(cal.state() == before);
+}
+
+// State bytes as Calibrator::state() lays them out (calibrator.cc), for states no calibrator
+// could have written.
+struct StateBytes {
+  std::string out = "tether-calibration-state-1\n";
+  template <typename T>
+  StateBytes& put(T v) {
+    out.append(reinterpret_cast<const char*>(&v), sizeof v);
+    return *this;
+  }
+  StateBytes& header(int32_t bins, int64_t samples, const std::vector<int64_t>& skipped, uint64_t tensors) {
+    put(bins).put(samples).put(int64_t{1}).put(uint64_t{skipped.size()});
+    for (int64_t k : skipped) put(k);
+    return put(tensors);
+  }
+  struct Entry {
+    std::string name;
+    int32_t axis = 1;
+    int64_t count = 1, zeros = 0, nonfinite = 0;
+    float min = 1.0f, max = 1.0f;
+    int32_t exponent = 1;  // 1.0 < 2^1
+    std::vector<float> channels;
+    std::vector<std::pair<uint32_t, uint64_t>> positive = {{8, 1}}, negative;  // 1.0 in bin 1 * 16 / 2
+  };
+  StateBytes& tensor(const Entry& e) {
+    put(uint64_t{e.name.size()});
+    out += e.name;
+    put(e.axis).put(e.count).put(e.zeros).put(e.nonfinite).put(e.min).put(e.max).put(e.exponent);
+    put(uint64_t{e.channels.size()});
+    for (float c : e.channels) put(c);
+    put(uint8_t{1});
+    for (const auto* h : {&e.positive, &e.negative}) {
+      put(static_cast<uint32_t>(h->size()));
+      for (const auto& [i, c] : *h) put(i).put(c);
+    }
+    return *this;
+  }
+};
+
+TEST(Calibrator, StateContentsNoCalibratorCouldWriteAreCalibrationErrorsThatChangeNothing) {
+  const std::vector<std::pair<std::string, int>> tensors = {{"x", 1}, {"z", 1}};
+  quant::Calibrator cal(one_conv(4), tensors, {.bins = 16, .threads = 1});
+  cal.observe({{"x", random_tensor({2, 3, 4, 4}, 35)}});
+  auto state = [](const StateBytes::Entry& z, int64_t samples = 1, std::vector<int64_t> skipped = {}) {
+    StateBytes b;
+    b.header(16, samples, skipped, 2).tensor({.name = "x"}).tensor(z);
+    return b.out;
+  };
+  // The writer is right: a consistent state merges.
+  quant::Calibrator probe(one_conv(4), tensors, {.bins = 16, .threads = 1});
+  probe.merge(state({.name = "z"}));
+  EXPECT_EQ(probe.stats().at("z").count, 1);
+  EXPECT_EQ(probe.stats().at("z").positive[8], 1u);
+
+  const std::string before = cal.state();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"exponent far below any float", state({.name = "z", .exponent = std::numeric_limits<int32_t>::min() + 1})},
+      {"exponent far above any float", state({.name = "z", .exponent = 1 << 30})},
+      {"exponent that is not the extremes'", state({.name = "z", .exponent = 5})},
+      {"count the histograms do not hold", state({.name = "z", .count = 7})},
+      {"negative count", state({.name = "z", .count = -1, .positive = {}})},
+      {"more zeros than values", state({.name = "z", .zeros = 2})},
+      {"NaN minimum", state({.name = "z", .min = std::numeric_limits<float>::quiet_NaN()})},
+      {"minimum above maximum", state({.name = "z", .min = 1.5f})},
+      {"values without extremes", state({.name = "z", .min = std::numeric_limits<float>::infinity(),
+                                         .max = -std::numeric_limits<float>::infinity()})},
+      {"bins holding 2^64 - 1 and 2 values", state({.name = "z", .positive = {{8, ~uint64_t{0}}, {9, 2}}})},
+      {"negative channel extreme", state({.name = "z", .channels = {-1.0f, 0, 0, 0}})},
+      {"skipped sample past the samples", state({.name = "z"}, 1, {5})},
+      {"negative samples", state({.name = "z"}, -3)},
+  };
+  for (const auto& [what, bytes] : cases) {
+    EXPECT_THROW(cal.merge(bytes), CalibrationError) << what;
+    EXPECT_TRUE(cal.state() == before) << what;
+  }
+  const std::string msg = message_of([&] { cal.merge(cases[0].second); });
+  expect_contains(msg, {"'z'", "exponent"});
+}
+
 TEST(Calibrator, SkippedSampleIndicesOfAMergedStateCountFromTheSamplesBeforeIt) {
   // x -> Sqrt -> conv: a negative input gives NaN in the conv's input.
   GraphBuilder b("sqrtnet");
