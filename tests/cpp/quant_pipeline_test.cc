@@ -954,6 +954,36 @@ TEST(FoldDequantizedConstants, NoDequantizeOfConstantsIsLeftAndOutputsStayTheSam
   expect_close(b.at(0), a.at(0), 1e-5, "y");
 }
 
+// ---- TensorStats given malformed fields ------------------------------------------------------------
+
+// TensorStats is a plain struct (and Python can write its fields): merge() and observe() must
+// refuse histograms of the wrong size or an exponent no float has, not index past them.
+TEST(TensorStats, MalformedHistogramsOrExponentsAreArgumentErrorsThatChangeNothing) {
+  const Tensor v = random_tensor({200}, 34);
+  quant::TensorStats good(16);
+  good.observe(v.data<float>(), v.dims());
+  auto malformed = [&](const std::function<void(quant::TensorStats&)>& edit) {
+    quant::TensorStats s = good;
+    edit(s);
+    return s;
+  };
+  const std::vector<quant::TensorStats> bad = {
+      malformed([](quant::TensorStats& s) { s.positive.resize(3); }),
+      malformed([](quant::TensorStats& s) { s.negative.resize(32); }),
+      malformed([](quant::TensorStats& s) { s.exponent = 100000; }),
+      malformed([](quant::TensorStats& s) { s.exponent = std::numeric_limits<int>::min() + 1; }),
+  };
+  for (size_t k = 0; k < bad.size(); ++k) {
+    quant::TensorStats into = good;
+    EXPECT_THROW(into.merge(bad[k]), ArgumentError) << k;
+    EXPECT_EQ(into.positive, good.positive) << k;
+    EXPECT_EQ(into.count, good.count) << k;
+    quant::TensorStats from = bad[k];
+    EXPECT_THROW(from.merge(good), ArgumentError) << k;
+    EXPECT_THROW(from.observe(v.data<float>(), v.dims()), ArgumentError) << k;
+  }
+}
+
 // ---- Calibrator::merge against hostile bytes ------------------------------------------------------
 
 // Every truncation of a valid state, random bytes, and random edits of a valid state: merge()

@@ -70,7 +70,9 @@ struct TensorStats {
   /// (on separate threads) and merged give what one observe() of the whole gives.
   void observe_values(const float* data, int64_t n);
   void observe_channels(const float* data, const std::vector<int64_t>& dims);
-  /// Adds another state of the same tensor. Throws ArgumentError when bins or channels differ.
+  /// Adds another state of the same tensor. Throws ArgumentError, changing nothing, when bins or
+  /// channels differ, or when either state is malformed (histograms not both empty or both of
+  /// `bins` entries, an exponent no float32 magnitude has); observe() checks its own state so.
   void merge(const TensorStats& other);
 
   /// Width of one bin: 2^exponent / bins (0 while exponent is kNoExponent).
