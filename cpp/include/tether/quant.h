@@ -318,9 +318,12 @@ struct QuantizedModel {
 };
 
 /// Writes the QDQ model: each planned activation T gets QuantizeLinear -> DequantizeLinear
-/// (values "T_quantized", "T_dequantized"; parameters "T_scale", "T_zero_point") read by its
-/// quantized consumers; each planned weight W is stored as "W_quantized" (int8) and read
-/// through a DequantizeLinear whose output keeps the name W; biases likewise as int32.
+/// (values "T_quantized", "T_dequantized"; parameters "T_scale", "T_zero_point"; nodes
+/// "T_QuantizeLinear", "T_DequantizeLinear") read by its quantized consumers; each planned
+/// weight W is stored as "W_quantized" (int8, with "W_scale" and "W_zero_point") and read
+/// through a DequantizeLinear whose output is "W_dequantized"; biases likewise as int32 (no
+/// zero point). The float W is dropped once nothing else reads it. A name already taken gets a
+/// suffix "_1", "_2", ... (a weight read along two axes, a bias read with two input scales).
 /// Graph outputs keep their float values. The result passes onnx.checker's full check.
 /// Throws CalibrationError for a planned tensor without a range.
 QuantizedModel quantize_qdq(const ir::Model& prepared, const Plan& plan,
