@@ -209,8 +209,8 @@ def static(model: Model | str | os.PathLike[str] | bytes, batches: Any, *, metho
                 rank = {la.node: (i, la) for i, la in enumerate(layers or [])}
                 for node in chosen:
                     i, la = rank[node]
-                    float_nodes[node] = (f"sensitivity rank {i + 1} of {len(order)} (SQNR {la.sqnr_db:.1f} dB with only "
-                                         f"this node quantized); kept in float to meet {budget.describe()}")
+                    float_nodes[node] = (f"sensitivity rank {i + 1} of {len(order)} (SQNR {la.sqnr_db:.1f} dB "
+                                         f"with only this node quantized); kept in float to meet {budget.describe()}")
     qmodel, acts, weights, qnotes, final_plan = q.build(chosen)
     notes.extend(qnotes)
     if final_model is None:
@@ -231,8 +231,8 @@ def static(model: Model | str | os.PathLike[str] | bytes, batches: Any, *, metho
     if eval_feeds:
         # tether runs the QDQ model with its weights dequantized once (the same values).
         cand: Any = (OnnxRuntimeRunner(final_model, "int8 (onnxruntime)", threads=threads) if runner == "onnxruntime"
-                     else TetherRunner(Model(_core.quant_fold_dequantized_constants(final_model._core)), "int8 (tether)",
-                                       threads=threads))
+                     else TetherRunner(Model(_core.quant_fold_dequantized_constants(final_model._core)),
+                                       "int8 (tether)", threads=threads))
         report = compare(TetherRunner(cal.model, "float (tether)", threads=threads), cand, eval_feeds,
                          tolerance=budget.tolerance or "int8", layerwise=True, labels=eval_labels,
                          label_output=label_output)
