@@ -93,7 +93,7 @@ def _aggregate(batches: list[Metrics], tol: Tolerance) -> Metrics:
 
 def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: Tolerance | str | None = None,
             output_map: Mapping[str, str] | None = None, layouts: Mapping[str, str | Sequence[int]] | None = None,
-            layerwise: bool = False, model: Model | None = None, labels: Sequence[Any] | None = None,
+            layerwise: bool = False, model: Model | None = None, labels: Sequence[Any] | np.ndarray | None = None,
             label_output: str | None = None, seed: int = 0, batches: int = 1,
             ranges: Mapping[str, tuple[float, float]] | None = None,
             dims: Mapping[str, int] | None = None) -> ParityReport:
@@ -190,7 +190,7 @@ def _keep_errors(kept: list[np.ndarray], r: np.ndarray, c: np.ndarray) -> None:
     kept.append(d[::step][: _HISTOGRAM_SAMPLE - have])
 
 
-def _slices(top1: list[tuple[np.ndarray, np.ndarray]], labels: Sequence[Any]) -> list[SliceResult]:
+def _slices(top1: list[tuple[np.ndarray, np.ndarray]], labels: Sequence[Any] | np.ndarray) -> list[SliceResult]:
     ref = np.concatenate([t[0] for t in top1])
     cand = np.concatenate([t[1] for t in top1])
     lab = np.asarray(labels).ravel()
