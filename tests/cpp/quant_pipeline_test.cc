@@ -920,6 +920,29 @@ TEST(QuantizeQdq, OpsetTwelveQuantizesWeightsPerTensorAndSaysSo) {
   expect_runs_close(r.q.model, model, {{"x", x}}, 0.05);
 }
 
+TEST(QuantizeQdq, APlanOfAnotherModelIsAnArgumentErrorNamingWhatIsMissing) {
+  ConvNet net;
+  const ir::Model m = quant::prepare(net.model());
+  const quant::QuantizeOptions o = quant::profile_options("onnxruntime");
+  const quant::Plan p = quant::plan(m, o);
+  quant::Calibrator cal(m, p.observed(), {.threads = 1});
+  cal.observe({{"x", random_tensor({2, 3, 8, 8}, 36)}});
+  const auto ranges = quant::compute_ranges(p, cal.stats(), {}, o);
+  // The same net with conv2 renamed, and one whose fc weight is an input rather than a constant.
+  ir::Model renamed = m.clone();
+  for (ir::Node* n : renamed.graph().nodes())
+    if (n->name() == "conv2") n->set_name("conv2b");
+  expect_contains(message_of([&] { quant::quantize_qdq(renamed, p, ranges, o); }), {"'conv2'"});
+  EXPECT_THROW(quant::quantize_qdq(renamed, p, ranges, o), ArgumentError);
+  GraphBuilder b("other");
+  b.input("x", DType::kFloat32, Shape({Dim::symbol("N"), Dim(3), Dim(8), Dim(8)}));
+  b.node("Relu", {"x"}, {}, {.name = "conv1", .outputs = {"y"}});
+  b.output("y");
+  const ir::Model other = b.build();
+  expect_contains(message_of([&] { quant::quantize_qdq(other, p, ranges, o); }), {"conv1", "'w1'"});
+  EXPECT_THROW(quant::quantize_qdq(other, p, ranges, o), ArgumentError);
+}
+
 TEST(QuantizeQdq, AMissingRangeIsACalibrationErrorNamingTheTensor) {
   ConvNet net;
   const ir::Model m = quant::prepare(net.model());

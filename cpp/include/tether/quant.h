@@ -325,7 +325,8 @@ struct QuantizedModel {
 /// zero point). The float W is dropped once nothing else reads it. A name already taken gets a
 /// suffix "_1", "_2", ... (a weight read along two axes, a bias read with two input scales).
 /// Graph outputs keep their float values. The result passes onnx.checker's full check.
-/// Throws CalibrationError for a planned tensor without a range.
+/// Throws ArgumentError when `prepared` lacks a node, value or constant the plan names (a plan
+/// made for another model), CalibrationError for a planned tensor without a range.
 QuantizedModel quantize_qdq(const ir::Model& prepared, const Plan& plan,
                             const std::map<std::string, TensorRange>& ranges, const QuantizeOptions& options);
 

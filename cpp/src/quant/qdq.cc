@@ -67,6 +67,7 @@ class QdqWriter {
   }
 
   QuantizedModel run() {
+    check_plan();
     for (const Plan::Tensor& t : plan_.tensors) activation(t);
     for (const PlannedNode& p : plan_.nodes) {
       if (!p.weight.empty()) weight(p);
@@ -80,6 +81,23 @@ class QdqWriter {
 
  private:
   ir::Graph& graph() { return out_.model.graph(); }
+
+  // A plan names nodes, values and constants of the model it was made for; another model
+  // (or the unprepared one, whose nodes may lack names) is refused before anything is written.
+  void check_plan() {
+    auto mismatch = [](const std::string& what) {
+      return ArgumentError("the plan does not fit this model: " + what +
+                           "; quantize the prepared model the plan was made for");
+    };
+    for (const PlannedNode& p : plan_.nodes) {
+      if (nodes_.count(p.node) == 0) throw mismatch("it has no node '" + p.node + "'");
+      for (const std::string* c : {&p.weight, &p.bias})
+        if (!c->empty() && !passes::constant_of(graph().find(*c)))
+          throw mismatch(p.op_type + " '" + p.node + "' reads '" + *c + "', which is no constant of it");
+    }
+    for (const Plan::Tensor& t : plan_.tensors)
+      if (graph().find(t.name) == nullptr) throw mismatch("it has no value '" + t.name + "'");
+  }
 
   // A node name not yet used: passes::unique_name looks at value names only, and one weight or
   // bias may get several DequantizeLinear nodes (one per axis, or per input scale).
@@ -118,7 +136,6 @@ class QdqWriter {
 
   void activation(const Plan::Tensor& t) {
     ir::Value* v = graph().find(t.name);
-    TETHER_CHECK(v != nullptr, "planned tensor '" + t.name + "' is not in the model");
     const std::vector<ir::Use> uses = readers(t, *v);
     if (uses.empty()) return;  // read only as a graph output: that stays float
     auto r = ranges_.find(t.name);
