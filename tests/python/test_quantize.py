@@ -228,6 +228,8 @@ def test_a_budget_no_quantization_can_meet_returns_the_float_model_and_says_so(c
                              runner="onnxruntime")
     assert res.summary.budget_met is False
     assert "QuantizeLinear" not in _ops(res.model)
+    assert res.plan is None and res.scales == {} and res.tensorrt_scales() == {}
+    assert all(t.scale is None for t in res.summary.tensors)
     assert any("not met even with every node in float" in n for n in res.summary.notes)
     assert "budget" in res.report.table() and "NOT met" in res.report.table()
 
