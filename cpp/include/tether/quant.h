@@ -370,8 +370,11 @@ class Calibrator {
 
   /// The state as bytes: every tensor's statistics and the counters; merge() takes it.
   std::string state() const;
-  /// Adds a state from another calibrator of the same model and tensors (ArgumentError when
-  /// tensors or bins differ, CalibrationError for bytes that are not a state).
+  /// Adds a state from another calibrator of the same model and tensors. The whole state is
+  /// checked before any of it is added, so an error changes nothing: ArgumentError when the
+  /// tensors, the bins or a tensor's channel count differ; CalibrationError for bytes that are
+  /// not a state, or whose contents no calibrator writes (counts the bins do not hold,
+  /// extremes, exponent or skipped indices that disagree).
   void merge(const std::string& state);
 
  private:
