@@ -145,6 +145,20 @@ def test_tensorrt_cache_round_trips_the_symmetric_scales(tmp_path, cnn, data):
         assert np.float32(back[name]) == np.float32(max(abs(lo), abs(hi)) / 127.0), name
 
 
+def test_calibration_files_list_only_what_the_returned_model_quantizes(tmp_path, cnn, data):
+    """Exact parity with tether's own float outputs: only the all-float model meets it, so every
+    node is kept in float; neither file may then ask a runtime for INT8, and with one node in
+    float its input stays out of TensorRT's cache."""
+    res = tt.quantize.static(cnn, data, profile="tensorrt", tolerance=tt.parity.Tolerance(atol=0.0, rtol=0.0),
+                             eval_samples=16)
+    assert res.summary.budget_met is True and "QuantizeLinear" not in _ops(res.model)
+    assert res.tensorrt_scales() == {}
+    res.write_ncnn_table(tmp_path / "float.table")
+    assert tt._core.quant_read_ncnn_table((tmp_path / "float.table").read_text()) == ({}, {})
+    one = tt.quantize.static(cnn, data, profile="tensorrt", exclude_nodes=["conv1"], eval_samples=0)
+    assert "x" not in one.tensorrt_scales() and set(one.tensorrt_scales()) == {t.name for t in one.plan.tensors}
+
+
 @pytest.mark.parametrize("method", ["minmax", "percentile", "entropy", "mse", "sqnr"])
 def test_every_method_gives_a_model_close_to_float(cnn, data, method):
     res = tt.quantize.static(cnn, data, method=method, eval_samples=48)
@@ -214,6 +228,8 @@ def test_a_budget_no_quantization_can_meet_returns_the_float_model_and_says_so(c
                              runner="onnxruntime")
     assert res.summary.budget_met is False
     assert "QuantizeLinear" not in _ops(res.model)
+    assert res.plan is None and res.scales == {} and res.tensorrt_scales() == {}
+    assert all(t.scale is None for t in res.summary.tensors)
     assert any("not met even with every node in float" in n for n in res.summary.notes)
     assert "budget" in res.report.table() and "NOT met" in res.report.table()
 

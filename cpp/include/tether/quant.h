@@ -70,7 +70,9 @@ struct TensorStats {
   /// (on separate threads) and merged give what one observe() of the whole gives.
   void observe_values(const float* data, int64_t n);
   void observe_channels(const float* data, const std::vector<int64_t>& dims);
-  /// Adds another state of the same tensor. Throws ArgumentError when bins or channels differ.
+  /// Adds another state of the same tensor. Throws ArgumentError, changing nothing, when bins or
+  /// channels differ, or when either state is malformed (histograms not both empty or both of
+  /// `bins` entries, an exponent no float32 magnitude has); observe() checks its own state so.
   void merge(const TensorStats& other);
 
   /// Width of one bin: 2^exponent / bins (0 while exponent is kNoExponent).
@@ -317,11 +319,15 @@ struct QuantizedModel {
 };
 
 /// Writes the QDQ model: each planned activation T gets QuantizeLinear -> DequantizeLinear
-/// (values "T_quantized", "T_dequantized"; parameters "T_scale", "T_zero_point") read by its
-/// quantized consumers; each planned weight W is stored as "W_quantized" (int8) and read
-/// through a DequantizeLinear whose output keeps the name W; biases likewise as int32.
+/// (values "T_quantized", "T_dequantized"; parameters "T_scale", "T_zero_point"; nodes
+/// "T_QuantizeLinear", "T_DequantizeLinear") read by its quantized consumers; each planned
+/// weight W is stored as "W_quantized" (int8, with "W_scale" and "W_zero_point") and read
+/// through a DequantizeLinear whose output is "W_dequantized"; biases likewise as int32 (no
+/// zero point). The float W is dropped once nothing else reads it. A name already taken gets a
+/// suffix "_1", "_2", ... (a weight read along two axes, a bias read with two input scales).
 /// Graph outputs keep their float values. The result passes onnx.checker's full check.
-/// Throws CalibrationError for a planned tensor without a range.
+/// Throws ArgumentError when `prepared` lacks a node, value or constant the plan names (a plan
+/// made for another model), CalibrationError for a planned tensor without a range.
 QuantizedModel quantize_qdq(const ir::Model& prepared, const Plan& plan,
                             const std::map<std::string, TensorRange>& ranges, const QuantizeOptions& options);
 
@@ -359,13 +365,17 @@ class Calibrator {
   const StatsMap& stats() const { return stats_; }
   int64_t samples() const { return samples_; }  ///< samples observed (skipped ones included)
   int64_t batches() const { return batches_; }
-  /// Sample indices left out for non-finite values.
+  /// Sample indices left out for non-finite values, in the stream of the samples observed and
+  /// merged in that order (a merged state's samples follow the ones before it).
   const std::vector<int64_t>& skipped() const { return skipped_; }
 
   /// The state as bytes: every tensor's statistics and the counters; merge() takes it.
   std::string state() const;
-  /// Adds a state from another calibrator of the same model and tensors (ArgumentError when
-  /// tensors or bins differ, CalibrationError for bytes that are not a state).
+  /// Adds a state from another calibrator of the same model and tensors. The whole state is
+  /// checked before any of it is added, so an error changes nothing: ArgumentError when the
+  /// tensors, the bins or a tensor's channel count differ; CalibrationError for bytes that are
+  /// not a state, or whose contents no calibrator writes (counts the bins do not hold,
+  /// extremes, exponent or skipped indices that disagree).
   void merge(const std::string& state);
 
  private:

@@ -5,7 +5,9 @@
 // sample the same results whatever else is in its batch (its kernels never mix samples in a
 // reduction), and merging is exact, so the final state depends on the samples alone.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <string_view>
 
 #include "tether/engine.h"
@@ -133,6 +135,42 @@ class Reader {
   const std::string& s_;
   size_t pos_ = 0;
 };
+
+// Statistics as observe() and merge() leave them: anything else in state bytes is corruption
+// (or bytes written by hand), refused before it can reach the histogram arithmetic.
+void check_stats(const TensorStats& s, const std::string& name) {
+  auto corrupt = [&](const std::string& what) {
+    return CalibrationError("calibration state is corrupt: tensor '" + name + "' " + what);
+  };
+  if (s.count < 0 || s.zeros < 0 || s.nonfinite < 0 || s.zeros > s.count)
+    throw corrupt("has " + std::to_string(s.count) + " values, " + std::to_string(s.zeros) + " zeros and " +
+                  std::to_string(s.nonfinite) + " non-finite values");
+  uint64_t binned = 0;
+  for (const auto* h : {&s.positive, &s.negative})
+    for (uint64_t c : *h)
+      if (__builtin_add_overflow(binned, c, &binned)) throw corrupt("has bins whose counts overflow");
+  if (binned != static_cast<uint64_t>(s.count) || (!s.positive.empty() && s.positive[0] < static_cast<uint64_t>(s.zeros)))
+    throw corrupt("counts " + std::to_string(s.count) + " values (" + std::to_string(s.zeros) + " zeros) but its bins hold " +
+                  std::to_string(binned));
+  // The exponent is the smallest e with every magnitude below 2^e (none while all are zero).
+  int exponent = TensorStats::kNoExponent;
+  if (s.count == 0) {
+    if (s.min != std::numeric_limits<float>::infinity() || s.max != -std::numeric_limits<float>::infinity())
+      throw corrupt("has no values but extremes [" + std::to_string(s.min) + ", " + std::to_string(s.max) + "]");
+  } else {
+    if (!std::isfinite(s.min) || !std::isfinite(s.max) || s.min > s.max)
+      throw corrupt("has extremes [" + std::to_string(s.min) + ", " + std::to_string(s.max) + "]");
+    const float absmax = std::max(std::fabs(s.min), std::fabs(s.max));
+    if (absmax > 0) std::frexp(absmax, &exponent);
+  }
+  if (s.exponent != exponent)
+    throw corrupt("has exponent " + std::to_string(s.exponent) + " where its extremes give " +
+                  (exponent == TensorStats::kNoExponent ? std::string("none") : std::to_string(exponent)));
+  if (exponent == TensorStats::kNoExponent && s.count > 0 && s.positive[0] != static_cast<uint64_t>(s.count))
+    throw corrupt("holds only zeros but has values in bins other than the first");
+  for (float c : s.channel_absmax)
+    if (!(c >= 0.0f) || !std::isfinite(c)) throw corrupt("has channel extreme " + std::to_string(c));
+}
 
 }  // namespace
 
@@ -290,8 +328,17 @@ void Calibrator::merge(const std::string& state) {
                         std::to_string(impl_->options.bins) + " bins");
   const auto samples = r.get<int64_t>();
   const auto batches = r.get<int64_t>();
+  if (samples < 0 || batches < 0 || samples > std::numeric_limits<int64_t>::max() - samples_ ||
+      batches > std::numeric_limits<int64_t>::max() - batches_)
+    throw CalibrationError("calibration state is corrupt: " + std::to_string(samples) + " samples in " +
+                           std::to_string(batches) + " batches");
   std::vector<int64_t> skipped(r.get_count(sizeof(int64_t)));
-  for (int64_t& s : skipped) s = r.get<int64_t>();
+  for (int64_t& s : skipped) {
+    s = r.get<int64_t>();
+    if (s < 0 || s >= samples)
+      throw CalibrationError("calibration state is corrupt: skipped sample " + std::to_string(s) + " of " +
+                             std::to_string(samples));
+  }
   const auto tensors = r.get<uint64_t>();
   if (tensors != impl_->names.size())
     throw ArgumentError("cannot merge a calibration state of " + std::to_string(tensors) + " tensors into one of " +
@@ -320,13 +367,23 @@ void Calibrator::merge(const std::string& state) {
       r.get_bins(s.positive);
       r.get_bins(s.negative);
     }
+    check_stats(s, name);
+    const TensorStats& mine = stats_.at(name);
+    if (s.count > std::numeric_limits<int64_t>::max() - mine.count)
+      throw CalibrationError("calibration state is corrupt: tensor '" + name + "' has " + std::to_string(s.count) + " values");
+    if (!s.channel_absmax.empty() && !mine.channel_absmax.empty() && s.channel_absmax.size() != mine.channel_absmax.size())
+      throw ArgumentError("cannot merge a calibration state whose tensor '" + name + "' has " +
+                          std::to_string(s.channel_absmax.size()) + " channels on axis " + std::to_string(axis) +
+                          " into one where it has " + std::to_string(mine.channel_absmax.size()) +
+                          " channels: the states come from different models");
     incoming.emplace(name, std::move(s));
   }
   if (!r.done()) throw CalibrationError("calibration state is corrupt: bytes left after the last tensor");
   for (auto& [name, s] : stats_) s.merge(incoming.at(name));
+  // The merged samples follow this calibrator's own in the stream.
+  for (int64_t s : skipped) skipped_.push_back(samples_ + s);
   samples_ += samples;
   batches_ += batches;
-  skipped_.insert(skipped_.end(), skipped.begin(), skipped.end());
 }
 
 }  // namespace tether::quant

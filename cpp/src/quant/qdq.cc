@@ -58,13 +58,17 @@ class QdqWriter {
       : plan_(plan), ranges_(ranges), options_(options) {
     out_.model = prepared.clone();
     out_.model.source_path.clear();  // a new model: the file it came from no longer holds it
-    for (ir::Node* n : graph().nodes()) nodes_.emplace(n->name(), n);
+    for (ir::Node* n : graph().nodes()) {
+      nodes_.emplace(n->name(), n);
+      node_names_.insert(n->name());
+    }
     excluded_.insert(options.exclude_nodes.begin(), options.exclude_nodes.end());
     for (const PlannedNode& p : plan.nodes)
       for (const std::string& a : p.inputs) readers_of_[a].insert(p.node);
   }
 
   QuantizedModel run() {
+    check_plan();
     for (const Plan::Tensor& t : plan_.tensors) activation(t);
     for (const PlannedNode& p : plan_.nodes) {
       if (!p.weight.empty()) weight(p);
@@ -79,6 +83,32 @@ class QdqWriter {
  private:
   ir::Graph& graph() { return out_.model.graph(); }
 
+  // A plan names nodes, values and constants of the model it was made for; another model
+  // (or the unprepared one, whose nodes may lack names) is refused before anything is written.
+  void check_plan() {
+    auto mismatch = [](const std::string& what) {
+      return ArgumentError("the plan does not fit this model: " + what +
+                           "; quantize the prepared model the plan was made for");
+    };
+    for (const PlannedNode& p : plan_.nodes) {
+      if (nodes_.count(p.node) == 0) throw mismatch("it has no node '" + p.node + "'");
+      for (const std::string* c : {&p.weight, &p.bias})
+        if (!c->empty() && !passes::constant_of(graph().find(*c)))
+          throw mismatch(p.op_type + " '" + p.node + "' reads '" + *c + "', which is no constant of it");
+    }
+    for (const Plan::Tensor& t : plan_.tensors)
+      if (graph().find(t.name) == nullptr) throw mismatch("it has no value '" + t.name + "'");
+  }
+
+  // A node name not yet used: passes::unique_name looks at value names only, and one weight or
+  // bias may get several DequantizeLinear nodes (one per axis, or per input scale).
+  std::string node_name(const std::string& base) {
+    std::string name = base;
+    for (int i = 1; node_names_.count(name) > 0; ++i) name = base + "_" + std::to_string(i);
+    node_names_.insert(name);
+    return name;
+  }
+
   ir::Value* constant(ir::Tensor t, const std::string& base) {
     return graph().add_initializer(std::move(t), passes::unique_name(graph(), base));
   }
@@ -87,7 +117,7 @@ class QdqWriter {
     std::vector<ir::Value*> ins = {q, scale};
     if (zero_point != nullptr) ins.push_back(zero_point);
     ir::Node* dq = graph().add_node("DequantizeLinear", ins, {passes::unique_name(graph(), base + "_dequantized")},
-                                    passes::unique_name(graph(), base + "_DequantizeLinear"));
+                                    node_name(base + "_DequantizeLinear"));
     if (axis >= 0) dq->set_attr(ir::Attribute::i("axis", axis));
     return dq->output(0);
   }
@@ -107,7 +137,6 @@ class QdqWriter {
 
   void activation(const Plan::Tensor& t) {
     ir::Value* v = graph().find(t.name);
-    TETHER_CHECK(v != nullptr, "planned tensor '" + t.name + "' is not in the model");
     const std::vector<ir::Use> uses = readers(t, *v);
     if (uses.empty()) return;  // read only as a graph output: that stays float
     auto r = ranges_.find(t.name);
@@ -117,14 +146,17 @@ class QdqWriter {
     ir::Value* scale = constant(float_tensor({}, q.scale), t.name + "_scale");
     ir::Value* zero_point = constant(integer_tensor(q.dtype, {}, q.zero_point), t.name + "_zero_point");
     ir::Node* quant = graph().add_node("QuantizeLinear", {v, scale, zero_point}, {passes::unique_name(graph(), t.name + "_quantized")},
-                                       passes::unique_name(graph(), t.name + "_QuantizeLinear"));
+                                       node_name(t.name + "_QuantizeLinear"));
     ir::Value* dq = dequantize(t.name, quant->output(0), scale, zero_point, -1);
     for (const ir::Use& u : uses) u.node->set_input(u.index, dq);
   }
 
+  // A weight read along different axes (tied weights) is quantized once per axis.
+  static std::string weight_key(const PlannedNode& p) { return p.weight + "@" + std::to_string(p.weight_axis); }
+
   void weight(const PlannedNode& p) {
     ir::Node* n = nodes_.at(p.node);
-    const std::string key = p.weight + "@" + std::to_string(p.weight_axis);
+    const std::string key = weight_key(p);
     auto done = weight_dq_.find(key);
     if (done == weight_dq_.end()) {
       const std::optional<ir::Tensor> w = passes::constant_of(graph().find(p.weight));
@@ -152,6 +184,7 @@ class QdqWriter {
       ir::Value* scale = constant(float_tensor(param_dims(q), q.scale), p.weight + "_scale");
       ir::Value* zero_point = constant(integer_tensor(q.dtype, param_dims(q), q.zero_point), p.weight + "_zero_point");
       done = weight_dq_.emplace(key, dequantize(p.weight, data, scale, zero_point, q.axis)).first;
+      weight_q_.emplace(key, q);
       out_.weights.emplace(p.weight, std::move(q));
     }
     n->set_input(1, done->second);
@@ -160,9 +193,9 @@ class QdqWriter {
   void bias(const PlannedNode& p) {
     ir::Node* n = nodes_.at(p.node);
     auto in = out_.activations.find(p.inputs.empty() ? "" : p.inputs[0]);
-    auto w = out_.weights.find(p.weight);
-    if (in == out_.activations.end() || w == out_.weights.end()) return;  // input or weight stayed float
-    const std::string key = p.bias + "@" + p.inputs[0] + "@" + p.weight;
+    auto w = weight_q_.find(weight_key(p));
+    if (in == out_.activations.end() || w == weight_q_.end()) return;  // input or weight stayed float
+    const std::string key = p.bias + "@" + p.inputs[0] + "@" + weight_key(p);
     auto done = bias_dq_.find(key);
     if (done == bias_dq_.end()) {
       const std::optional<ir::Tensor> b = passes::constant_of(graph().find(p.bias));
@@ -175,11 +208,14 @@ class QdqWriter {
       std::vector<int64_t> values(n_out);
       int64_t clipped = 0;
       const float in_scale = in->second.scale[0];
+      // Output channel c reads weight channel c, but for a grouped ConvTranspose, whose weight
+      // [C_in, C_out / group, ...] has C_out / group channels: c % (C_out / group).
+      const size_t weight_channels = wq.scale.size();
       for (size_t c = 0; c < n_out; ++c) {
         if (!std::isfinite(b->data<float>()[c]))
           throw ArgumentError(n->describe() + ": bias '" + p.bias + "' holds " + std::to_string(b->data<float>()[c]) +
                               " at index " + std::to_string(c) + "; a quantized bias must be finite");
-        const float s = in_scale * wq.scale[wq.axis >= 0 ? c : 0];
+        const float s = in_scale * wq.scale[wq.axis >= 0 ? c % weight_channels : 0];
         if (c == 0 || q.axis >= 0) q.scale.push_back(s);
         const int64_t v = quantize_one(b->data<float>()[c], s, 0, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max());
         clipped += v == std::numeric_limits<int32_t>::min() || v == std::numeric_limits<int32_t>::max();
@@ -202,9 +238,11 @@ class QdqWriter {
   const QuantizeOptions& options_;
   QuantizedModel out_;
   std::map<std::string, ir::Node*> nodes_;
+  std::set<std::string> node_names_;
   std::set<std::string> excluded_;
   std::map<std::string, std::set<std::string>> readers_of_;  // tensor -> planned nodes listing it
   std::map<std::string, ir::Value*> weight_dq_, bias_dq_;
+  std::map<std::string, QParams> weight_q_;  // by weight_key()
 };
 
 }  // namespace

@@ -99,6 +99,24 @@ void add_indices(const uint32_t* idx, int64_t n, int log2_bins, uint64_t* positi
 
 int log2_of(int bins) { return std::countr_zero(static_cast<unsigned>(bins)); }
 
+// The exponents of finite non-zero floats: 2^-148 is above the smallest subnormal, 2^128 above
+// the largest float.
+constexpr int kMinExponent = -148, kMaxExponent = 128;
+
+// TensorStats is a plain struct whose fields callers (and Python) may write: the loops below
+// index the histograms by `bins` and shift by `exponent`, so both are checked first.
+void check_layout(const TensorStats& s, const char* what) {
+  if (s.bins < 16 || s.bins > 65536 || !std::has_single_bit(static_cast<unsigned>(s.bins)))
+    throw ArgumentError(std::string(what) + " have " + std::to_string(s.bins) + " bins; a power of two from 16 to 65536 is needed");
+  const auto bins = static_cast<size_t>(s.bins);
+  if (s.positive.size() != s.negative.size() || (!s.positive.empty() && s.positive.size() != bins))
+    throw ArgumentError(std::string(what) + " have " + std::to_string(s.positive.size()) + " positive and " +
+                        std::to_string(s.negative.size()) + " negative bins; " + std::to_string(bins) + " each (or none) are needed");
+  if (s.exponent != TensorStats::kNoExponent && (s.exponent < kMinExponent || s.exponent > kMaxExponent))
+    throw ArgumentError(std::string(what) + " have exponent " + std::to_string(s.exponent) + "; float32 magnitudes need " +
+                        std::to_string(kMinExponent) + " to " + std::to_string(kMaxExponent));
+}
+
 // The smallest e with a < 2^e, for finite a > 0.
 int exponent_above(float a) {
   int e = 0;
@@ -158,6 +176,7 @@ double TensorStats::bin_width() const {
 float TensorStats::absmax() const { return count == 0 ? 0.0f : std::max(std::fabs(min), std::fabs(max)); }
 
 void TensorStats::observe(const float* data, const std::vector<int64_t>& dims) {
+  check_layout(*this, "statistics");
   int64_t n = 1;
   for (int64_t d : dims) n *= d;
   observe_channels(data, dims);
@@ -176,6 +195,7 @@ void TensorStats::observe_channels(const float* data, const std::vector<int64_t>
 }
 
 void TensorStats::observe_values(const float* data, int64_t n) {
+  check_layout(*this, "statistics");
   if (positive.empty()) {
     positive.assign(static_cast<size_t>(bins), 0);
     negative.assign(static_cast<size_t>(bins), 0);
@@ -216,17 +236,21 @@ void TensorStats::observe_values(const float* data, int64_t n) {
 }
 
 void TensorStats::merge(const TensorStats& other) {
+  // Everything is checked before anything changes.
   if (other.bins != bins)
     throw ArgumentError("cannot merge statistics of " + std::to_string(other.bins) + " bins into " + std::to_string(bins) + " bins");
+  check_layout(*this, "statistics merged into");
+  check_layout(other, "statistics to merge");
+  if (!other.channel_absmax.empty() && !channel_absmax.empty() &&
+      (other.channel_axis != channel_axis || other.channel_absmax.size() != channel_absmax.size()))
+    throw ArgumentError("cannot merge statistics of " + std::to_string(other.channel_absmax.size()) + " channels on axis " +
+                        std::to_string(other.channel_axis) + " into " + std::to_string(channel_absmax.size()) +
+                        " channels on axis " + std::to_string(channel_axis));
   if (!other.channel_absmax.empty()) {
     if (channel_absmax.empty()) {
       channel_absmax.assign(other.channel_absmax.size(), 0.0f);
       channel_axis = other.channel_axis;
     }
-    if (other.channel_axis != channel_axis || other.channel_absmax.size() != channel_absmax.size())
-      throw ArgumentError("cannot merge statistics of " + std::to_string(other.channel_absmax.size()) + " channels on axis " +
-                          std::to_string(other.channel_axis) + " into " + std::to_string(channel_absmax.size()) +
-                          " channels on axis " + std::to_string(channel_axis));
     for (size_t c = 0; c < channel_absmax.size(); ++c) channel_absmax[c] = std::max(channel_absmax[c], other.channel_absmax[c]);
   }
   count += other.count;

@@ -49,7 +49,8 @@ class QuantizeResult:
     the evaluation samples, with a ``quantization`` section (None when ``eval_samples=0``);
     ``ranges``: tensor -> (min, max, method); ``scales``: tensor -> :class:`QuantParams` for
     activations, weights and biases; ``float_nodes``: node -> why it stayed float;
-    ``sensitivity``: per node, the error it adds alone, most sensitive first (when computed).
+    ``sensitivity``: per node, the error it adds alone, most sensitive first (when computed);
+    ``plan``: what ``model`` quantizes (None when every node stayed float).
 
     Example:
         >>> res = tt.quantize.static(model, batches, method="entropy")   # doctest: +SKIP
@@ -75,8 +76,10 @@ class QuantizeResult:
         self.model.save(path, external_data=external_data)
 
     def tensorrt_scales(self) -> dict[str, float]:
-        """Per quantized activation, TensorRT's symmetric scale: max(|min|, |max|) / 127."""
-        return {name: max(abs(lo), abs(hi)) / 127.0 for name, (lo, hi, _) in self.ranges.items()}
+        """Per activation ``model`` quantizes, TensorRT's symmetric scale: max(|min|, |max|) / 127.
+        Tensors of nodes kept in float are left out: TensorRT runs in INT8 what the cache lists."""
+        planned = set() if self.plan is None else {t.name for t in self.plan.tensors}
+        return {name: max(abs(lo), abs(hi)) / 127.0 for name, (lo, hi, _) in self.ranges.items() if name in planned}
 
     def write_tensorrt_cache(self, path: str | os.PathLike[str]) -> None:
         """Writes TensorRT's calibration cache (``TRT-...-EntropyCalibration2`` header, one
@@ -93,7 +96,7 @@ class QuantizeResult:
         weights: dict[str, list[float]] = {}
         inputs: dict[str, float] = {}
         init = {name: None for name in self.float_model.initializer_names}
-        for p in self.plan.nodes:
+        for p in [] if self.plan is None else self.plan.nodes:
             if not p.weight or p.weight not in init or not p.inputs or p.inputs[0] not in self.ranges:
                 continue
             w = np.asarray(self.float_model.initializer(p.weight), np.float32)

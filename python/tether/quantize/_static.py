@@ -216,6 +216,8 @@ def static(model: Model | str | os.PathLike[str] | bytes, batches: Any, *, metho
     notes.extend(qnotes)
     if final_model is None:
         final_model = qmodel
+    else:  # the float model is returned: nothing is quantized
+        final_plan, acts, weights = None, {}, {}
     if evaluator is not None:
         score = evaluator.score(final_model)
     activations = {k: QuantParams._from_core(v) for k, v in acts.items()}
