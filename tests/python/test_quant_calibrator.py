@@ -217,3 +217,22 @@ def test_a_model_with_a_fixed_batch_takes_the_whole_set_in_batches_of_that_size(
     cal = tt.quantize.Calibrator(b.build())
     assert cal.observe_all(data, progress=False) == 10
     assert cal.stats()["x"].max == data.max()
+
+
+def test_a_nan_in_a_model_of_fixed_batch_names_the_batch_and_its_samples():
+    b = tt.GraphBuilder("fixed4")
+    x = b.input("x", "float32", (4, 3))
+    b.initializer("w", np.ones((3, 2), np.float32))
+    b.output(b.node("MatMul", [b.node("Log", [x], name="log", outputs=["logged"]), "w"], name="mm"))
+    data = np.ones((8, 3), np.float32)
+    data[6, 1] = -1.0
+    cal = tt.quantize.Calibrator(b.build())
+    with pytest.raises(tt.CalibrationError, match=r"calibration batch 1 \(samples 4 to 7\): tensor 'logged' holds NaN "
+                                                  "or infinity; the sample cannot be named because the model does not "
+                                                  "run one sample alone"):
+        cal.observe_all(data, progress=False)
+
+
+def test_constants_cannot_be_observed(cnn):
+    with pytest.raises(tt.ArgumentError, match="cannot observe 'w1': it is a constant"):
+        tt.quantize.Calibrator(cnn, ["x", "w1"])

@@ -285,3 +285,18 @@ def test_onnxruntime_report_runs_the_quantized_model_not_the_file_it_was_made_fr
     assert res.model.path == res.float_model.path == ""
     direct = tt.parity.OnnxRuntimeRunner(res.model).run({"x": data[:16]})["logits"]
     np.testing.assert_array_equal(direct, got)
+
+
+def test_a_bias_whose_scale_would_be_subnormal_stays_float():
+    """input_scale * weight_scale below the normal floats cannot be a DequantizeLinear scale."""
+    rng = np.random.default_rng(0)
+    b = tt.GraphBuilder("tiny")
+    x = b.input("x", "float32", ("batch", 4))
+    b.initializer("w", (rng.standard_normal((3, 4)) * 1e-15).astype(np.float32))
+    b.initializer("bias", np.full(3, 1e-30, np.float32))
+    b.output(b.node("Gemm", [x, "w", "bias"], name="fc", transB=1, outputs=["y"]))
+    data = (rng.standard_normal((16, 4)) * 1e-20).astype(np.float32)
+    res = tt.quantize.static(b.build(), data, eval_samples=0)
+    assert "bias" not in res.scales and "bias_quantized" not in tt.load(res.model.to_bytes()).initializer_names
+    assert any("bias 'bias' stays float" in n for n in res.summary.notes)
+    onnx.checker.check_model(onnx.load_from_string(res.model.to_bytes()), full_check=True)

@@ -70,6 +70,8 @@ struct TensorStats {
   /// (on separate threads) and merged give what one observe() of the whole gives.
   void observe_values(const float* data, int64_t n);
   void observe_channels(const float* data, const std::vector<int64_t>& dims);
+  /// Back to no observations, keeping bins, channel axis and the histograms' memory.
+  void clear();
   /// Adds another state of the same tensor. Throws ArgumentError, changing nothing, when bins or
   /// channels differ, or when either state is malformed (histograms not both empty or both of
   /// `bins` entries, an exponent no float32 magnitude has); observe() checks its own state so.
@@ -204,7 +206,9 @@ struct Range {
 /// ranges. Throws ArgumentError for an unknown method (naming the known ones), a percentile
 /// outside (0, 100], entropy_levels < 2, a grid dtype other than int8/uint8, or histograms
 /// whose sizes differ from each other.
-Range compute_range(const TensorStats& stats, const MethodOptions& options, const Grid& grid);
+/// `chosen`, when given, receives the method whose range was taken (for "sqnr", the winner).
+Range compute_range(const TensorStats& stats, const MethodOptions& options, const Grid& grid,
+                    std::string* chosen = nullptr);
 
 /// Estimated signal-to-quantization-noise ratio in dB of quantizing the histogram with
 /// qparams_for_range(range) on `grid`: 10 * log10(signal / noise), signal = sum of

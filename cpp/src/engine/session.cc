@@ -34,6 +34,7 @@ struct ValueEntry {
   bool released = false;                 // kConstant whose every reader packed its own copy
   int input = -1;                        // session input index
   int output = -1;                       // session output index (its first occurrence)
+  bool written = false;                  // a step writes it
 };
 
 struct Step {
@@ -278,7 +279,10 @@ void CpuSession::create_steps(const Backend& backend) {
     step.node = n;
     step.kernel = backend.create(init);
     for (const ir::Value* in : n->inputs()) step.inputs.push_back(in ? index_.at(in) : -1);
-    for (const ir::Value* out : n->outputs()) step.outputs.push_back(out ? index_.at(out) : -1);
+    for (const ir::Value* out : n->outputs()) {
+      step.outputs.push_back(out ? index_.at(out) : -1);
+      if (out != nullptr) values_[static_cast<size_t>(index_.at(out))].written = true;
+    }
   }
   if (!unsupported.empty()) {
     std::string msg = std::string(backend.name()) + " cannot run " + std::to_string(unsupported.size()) +
@@ -473,15 +477,11 @@ std::vector<ir::Tensor> CpuSession::run_capture(const std::vector<std::pair<std:
 
 std::vector<ir::Tensor> CpuSession::run_observe(const std::vector<std::pair<std::string, ir::Tensor>>& inputs,
                                                 const std::vector<std::string>& names, const Observer& observer) const {
-  std::vector<bool> written(values_.size(), false);
-  for (const Step& step : steps_)
-    for (int o : step.outputs)
-      if (o >= 0) written[static_cast<size_t>(o)] = true;
   Watch watch{std::vector<int>(values_.size(), -1), true, &observer};
   for (size_t k = 0; k < names.size(); ++k) {
     const ir::Value* v = model_.graph().find(names[k]);
     const int i = v != nullptr ? index_.at(v) : -1;
-    if (i < 0 || !(written[static_cast<size_t>(i)] || values_[static_cast<size_t>(i)].slot == Slot::kInput))
+    if (i < 0 || !(values_[static_cast<size_t>(i)].written || values_[static_cast<size_t>(i)].slot == Slot::kInput))
       throw ArgumentError("cannot observe '" + names[k] + "': " +
                           (v == nullptr ? std::string("the compiled model has no value of that name (fused away? compile with keep)")
                                         : std::string("no kernel writes it (a constant)")));

@@ -185,6 +185,8 @@ struct Calibrator::Impl {
   std::vector<std::string> names;
   std::vector<int> axes;
   CalibratorOptions options;
+  // Partial states of the threads, reused from tensor to tensor (observation is sequential).
+  mutable std::vector<TensorStats> parts;
 
   void observe(TensorStats& s, const float* data, const std::vector<int64_t>& dims) const {
     int64_t n = 1;
@@ -193,7 +195,8 @@ struct Calibrator::Impl {
       s.observe(data, dims);
       return;
     }
-    std::vector<TensorStats> parts(static_cast<size_t>(pool->threads()), TensorStats(s.bins));
+    if (parts.empty()) parts.assign(static_cast<size_t>(pool->threads()), TensorStats(s.bins));
+    for (TensorStats& p : parts) p.clear();
     pool->parallel_for_indexed(n, kParallelElements / 4, [&](int thread, int64_t begin, int64_t end) {
       parts[static_cast<size_t>(thread)].observe_values(data + begin, end - begin);
     });
@@ -236,6 +239,8 @@ Calibrator::Calibrator(const ir::Model& model, const std::vector<std::pair<std::
     if (v->type().dtype() != ir::DType::kFloat32)
       throw ArgumentError("cannot observe '" + name + "': it is " + std::string(ir::dtype_name(v->type().dtype())) +
                           ", calibration observes float32 values");
+    if (v->producer() == nullptr && !v->is_input())
+      throw ArgumentError("cannot observe '" + name + "': it is a constant, not a value computed from the inputs");
   }
   impl_->options = options;
   for (const auto& [name, axis] : tensors) {
@@ -269,7 +274,15 @@ void Calibrator::observe(const Batch& batch) {
     state = impl_->fresh();
     for (int64_t i = 0; i < n; ++i) {
       StatsMap one = impl_->fresh();
-      const std::string tensor = impl_->run(sample_of(batch, i), one);
+      std::string tensor;
+      try {
+        tensor = impl_->run(sample_of(batch, i), one);
+      } catch (const ArgumentError& e) {
+        throw CalibrationError("calibration batch " + std::to_string(index) + " (samples " + std::to_string(samples_) +
+                               " to " + std::to_string(samples_ + n - 1) + "): tensor '" + bad +
+                               "' holds NaN or infinity; the sample cannot be named because the model does not run "
+                               "one sample alone (" + e.what() + ")");
+      }
       if (tensor.empty()) {
         for (auto& [name, s] : state) s.merge(one.at(name));
         continue;

@@ -276,33 +276,40 @@ double sqnr_db_of(const NoiseModel& model, Range range) {
   return 10.0 * std::log10(model.signal() / noise);
 }
 
-Range range_by_name(const TensorStats& s, const std::string& method, const MethodOptions& o, const Grid& grid);
+Range range_by_name(const TensorStats& s, const std::string& method, const MethodOptions& o, const Grid& grid,
+                    std::string* chosen);
 
-Range sqnr_range(const TensorStats& s, const MethodOptions& o, const Grid& grid) {
+Range sqnr_range(const TensorStats& s, const MethodOptions& o, const Grid& grid, std::string* chosen) {
   const Magnitudes m = magnitudes(s);
-  if (m.n == 0) return minmax_of(s);
+  if (m.n == 0) {
+    if (chosen != nullptr) *chosen = kMethods[0];
+    return minmax_of(s);
+  }
   const NoiseModel model(s, grid, m.n);
   Range best_range;
   double best = -std::numeric_limits<double>::infinity();
   bool first = true;
   for (size_t i = 0; i + 1 < kMethods.size(); ++i) {
-    const Range r = range_by_name(s, kMethods[i], o, grid);
+    const Range r = range_by_name(s, kMethods[i], o, grid, nullptr);
     const double db = sqnr_db_of(model, r);
     if (first || db > best) {
       best = db;
       best_range = r;
       first = false;
+      if (chosen != nullptr) *chosen = kMethods[i];
     }
   }
   return best_range;
 }
 
-Range range_by_name(const TensorStats& s, const std::string& method, const MethodOptions& o, const Grid& grid) {
+Range range_by_name(const TensorStats& s, const std::string& method, const MethodOptions& o, const Grid& grid,
+                    std::string* chosen) {
+  if (chosen != nullptr) *chosen = method;
   if (method == "minmax") return minmax_of(s);
   if (method == "percentile") return percentile_range(s, o.percentile, grid);
   if (method == "entropy") return entropy_range(s, o.entropy_levels, grid);
   if (method == "mse") return mse_range(s, grid);
-  return sqnr_range(s, o, grid);
+  return sqnr_range(s, o, grid, chosen);
 }
 
 void check_range(Range r) {
@@ -318,7 +325,7 @@ void check_range(Range r) {
 
 const std::vector<std::string>& method_names() { return kMethods; }
 
-Range compute_range(const TensorStats& stats, const MethodOptions& options, const Grid& grid) {
+Range compute_range(const TensorStats& stats, const MethodOptions& options, const Grid& grid, std::string* chosen) {
   if (std::find(kMethods.begin(), kMethods.end(), options.method) == kMethods.end())
     throw ArgumentError("unknown range method '" + options.method + "'; known methods: " + method_list());
   if (!(options.percentile > 0.0 && options.percentile <= 100.0))
@@ -327,8 +334,11 @@ Range compute_range(const TensorStats& stats, const MethodOptions& options, cons
     throw ArgumentError("entropy_levels must be at least 2, got " + std::to_string(options.entropy_levels));
   grid.qmin();  // validates the grid's dtype
   check_histograms(stats);
-  if (trivial(stats)) return minmax_of(stats);
-  return range_by_name(stats, options.method, options, grid);
+  if (trivial(stats)) {
+    if (chosen != nullptr) *chosen = options.method == "sqnr" ? kMethods[0] : options.method;
+    return minmax_of(stats);
+  }
+  return range_by_name(stats, options.method, options, grid, chosen);
 }
 
 double estimate_sqnr_db(const TensorStats& stats, Range range, const Grid& grid) {

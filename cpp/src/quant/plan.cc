@@ -154,7 +154,9 @@ class Planner {
   // its only reader (the activation then runs inside the int8 kernel), else the output itself.
   const ir::Value* output_of(const ir::Node& n) {
     const ir::Value* out = n.output(0);
-    if (out == nullptr || out->uses().size() != 1 || !passes::only_reader(*out, *out->uses()[0].node)) return out;
+    if (!options_.quantize_outputs || out == nullptr || out->uses().size() != 1 ||
+        !passes::only_reader(*out, *out->uses()[0].node))
+      return out;
     const ir::Node& reader = *out->uses()[0].node;
     const bool act = passes::is_onnx(reader, "Relu") ||
                      (passes::is_onnx(reader, "Clip") && (reader.inputs().size() < 2 || passes::constant_of(reader.input(1))) &&

@@ -7,6 +7,7 @@
 #include "engine/evaluate.h"
 #include "passes/passes.h"
 #include "passes/rewrite.h"
+#include "quant/rounding.h"
 #include "tether/quant.h"
 #include "tether/shape_inference.h"
 
@@ -19,7 +20,7 @@ using ir::DType;
 // x / scale in float32, rounded half to even, plus the zero point, saturated to [qmin, qmax]:
 // onnxruntime's quantize_nparray and ONNX QuantizeLinear.
 int64_t quantize_one(float x, float scale, int64_t zero_point, int64_t qmin, int64_t qmax) {
-  const double q = static_cast<double>(std::nearbyint(x / scale)) + static_cast<double>(zero_point);
+  const double q = round_half_even(static_cast<double>(x / scale)) + static_cast<double>(zero_point);
   return static_cast<int64_t>(std::min(std::max(q, static_cast<double>(qmin)), static_cast<double>(qmax)));
 }
 
@@ -208,6 +209,14 @@ class QdqWriter {
       std::vector<int64_t> values(n_out);
       int64_t clipped = 0;
       const float in_scale = in->second.scale[0];
+      // A product of scales below the normal floats cannot be a DequantizeLinear scale (and
+      // would saturate every value): such a bias stays float.
+      for (float s : wq.scale)
+        if (!(in_scale * s >= std::numeric_limits<float>::min())) {
+          out_.notes.push_back(n->describe() + ": bias '" + p.bias + "' stays float: input_scale * weight_scale = " +
+                               std::to_string(in_scale * s) + " is below the normal float range");
+          return;
+        }
       // Output channel c reads weight channel c, but for a grouped ConvTranspose, whose weight
       // [C_in, C_out / group, ...] has C_out / group channels: c % (C_out / group).
       const size_t weight_channels = wq.scale.size();

@@ -22,20 +22,9 @@ std::map<std::string, TensorRange> compute_ranges(const Plan& plan, const StatsM
   }
   std::map<int, TensorRange> chosen;
   for (const auto& [group, s] : groups) {
-    TensorRange r{compute_range(s, method, options.activations), method.method};
-    if (method.method == "sqnr") {
-      // Name the method whose range was taken.
-      for (const std::string& m : method_names()) {
-        if (m == "sqnr") continue;
-        MethodOptions one = method;
-        one.method = m;
-        const Range candidate = compute_range(s, one, options.activations);
-        if (candidate.min == r.range.min && candidate.max == r.range.max) {
-          r.method = "sqnr:" + m;
-          break;
-        }
-      }
-    }
+    std::string used;
+    TensorRange r{compute_range(s, method, options.activations, &used), method.method};
+    if (method.method == "sqnr") r.method = "sqnr:" + used;
     chosen.emplace(group, r);
   }
   std::map<std::string, TensorRange> out;

@@ -169,6 +169,16 @@ TensorStats::TensorStats(int bins_, int channel_axis_) : bins(bins_), channel_ax
     throw ArgumentError("histogram bins must be a power of two from 16 to 65536, got " + std::to_string(bins));
 }
 
+void TensorStats::clear() {
+  count = zeros = nonfinite = 0;
+  min = std::numeric_limits<float>::infinity();
+  max = -std::numeric_limits<float>::infinity();
+  exponent = kNoExponent;
+  std::fill(positive.begin(), positive.end(), 0);
+  std::fill(negative.begin(), negative.end(), 0);
+  std::fill(channel_absmax.begin(), channel_absmax.end(), 0.0f);
+}
+
 double TensorStats::bin_width() const {
   return exponent == kNoExponent ? 0.0 : std::ldexp(1.0, exponent - log2_of(bins));
 }
