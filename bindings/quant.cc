@@ -147,7 +147,8 @@ void register_plan(pyb::module_& m) {
       .def_readonly("name", &Plan::Tensor::name)
       .def_readonly("channel_axis", &Plan::Tensor::channel_axis)
       .def_readonly("group", &Plan::Tensor::group)
-      .def_readonly("all_readers", &Plan::Tensor::all_readers);
+      .def_readonly("all_readers", &Plan::Tensor::all_readers)
+      .def_readonly("same_values_as", &Plan::Tensor::same_values_as);
   pyb::class_<Plan>(m, "Plan")
       .def_readonly("tensors", &Plan::tensors)
       .def_readonly("nodes", &Plan::nodes)

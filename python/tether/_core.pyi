@@ -158,6 +158,7 @@ class PlannedTensor:
     channel_axis: int
     group: int
     all_readers: bool
+    same_values_as: str
 
 class Plan:
     tensors: list[PlannedTensor]

@@ -236,3 +236,31 @@ def test_a_nan_in_a_model_of_fixed_batch_names_the_batch_and_its_samples():
 def test_constants_cannot_be_observed(cnn):
     with pytest.raises(tt.ArgumentError, match="cannot observe 'w1': it is a constant"):
         tt.quantize.Calibrator(cnn, ["x", "w1"])
+
+
+def test_outputs_of_pure_data_movement_are_not_observed_and_their_stand_in_is_exact():
+    """A Reshape or Transpose output holds its input's values: the plan lets the input's
+    statistics stand for it, and observing it anyway gives exactly those statistics."""
+    rng = np.random.default_rng(0)
+    b = tt.GraphBuilder("moves")
+    x = b.input("x", "float32", ("batch", 4, 6))
+    b.initializer("w", rng.standard_normal((6, 6)).astype(np.float32))
+    b.initializer("w2", rng.standard_normal((4, 5)).astype(np.float32))
+    b.initializer("shape", np.array([0, 6, 4], np.int64))
+    h = b.node("MatMul", [x, "w"], name="mm", outputs=["h"])
+    t = b.node("Transpose", [h], name="tr", perm=[0, 2, 1], outputs=["t"])
+    r = b.node("Reshape", [t, "shape"], name="rs", outputs=["r"])
+    b.output(b.node("MatMul", [r, "w2"], name="mm2", outputs=["y"]))
+    model = b.build()
+    cal = tt.quantize.Calibrator(model, bins=256)
+    aliases = {t.name: t.same_values_as for t in cal.plan.tensors if t.same_values_as}
+    assert aliases == {"t": "h", "r": "h"}
+    assert {n for n, _ in cal.plan.observed()} == {"x", "h", "y"}
+    explicit = tt.quantize.Calibrator(model, ["x", "h", "t", "r"], bins=256)
+    data = rng.standard_normal((10, 4, 6)).astype(np.float32)
+    explicit.observe(data)
+    cal.observe(data)
+    snap = {n: (s.count, s.min, s.max, s.exponent, s.positive, s.negative) for n, s in explicit.stats().items()}
+    assert snap["t"] == snap["r"] == snap["h"]
+    ranges = cal.compute("entropy")
+    assert ranges["t"] == ranges["r"] == ranges["h"]

@@ -272,12 +272,17 @@ struct Plan {
     /// True for the output of a quantized node: every reader (but excluded nodes) reads the
     /// quantized value. Else only the planned nodes listing it do.
     bool all_readers = false;
+    /// For the output of an op that only moves values (Reshape, Transpose, Squeeze,
+    /// Unsqueeze, Flatten, DepthToSpace, SpaceToDepth): the planned tensor holding the very same
+    /// values, whose statistics stand for it (it is not observed); "" otherwise.
+    std::string same_values_as;
   };
   std::vector<Tensor> tensors;  ///< activations to observe and quantize, in graph order
   std::vector<PlannedNode> nodes;
   std::vector<std::string> notes;  ///< why some candidate nodes were not quantized
 
-  /// (name, channel_axis) of every tensor, for Calibrator.
+  /// (name, channel_axis) of every tensor to observe, for Calibrator: all but those with
+  /// same_values_as.
   std::vector<std::pair<std::string, int>> observed() const;
 };
 

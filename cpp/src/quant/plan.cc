@@ -48,6 +48,13 @@ const std::vector<std::string> kTensorrtOps = {"Conv",    "ConvTranspose", "Gemm
                                                "GlobalAveragePool", "Add"};
 const std::vector<std::string> kNcnnOps = {"Conv", "Gemm", "MatMul"};
 
+// Ops whose output holds exactly the input's values, rearranged.
+bool moves_values_only(const ir::Node& n) {
+  for (const char* op : {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "DepthToSpace", "SpaceToDepth"})
+    if (passes::is_onnx(n, op)) return true;
+  return false;
+}
+
 bool is_float_activation(const ir::Value* v) {
   return v != nullptr && !passes::constant_of(v) && v->type().dtype() == ir::DType::kFloat32;
 }
@@ -256,6 +263,12 @@ class Planner {
       sets_.unite(plan_.tensors[static_cast<size_t>(first)].group, plan_.tensors[static_cast<size_t>(t)].group);
     }
     for (const ir::Value* out : n.outputs()) output(p, out, first);
+    // Outputs of pure data movement hold the input's values: its statistics serve both.
+    if (moves_values_only(n) && n.output(0) != nullptr && index_.count(n.output(0)->name()) > 0) {
+      const Plan::Tensor& in = plan_.tensors[static_cast<size_t>(first)];
+      Plan::Tensor& out = plan_.tensors[static_cast<size_t>(index_.at(n.output(0)->name()))];
+      out.same_values_as = in.same_values_as.empty() ? in.name : in.same_values_as;
+    }
   }
 
   void own(const ir::Node& n) {
@@ -315,7 +328,8 @@ QuantizeOptions profile_options(const std::string& profile) {
 std::vector<std::pair<std::string, int>> Plan::observed() const {
   std::vector<std::pair<std::string, int>> out;
   out.reserve(tensors.size());
-  for (const Tensor& t : tensors) out.emplace_back(t.name, t.channel_axis);
+  for (const Tensor& t : tensors)
+    if (t.same_values_as.empty()) out.emplace_back(t.name, t.channel_axis);
   return out;
 }
 

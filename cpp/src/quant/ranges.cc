@@ -10,7 +10,7 @@ std::map<std::string, TensorRange> compute_ranges(const Plan& plan, const StatsM
   // A group's statistics are its members' merged: one range then covers every member.
   std::map<int, TensorStats> groups;
   for (const Plan::Tensor& t : plan.tensors) {
-    auto it = stats.find(t.name);
+    auto it = stats.find(t.same_values_as.empty() ? t.name : t.same_values_as);
     if (it == stats.end())
       throw CalibrationError("no statistics for tensor '" + t.name +
                              "': calibrate the tensors the plan lists (Plan::observed()) before computing ranges");

@@ -65,10 +65,10 @@ def _tensor_summaries(cal: Calibrator, ranges: Mapping[str, tuple[float, float, 
     stats = cal.stats()
     out = []
     for t in cal.plan.tensors:
-        s = stats[t.name]
+        s = stats[t.same_values_as or t.name]
         lo, hi, method = ranges[t.name]
         q = activations.get(t.name)
-        channels = list(s.channel_absmax)
+        channels = [] if t.same_values_as else list(s.channel_absmax)  # the source's channels lie elsewhere
         out.append(TensorSummary(
             t.name, lo, hi, method, None if q is None else float(q.scale[0]),
             None if q is None else int(q.zero_point[0]), float(_core.quant_clipped_fraction(s, (lo, hi))),
