@@ -417,14 +417,16 @@ def _cell(runs: list[dict[str, Any]], key: str, fmt: str) -> str:
 
 
 def main_table(models: list[str], methods: list[str], runs: dict, hist: dict[str, int]) -> list[str]:
-    rows = ["| model | method | tether s | onnxruntime s | ratio (tether/ort) | tether peak RSS MB "
+    rows = ["| model | method | tether s | onnxruntime s | ratio (tether/ort) | tether FP32 inference s "
+            "(load, compile, run) | FP32 / ort (floor of the ratio) | tether peak RSS MB "
             "| onnxruntime peak RSS MB | tether FP32 inference peak MB | RSS target MB (1.2 x FP32 + histograms) "
             "| targets met? (time <= 0.2x, RSS) |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for model in models:
         fp32 = _ok(runs.get((model, "fp32", ""), []))
         fp32_peak = statistics.median([r["peak_mb"] for r in fp32]) if fp32 else None
         target = None if fp32_peak is None else 1.2 * fp32_peak + hist.get(model, 0) / MIB
+        fp32_s = statistics.median([r["wall"] for r in fp32]) if fp32 else None
         for method in methods:
             ours, theirs = runs.get((model, "tether", method), []), runs.get((model, "onnxruntime", method), [])
             t_ok, o_ok = _ok(ours), _ok(theirs)
@@ -439,12 +441,14 @@ def main_table(models: list[str], methods: list[str], runs: dict, hist: dict[str
                 time_ok = "yes" if t_s <= 0.2 * theirs[0]["elapsed"] else "unknown"
             else:
                 ratio, time_ok = "-", "-"
+            floor = "-" if fp32_s is None or o_s is None else f"{fp32_s / o_s:.2f}"
             t_peak = statistics.median([r["peak_mb"] for r in t_ok]) if t_ok else None
             rss_ok = "-" if t_peak is None or target is None else ("yes" if t_peak <= target else "no")
             o_peak = _cell(theirs, "peak_mb", ".0f") if o_ok else (
                 f"> {max(r['peak_mb'] for r in theirs):.0f} (stopped)" if theirs else "-")
             rows.append(
                 f"| {model} | {method} | {_cell(ours, 'wall', 's')} | {_cell(theirs, 'wall', 's')} | {ratio} | "
+                f"{_cell(fp32, 'wall', 's')} | {floor} | "
                 f"{_cell(ours, 'peak_mb', '.0f')} | {o_peak} | {'-' if fp32_peak is None else f'{fp32_peak:.0f}'} | "
                 f"{'-' if target is None else f'{target:.0f}'} | time: {time_ok}; RSS: {rss_ok} |")
     return rows
@@ -521,7 +525,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per child")
     p.add_argument("--quiet-below", type=float, default=0.3,
                    help="before each run, wait until other processes use fewer cores than this ...")
-    p.add_argument("--quiet-wait", type=float, default=600.0, help="... for at most this many seconds")
+    p.add_argument("--quiet-wait", type=float, default=300.0, help="... for at most this many seconds")
+    p.add_argument("--breakdown-samples", type=int, default=64, help="samples of the time-breakdown process")
     p.add_argument("--markdown", help="also write the tables as markdown to this file")
     p.add_argument("--quick", action="store_true", help="a smoke run on a tiny CNN with 16 samples (no timing claims)")
     args = p.parse_args(argv)
@@ -545,41 +550,52 @@ def main(argv: list[str] | None = None) -> int:
     outdir = CACHE / "out"
     outdir.mkdir(parents=True, exist_ok=True)
 
-    def measure(key: tuple[str, str, str], spec: dict[str, Any], repeat: int) -> list[dict[str, Any]]:
-        for i in range(repeat):
-            waited, before = wait_quiet(args.quiet_below, args.quiet_wait) if args.quiet_wait > 0 else (0.0, 0.0)
-            cap = int(min(args.rss_cap_gib * GIB, _meminfo("MemAvailable") - 1.5 * GIB))
-            r = supervise(spec, cap, args.timeout)
-            r.update(waited=waited, other_before=before)
-            runs.setdefault(key, []).append(r)
-            what = r.get("failed") or f"{r['wall']:.2f} s, peak {r['peak_mb']:.0f} MB"
-            print(f"  {' '.join(k for k in key if k)} run {i + 1}: {what} (other processes "
-                  f"{r['other_cores']:.2f} cores, steal {r['steal_cores']:.2f}, load {r['load1']:.2f}, "
-                  f"child CPU {r['cpu']:.0f} s; waited {r['waited']:.0f} s for a quieter machine)", flush=True)
-            if "failed" in r or r["elapsed"] > args.slow:
-                break
-        return runs[key]
+    def measure_once(key: tuple[str, str, str], spec: dict[str, Any]) -> dict[str, Any]:
+        waited, before = wait_quiet(args.quiet_below, args.quiet_wait) if args.quiet_wait > 0 else (0.0, 0.0)
+        cap = int(min(args.rss_cap_gib * GIB, _meminfo("MemAvailable") - 1.5 * GIB))
+        r = supervise(spec, cap, args.timeout)
+        r.update(waited=waited, other_before=before)
+        runs.setdefault(key, []).append(r)
+        what = r.get("failed") or f"{r['wall']:.2f} s, peak {r['peak_mb']:.0f} MB"
+        print(f"  {' '.join(k for k in key if k)} run {len(runs[key])}: {what} (other processes "
+              f"{r['other_cores']:.2f} cores, steal {r['steal_cores']:.2f}, load {r['load1']:.2f}, "
+              f"child CPU {r['cpu']:.0f} s; waited {r['waited']:.0f} s for a quieter machine)", flush=True)
+        return r
+
+    def measure(jobs: list[tuple[tuple[str, str, str], dict[str, Any]]], repeat: int) -> None:
+        """Runs the jobs in turn, `repeat` rounds; a job stops repeating once a run failed or was slow."""
+        active = list(jobs)
+        for _ in range(repeat):
+            for key, spec in list(active):
+                r = measure_once(key, spec)
+                if "failed" in r or r["elapsed"] > args.slow:
+                    active.remove((key, spec))
 
     for model in models:
         path, shape, kind = model_info(model)
         base = {"path": str(path), "shape": list(shape), "kind": kind, "samples": args.samples,
                 "batch": args.batch or DEFAULT_BATCH.get(model, 8), "threads": args.threads, "input": "input"}
         print(f"{model}: {path.name}", flush=True)
-        measure((model, "fp32", ""), {**base, "role": "fp32"}, args.repeat)
-        b = measure((model, "breakdown", ""), {**base, "role": "breakdown", "methods": methods}, 1)
-        if _ok(b):
+        measure([((model, "fp32", ""), {**base, "role": "fp32"})], args.repeat)
+        measure([((model, "breakdown", ""), {**base, "role": "breakdown", "methods": methods,
+                                             "samples": min(args.samples, args.breakdown_samples)})], 1)
+        b = _ok(runs[(model, "breakdown", "")])
+        if b:
             hist[model] = b[0]["observed"] * 2 * BINS * 8
         candidates = {}
         for method in methods:
-            for tool in ("tether", "onnxruntime"):
+            jobs = []
+            for tool in ("tether", "onnxruntime"):  # alternated, so that both see the same hours of the machine
                 out = outdir / f"{model}.{tool}.{method}.onnx"
                 for stale in (out, Path(str(out) + ".data")):
                     stale.unlink(missing_ok=True)
-                spec = {**base, "role": tool, "method": method, "out": str(out)}
-                if _ok(measure((model, tool, method), spec, args.repeat)) and out.exists():
-                    candidates[f"{tool}:{method}"] = str(out)
+                jobs.append(((model, tool, method), {**base, "role": tool, "method": method, "out": str(out)}))
+            measure(jobs, args.repeat)
+            for (key, spec) in jobs:
+                if _ok(runs[key]) and Path(spec["out"]).exists():
+                    candidates[f"{key[1]}:{method}"] = spec["out"]
         if candidates:
-            measure((model, "quality", ""), {**base, "role": "quality", "candidates": candidates, "samples": 32}, 1)
+            measure([((model, "quality", ""), {**base, "role": "quality", "candidates": candidates, "samples": 32})], 1)
 
     loads = [r["load1"] for rs in runs.values() for r in rs]
     others = [r["other_cores"] for rs in runs.values() for r in rs]
@@ -595,7 +611,9 @@ def main(argv: list[str] | None = None) -> int:
                      f"processes used fewer than {args.quiet_below} cores; {busy} of {len(waits)} runs started "
                      "without that after the longest wait.")
     tables = ["\n".join(main_table(models, methods, runs, hist)),
-              "Where tether's time goes (one process per model, FP32 runs and observation alternated twice):\n\n"
+              f"Where tether's time goes (one process per model, {min(args.samples, args.breakdown_samples)} samples "
+              "in the same batches; FP32 runs, runs with the observed values kept and observation alternated "
+              "twice):\n\n"
               + "\n".join(breakdown_table(models, runs)),
               "Quality (32 held-out inputs, every model run by onnxruntime): SQNR of the QDQ model's outputs "
               "against the float model's; top-1: share of samples whose argmax agrees.\n\n"
