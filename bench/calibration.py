@@ -607,9 +607,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.quiet_wait > 0:
         waits = [r["waited"] for rs in runs.values() for r in rs]
         busy = sum(r["other_before"] >= args.quiet_below for rs in runs.values() for r in rs)
-        notes.append(f"Each run waited (up to {args.quiet_wait:.0f} s; at most {max(waits):.0f} s here) until other "
-                     f"processes used fewer than {args.quiet_below} cores; {busy} of {len(waits)} runs started "
-                     "without that after the longest wait.")
+        notes.append(f"Before each run the script waited (at most {max(waits):.0f} s here, {args.quiet_wait:.0f} s "
+                     f"allowed) until other processes used fewer than {args.quiet_below} cores over 5 s; {busy} of "
+                     f"{len(waits)} runs started while they still did. Other work can start during a run: see the "
+                     "per-run load above.")
     tables = ["\n".join(main_table(models, methods, runs, hist)),
               f"Where tether's time goes (one process per model, {min(args.samples, args.breakdown_samples)} samples "
               "in the same batches; FP32 runs, runs with the observed values kept and observation alternated "
