@@ -128,6 +128,22 @@ def test_channel_extremes_follow_the_axis() -> None:
         s.observe(np.zeros((1, 6, 2, 2), np.float32))
 
 
+@pytest.mark.parametrize("shape", [(1, 1), (3, 13), (2, 5, 127), (4, 128, 768)])
+def test_channel_extremes_on_the_last_axis_match_numpy_with_dead_and_nonfinite_values(shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x[..., 0] = 0  # a dead channel
+    if shape[-1] > 2:
+        x.reshape(-1, shape[-1])[0, 1] = np.inf  # non-finite values count for no channel
+        x.reshape(-1, shape[-1])[-1, 2] = np.nan
+    s = _core.TensorStats(64, len(shape) - 1)
+    s.observe(x[:1].copy())
+    s.observe(x[1:].copy())
+    want = np.where(np.isfinite(x), np.abs(x), 0).max(axis=tuple(range(len(shape) - 1)))
+    np.testing.assert_array_equal(np.array(s.channel_absmax, np.float32), want)
+    assert s.channel_absmax[0] == 0
+
+
 @pytest.mark.parametrize("bins", [0, 15, 100, 1 << 17])
 def test_bins_must_be_a_power_of_two_in_range(bins: int) -> None:
     with pytest.raises(tt.ArgumentError, match=f"power of two from 16 to 65536, got {bins}"):

@@ -150,6 +150,22 @@ void channel_extremes(const float* x, const std::vector<int64_t>& dims, int axis
   for (int d = 0; d < axis; ++d) outer *= dims[static_cast<size_t>(d)];
   for (size_t d = static_cast<size_t>(axis) + 1; d < dims.size(); ++d) inner *= dims[d];
   const int64_t channels = dims[static_cast<size_t>(axis)];
+  if (inner == 1) {
+    // Channels last (BERT's [batch, seq, hidden]): the loop below would run once per value, so
+    // fold each row into the maxima instead, vectorised across channels.
+    std::vector<int32_t> m(static_cast<size_t>(channels));
+    int32_t* const mp = m.data();
+    for (int64_t c = 0; c < channels; ++c) mp[c] = static_cast<int32_t>(std::bit_cast<uint32_t>(absmax[static_cast<size_t>(c)]));
+    for (int64_t o = 0; o < outer; ++o) {
+      const float* p = x + o * channels;
+      for (int64_t c = 0; c < channels; ++c) {
+        const auto mag = static_cast<int32_t>(std::bit_cast<uint32_t>(p[c]) & 0x7fffffffu);
+        mp[c] = std::max(mp[c], mag & ~((0x7f7fffff - mag) >> 31));
+      }
+    }
+    for (int64_t c = 0; c < channels; ++c) absmax[static_cast<size_t>(c)] = std::bit_cast<float>(static_cast<uint32_t>(mp[c]));
+    return;
+  }
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t c = 0; c < channels; ++c) {
       const float* p = x + (o * channels + c) * inner;
