@@ -111,7 +111,8 @@ def percentile(h: Hist, p: float, symmetric: bool) -> tuple[np.float32, np.float
 def entropy_choice(h: Hist, levels: int) -> int | None:
     """The bin count i chosen by NVIDIA pytorch-quantization's _compute_amax_entropy, step by
     step as published (np.digitize over a linspace, scipy's entropy), on h[:n] with bin 0 set
-    to bin 1; candidates from the top with ties to the largest i. None when n < levels."""
+    to bin 1; candidates from the top with ties to the largest i, leaving out (as tether does)
+    thresholds with more than 1% of the values beyond them. None when n < levels."""
     n = h.n
     if n < levels:
         return None
@@ -127,6 +128,8 @@ def entropy_choice(h: Hist, levels: int) -> int | None:
         nonempty = np.bincount(digitized[keep], minlength=levels)
         new_density = np.zeros(i)
         new_density[keep] = counts[digitized[keep]] / nonempty[digitized[keep]]
+        if bins[i:].sum() > 0.01 * bins.sum():
+            continue  # tether's guard: no threshold clipping more than 1% of the values
         reference = bins[:i].astype(np.float64)
         reference[-1] += bins[i:].sum()
         kl = scipy.stats.entropy(reference, new_density)

@@ -235,3 +235,17 @@ def test_bad_options_are_argument_errors() -> None:
     s.negative = s.negative[:-1]
     with pytest.raises(tt.ArgumentError, match="2048 positive and 2047 negative bins"):
         _core.quant_compute_range(s, "entropy")
+
+
+def test_entropy_never_collapses_a_distribution_far_from_zero() -> None:
+    """A Softmax-like tensor (every value in [0.002, 0.031]): TensorRT's KL criterion alone
+    would pick a threshold at its lowest values (every value an outlier: KL about 0); tether
+    keeps every candidate that clips at most 1%."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0.002, 0.031, 200_000).astype(np.float32)
+    x[0] = 1e-4
+    s = _core.TensorStats(2048)
+    s.observe(x)
+    for dtype, symmetric in (("int8", False), ("int8", True), ("uint8", False)):
+        lo, hi = _core.quant_compute_range(s, "entropy", dtype=dtype, symmetric=symmetric)
+        assert np.mean(x > hi) <= 0.01, (dtype, symmetric, hi)

@@ -158,7 +158,10 @@ QParams weight_qparams(const ir::Tensor& weight, int axis, const Grid& grid);
 ///   the number of non-empty bins of that level (outliers are not in Q), and 0 at empty bins;
 ///   KL = sum over P[j] > 0 of p[j] * ln(p[j] / q[j]) with p, q = P, Q normalised to sum 1
 ///   (no smoothing: a bin with P > 0 and Q = 0, i.e. g[i-1] = 0 with outliers, gives +inf).
-///   The smallest KL wins, ties going to the largest i; t = min(i * w, absmax). With n < L
+///   Candidates whose outliers exceed 1% of g's total are left out (tether's guard, not in
+///   TensorRT's definition: when most values lie beyond i, P is one spike that Q copies, KL is
+///   about 0, and a distribution away from zero, like a Softmax output, would collapse onto its
+///   lowest values). The smallest KL wins, ties going to the largest i; t = min(i * w, absmax). With n < L
 ///   the method gives minmax. (So, as in pytorch-quantization, an outlier above a bulk that
 ///   fits in fewer than L bins is kept: every candidate below it has an empty last bin.)
 ///   onnxruntime's variant (calibrate.py get_entropy_threshold, from MXNet) differs: it works

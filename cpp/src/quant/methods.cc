@@ -119,6 +119,8 @@ Range percentile_range(const TensorStats& s, double p, const Grid& grid) {
 
 // ---- entropy -------------------------------------------------------------------------------
 
+constexpr double kEntropyMaxClipped = 0.01;
+
 Range entropy_range(const TensorStats& s, int levels, const Grid& grid) {
   const Magnitudes m = magnitudes(s);
   const int64_t n = m.n, L = levels;
@@ -144,6 +146,10 @@ Range entropy_range(const TensorStats& s, int levels, const Grid& grid) {
     const auto iu = static_cast<size_t>(i);
     const uint64_t outliers = total - count[iu];
     if (g[iu - 1] == 0 && outliers > 0) continue;  // P > 0 where Q = 0: KL is +inf
+    // A threshold clipping more than kEntropyMaxClipped of the values is no candidate: with
+    // most values beyond it, P is one spike that Q copies exactly, so KL is about 0 (a
+    // distribution away from zero, like a Softmax output, would collapse to its lowest values).
+    if (static_cast<double>(outliers) > kEntropyMaxClipped * total_d) continue;
     // sum P ln P: bins below i - 1 as they are, bin i - 1 with the outliers.
     const double last = static_cast<double>(g[iu - 1]) + static_cast<double>(outliers);
     const double plogp = clogc[iu - 1] + (last > 0 ? last * std::log(last) : 0.0);
