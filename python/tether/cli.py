@@ -128,6 +128,8 @@ def _quantize(args: argparse.Namespace) -> int:
     with npz:
         data = {k: npz[k] for k in npz.files if k != args.labels_key}
         labels = npz[args.labels_key] if args.labels_key in npz.files else None
+    if args.html and args.eval_samples <= 0:
+        raise tether.ArgumentError("--html needs evaluation samples (--eval-samples > 0)")
     if args.max_accuracy_drop is not None and labels is None:
         raise tether.ArgumentError(f"--max-accuracy-drop needs labels: store them in the .npz under "
                                    f"'{args.labels_key}' (or name the key with --labels-key)")
@@ -140,9 +142,7 @@ def _quantize(args: argparse.Namespace) -> int:
     res.save(args.output)
     print(res.report.table() if res.report is not None else res.summary.table())
     print(f"quantized model written to {args.output}")
-    if args.html:
-        if res.report is None:
-            raise tether.ArgumentError("--html needs evaluation samples (--eval-samples > 0)")
+    if args.html and res.report is not None:
         res.report.to_html(args.html)
         print(f"HTML report written to {args.html}")
     if args.trt_cache:
