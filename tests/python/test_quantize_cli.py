@@ -55,14 +55,16 @@ def test_a_missed_budget_exits_1(files):
     ("not_npz", "is not an .npz file of arrays"),
     ("wrong_name", "calibration batch 0: unknown input 'image'"),
     ("no_labels", "--max-accuracy-drop needs labels"),
+    ("html_no_eval", "--html needs evaluation samples"),
 ])
 def test_bad_input_is_one_line_and_exit_2(files, case, message):
     data = {"missing": files / "nope.npz", "not_npz": files / "cnn.onnx", "wrong_name": files / "wrong.npz",
-            "no_labels": files / "wrong.npz"}[case]
+            "no_labels": files / "wrong.npz", "html_no_eval": files / "calib.npz"}[case]
     np.savez(files / "wrong.npz", image=np.zeros((2, 3, 12, 12), np.float32))
-    extra = ["--max-accuracy-drop", "0.01"] if case == "no_labels" else []
+    extra = {"no_labels": ["--max-accuracy-drop", "0.01"],
+             "html_no_eval": ["--html", str(files / "bad.html"), "--eval-samples", "0"]}.get(case, [])
     r = _cli(str(files / "cnn.onnx"), "--data", str(data), "-o", str(files / "bad.onnx"), *extra)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert re.search(message, r.stderr), r.stderr
-    assert not (files / "bad.onnx").exists()
+    assert not (files / "bad.onnx").exists() and not (files / "bad.html").exists()
