@@ -23,6 +23,7 @@ class CpuBackend final : public Backend {
     register_rnn(registry_);
     register_einsum(registry_);
     register_quantize(registry_);
+    register_qlinear(registry_);
   }
 
   std::string_view name() const override { return "cpu"; }

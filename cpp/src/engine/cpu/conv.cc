@@ -12,20 +12,16 @@ namespace {
 int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
 
-struct ConvGeometry {
-  std::vector<int64_t> kernel, strides, dilations, pad_begin;
-  int64_t group = 1;
-};
-
 std::vector<int64_t> ints_or(const ir::Node& n, const char* name, size_t count, int64_t fill) {
   std::vector<int64_t> v = n.attr_ints(name);
   if (v.empty()) v.assign(count, fill);
   return v;
 }
 
-// Attributes resolved against actual sizes: auto_pad needs the input and output dims.
-ConvGeometry geometry(const ir::Node& n, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
-                      const std::vector<int64_t>& y, bool transpose) {
+}  // namespace
+
+ConvGeometry conv_geometry(const ir::Node& n, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
+                           const std::vector<int64_t>& y, bool transpose) {
   const size_t k = x.size() - 2;
   ConvGeometry g;
   g.kernel = n.attr_ints("kernel_shape");
@@ -59,6 +55,8 @@ ConvGeometry geometry(const ir::Node& n, const std::vector<int64_t>& x, const st
   }
   return g;
 }
+
+namespace {
 
 // Writes rows [r0, r1) and columns [o0, o0 + count) of one image-and-group's im2col matrix
 // straight into packed GEMM panels (panel 0 starts at column o0, each panel holds r1 - r0
@@ -676,7 +674,7 @@ class ConvKernel final : public Kernel {
   bool packs_input(size_t i) const override { return i == 1 && !packed_w_.empty(); }
 
   int64_t scratch_bytes(const std::vector<View>& in, const std::vector<View>& out) const override {
-    const ConvGeometry g = geometry(node_, in[0].dims, in[1].dims, out[0].dims, false);
+    const ConvGeometry g = conv_geometry(node_, in[0].dims, in[1].dims, out[0].dims, false);
     if (is_depthwise(in[0], out[0], g))
       return (use_channels_last(out[0], g) ? threads_ * dw_block_floats(in[0], out[0], g)
                                                     : threads_ * padded_plane(in[0], out[0], g).floats()) *
@@ -690,7 +688,7 @@ class ConvKernel final : public Kernel {
     const View& x = in[0];
     const View& w = in[1];
     View& y = out[0];
-    const ConvGeometry g = geometry(node_, x.dims, w.dims, y.dims, false);
+    const ConvGeometry g = conv_geometry(node_, x.dims, w.dims, y.dims, false);
     const float* bias = present(in, 2) ? in[2].as<float>() : nullptr;
     // FusedConv's summand (a residual Add): the output's shape, added before the activation.
     const float* sum = present(in, 3) ? in[3].as<float>() : nullptr;
@@ -787,7 +785,7 @@ class ConvTransposeKernel final : public Kernel {
     const View& x = in[0];
     const View& w = in[1];  // [cin, cout / group, kernel...]
     View& y = out[0];
-    const ConvGeometry g = geometry(node_, x.dims, w.dims, y.dims, true);
+    const ConvGeometry g = conv_geometry(node_, x.dims, w.dims, y.dims, true);
     const size_t k = x.rank() - 2;
     const int64_t batch = x.dims[0], cin = x.dims[1], cout = y.dims[1];
     const int64_t cin_g = cin / g.group, cout_g = cout / g.group;

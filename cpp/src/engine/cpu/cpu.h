@@ -28,6 +28,7 @@ void register_resize(KernelRegistry& r);
 void register_rnn(KernelRegistry& r);
 void register_einsum(KernelRegistry& r);
 void register_quantize(KernelRegistry& r);
+void register_qlinear(KernelRegistry& r);
 
 /// The activation a fused kernel applies to its output in place (ai.tether fused ops carry it
 /// in the attributes `activation` and `activation_params`).
@@ -133,6 +134,24 @@ class BroadcastRows {
   std::vector<std::vector<int64_t>> outer_strides_; // per input
   std::vector<int64_t> inner_;
 };
+
+/// A convolution's attributes resolved against actual sizes (auto_pad needs the input and
+/// output dims): for Conv, ConvInteger and QLinearConv, and with `transpose` for ConvTranspose.
+struct ConvGeometry {
+  std::vector<int64_t> kernel, strides, dilations, pad_begin;
+  int64_t group = 1;
+};
+ConvGeometry conv_geometry(const ir::Node& n, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
+                           const std::vector<int64_t>& y, bool transpose);
+
+/// The view of a constant tensor (for checks shared between compile time and run time).
+inline View view_of(const ir::Tensor& t) { return View{t.dtype(), t.dims(), const_cast<void*>(t.raw_data())}; }
+
+/// "" when every element of a float32 or float16 scale is positive and finite, else which one
+/// is not, as "<name>[i] is <value>; scales must be positive and finite".
+std::string bad_scale(const View& s, const std::string& name);
+/// Element i of a float32 or float16 scale, as float.
+float scale_at(const View& s, int64_t i);
 
 /// True when `v` is a present input (not omitted).
 inline bool present(const std::vector<View>& v, size_t i) { return i < v.size() && v[i].data != nullptr; }

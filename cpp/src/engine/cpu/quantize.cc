@@ -121,35 +121,12 @@ void for_each_run(const QuantLayout& l, int64_t b, int64_t e, F&& f) {
 
 // ---- scale and zero-point values -------------------------------------------------------------
 
-float scale_at(const View& s, int64_t i) {
-  return s.dtype == DType::kFloat16 ? util::half_to_float(s.as<uint16_t>()[i]) : s.as<float>()[i];
-}
-
 std::string float_text(float v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
   return buf;
-}
-
-// "" when every scale is positive and finite, else which one is not. A zero, negative, NaN or
-// infinite scale has no quantization grid: dividing by it gives no meaningful integer, and
-// multiplying by it gives no meaningful float, so it is refused rather than computed.
-std::string bad_scale(const View& s, const std::string& name) {
-  const int64_t n = s.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = scale_at(s, i);
-    if (!(v > 0.0f) || std::isinf(v))
-      return name + (n > 1 ? "[" + std::to_string(i) + "]" : "") + " is " + float_text(v) +
-             "; scales must be positive and finite";
-  }
-  return "";
-}
-
-// The view of a constant input, for checks shared between compile time and run time.
-View view_of(const ir::Tensor& t) {
-  return View{t.dtype(), t.dims(), const_cast<void*>(t.raw_data())};
 }
 
 // ---- QuantizeLinear ------------------------------------------------------------------------------
@@ -487,6 +464,24 @@ std::string dequantize_check(const KernelInit& init) {
 }
 
 }  // namespace
+
+// "" when every scale is positive and finite, else which one is not. A zero, negative, NaN or
+// infinite scale has no quantization grid: dividing by it gives no meaningful integer, and
+// multiplying by it gives no meaningful float, so it is refused rather than computed.
+float scale_at(const View& s, int64_t i) {
+  return s.dtype == DType::kFloat16 ? util::half_to_float(s.as<uint16_t>()[i]) : s.as<float>()[i];
+}
+
+std::string bad_scale(const View& s, const std::string& name) {
+  const int64_t n = s.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = scale_at(s, i);
+    if (!(v > 0.0f) || std::isinf(v))
+      return name + (n > 1 ? "[" + std::to_string(i) + "]" : "") + " is " + float_text(v) +
+             "; scales must be positive and finite";
+  }
+  return "";
+}
 
 void register_quantize(KernelRegistry& r) {
   r.add("QuantizeLinear", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QuantizeKernel>(i); },

@@ -1,0 +1,443 @@
+// Integer matrix products: MatMulInteger and ConvInteger (int32 sums), QLinearMatMul and
+// QLinearConv (requantized to int8 / uint8), on the integer GEMM (qgemm.h). Constant weights
+// are packed once, with their zero points and column sums; the zero points of the activations
+// are applied from row sums, so no operand is ever widened and shifted in memory.
+//
+// Requantization follows onnxruntime: the output scale of column j is
+// float(a_scale * b_scale[j]) / y_scale in float32, y = round_half_even(clamp(float(sum) *
+// scale, lo - y_zp, hi - y_zp)) + y_zp; the integer sums are exact.
+#include <algorithm>
+#include <optional>
+
+#include "engine/cpu/cpu.h"
+#include "engine/cpu/qgemm.h"
+
+namespace tether::engine::cpu {
+
+namespace {
+
+std::string type_text(DType t) { return std::string(ir::dtype_name(t)); }
+
+bool is_8bit(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
+
+std::string dims_text(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+// Where each input of the four ops sits.
+struct Slots {
+  int a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp, bias;
+  const char* a_name;
+  const char* b_name;
+};
+
+constexpr Slots kMatMulInteger{0, -1, 2, 1, -1, 3, -1, -1, -1, "a", "b"};
+constexpr Slots kQLinearMatMul{0, 1, 2, 3, 4, 5, 6, 7, -1, "a", "b"};
+constexpr Slots kConvInteger{0, -1, 2, 1, -1, 3, -1, -1, -1, "x", "w"};
+constexpr Slots kQLinearConv{0, 1, 2, 3, 4, 5, 6, 7, 8, "x", "w"};
+
+const Slots& slots_of(const ir::Node& n) {
+  const std::string& op = n.op_type();
+  return op == "MatMulInteger" ? kMatMulInteger
+         : op == "QLinearMatMul" ? kQLinearMatMul
+         : op == "ConvInteger"   ? kConvInteger
+                                 : kQLinearConv;
+}
+
+bool has(const std::vector<View>& in, int slot) { return slot >= 0 && present(in, static_cast<size_t>(slot)); }
+
+// The integer values of an 8-bit zero point (none: one zero).
+std::vector<int32_t> zero_points(const View* v) {
+  if (v == nullptr) return {0};
+  std::vector<int32_t> z(static_cast<size_t>(v->numel()));
+  for (size_t i = 0; i < z.size(); ++i)
+    z[i] = v->dtype == DType::kInt8 ? v->as<int8_t>()[i] : static_cast<int32_t>(v->as<uint8_t>()[i]);
+  return z;
+}
+
+// The parameters of one run, read and checked: zero points and, for the QLinear ops, the
+// output scale per column and the output's zero point. Throws `Err` (ModelError at compile
+// time, ArgumentError at run time) naming the node.
+struct Params {
+  std::vector<int32_t> a_zp, b_zp;
+  std::vector<float> scale;  // QLinear: one per column or one
+  int32_t y_zp = 0;
+};
+
+// A size not known yet (a parameter checked at compile time, before the shapes of a run).
+constexpr int64_t kUnknown = -2;
+
+template <typename Err>
+void check_count(const std::string& node, const char* what, int64_t count, int64_t want, const char* per) {
+  if (want == kUnknown) return;
+  if (count != 1 && count != want)
+    throw Err(node + ": " + what + " has " + std::to_string(count) + " elements, expected 1 or " + std::to_string(want) +
+              " (one " + per + ")");
+}
+
+template <typename Err>
+void check_scale(const std::string& node, const View& s, const char* name) {
+  if (std::string why = bad_scale(s, name); !why.empty()) throw Err(node + ": " + why);
+}
+
+// Reads the parameters; `rows` and `cols` are the sizes a per-row a zero point and a
+// per-column b scale / zero point must have (kUnknown: not known yet; rows -1: a's zero point
+// is one value).
+template <typename Err>
+Params read_params(const std::string& node, const Slots& s, const std::vector<View>& in, int64_t rows, int64_t cols,
+                   const char* col_word) {
+  Params p;
+  const View* a_zp = has(in, s.a_zp) ? &in[static_cast<size_t>(s.a_zp)] : nullptr;
+  const View* b_zp = has(in, s.b_zp) ? &in[static_cast<size_t>(s.b_zp)] : nullptr;
+  p.a_zp = zero_points(a_zp);
+  p.b_zp = zero_points(b_zp);
+  const std::string a_zp_name = std::string(s.a_name) + "_zero_point", b_zp_name = std::string(s.b_name) + "_zero_point";
+  if (rows != -1) check_count<Err>(node, a_zp_name.c_str(), static_cast<int64_t>(p.a_zp.size()), rows, "per row of a");
+  else if (p.a_zp.size() != 1)
+    throw Err(node + ": " + a_zp_name + " has " + std::to_string(p.a_zp.size()) + " elements, expected 1");
+  check_count<Err>(node, b_zp_name.c_str(), static_cast<int64_t>(p.b_zp.size()), cols, col_word);
+  if (s.y_scale < 0) return p;
+  const View& as = in[static_cast<size_t>(s.a_scale)];
+  const View& bs = in[static_cast<size_t>(s.b_scale)];
+  const View& ys = in[static_cast<size_t>(s.y_scale)];
+  const std::string as_name = std::string(s.a_name) + "_scale", bs_name = std::string(s.b_name) + "_scale";
+  check_scale<Err>(node, as, as_name.c_str());
+  check_scale<Err>(node, bs, bs_name.c_str());
+  check_scale<Err>(node, ys, "y_scale");
+  if (as.numel() != 1) throw Err(node + ": " + as_name + " has " + std::to_string(as.numel()) + " elements, expected 1");
+  if (ys.numel() != 1) throw Err(node + ": y_scale has " + std::to_string(ys.numel()) + " elements, expected 1");
+  check_count<Err>(node, bs_name.c_str(), bs.numel(), cols, col_word);
+  if (b_zp != nullptr && b_zp->numel() != 1 && b_zp->numel() != bs.numel())
+    throw Err(node + ": " + b_zp_name + " has " + std::to_string(b_zp->numel()) + " elements and " + bs_name + " " +
+              std::to_string(bs.numel()) + "; they must match");
+  const View* y_zp = has(in, s.y_zp) ? &in[static_cast<size_t>(s.y_zp)] : nullptr;
+  if (y_zp != nullptr && y_zp->numel() != 1)
+    throw Err(node + ": y_zero_point has " + std::to_string(y_zp->numel()) + " elements, expected 1");
+  p.y_zp = zero_points(y_zp)[0];
+  const float a = scale_at(as, 0), y = scale_at(ys, 0);
+  p.scale.resize(static_cast<size_t>(bs.numel()));
+  for (size_t j = 0; j < p.scale.size(); ++j) p.scale[j] = a * scale_at(bs, static_cast<int64_t>(j)) / y;
+  return p;
+}
+
+// The views of an op's constant inputs (an empty view where an input is not constant or absent),
+// for reading parameters at compile time.
+std::vector<View> constant_views(const KernelInit& init, bool& all_params) {
+  std::vector<View> v(init.node.inputs().size());
+  const Slots& s = slots_of(init.node);
+  all_params = true;
+  for (int slot : {s.a_scale, s.a_zp, s.b_scale, s.b_zp, s.y_scale, s.y_zp}) {
+    if (slot < 0 || init.node.input(static_cast<size_t>(slot)) == nullptr) continue;
+    if (const ir::Tensor* t = init.constant(static_cast<size_t>(slot))) v[static_cast<size_t>(slot)] = view_of(*t);
+    else all_params = false;
+  }
+  return v;
+}
+
+// The epilogue of one product with these parameters.
+QGemmOutput output_of(const Params& p, DType out_type, const int32_t* bias) {
+  QGemmOutput o;
+  o.bias = bias;
+  if (out_type == DType::kInt32) {
+    o.kind = QGemmOutput::Kind::kInt32;
+    return o;
+  }
+  o.kind = out_type == DType::kInt8 ? QGemmOutput::Kind::kInt8 : QGemmOutput::Kind::kUInt8;
+  o.scale = p.scale.data();
+  o.scale_per_column = p.scale.size() > 1;
+  o.zero_point = p.y_zp;
+  o.lo = out_type == DType::kInt8 ? -128 : 0;
+  o.hi = out_type == DType::kInt8 ? 127 : 255;
+  return o;
+}
+
+// ---- MatMulInteger and QLinearMatMul ------------------------------------------------------------
+
+class IntegerMatMulKernel final : public Kernel {
+ public:
+  explicit IntegerMatMulKernel(const KernelInit& init)
+      : name_(init.node.describe()),
+        s_(slots_of(init.node)),
+        a_type_(init.input_dtype(static_cast<size_t>(s_.a))),
+        b_type_(init.input_dtype(static_cast<size_t>(s_.b))),
+        out_type_(init.output_dtype(0)),
+        threads_(init.threads) {
+    bool all = false;
+    std::vector<View> c = constant_views(init, all);
+    const ir::Tensor* b = init.constant(static_cast<size_t>(s_.b));
+    const int64_t n = b != nullptr && b->rank() >= 2 ? b->dims().back() : kUnknown;
+    // Checked now when constant: a bad scale or zero point is the model's fault, found before any run.
+    if (all) read_params<ModelError>(name_, s_, c, s_.y_scale < 0 ? kUnknown : -1, n, "per column of b");
+    if (b != nullptr && b->rank() == 2 && (init.node.input(static_cast<size_t>(s_.b_zp)) == nullptr ||
+                                           init.constant(static_cast<size_t>(s_.b_zp)) != nullptr)) {
+      const View* zp = has(c, s_.b_zp) ? &c[static_cast<size_t>(s_.b_zp)] : nullptr;
+      const std::vector<int32_t> z = zero_points(zp);
+      check_count<ModelError>(name_, (std::string(s_.b_name) + "_zero_point").c_str(), static_cast<int64_t>(z.size()),
+                              b->dims()[1], "per column of b");
+      packed_ = QPackedB::pack(b->raw_data(), b_type_ == DType::kInt8, b->dims()[0], b->dims()[1], b->dims()[1], 1,
+                               z.data(), z.size() > 1);
+      has_packed_ = true;
+    }
+  }
+
+  bool packs_input(size_t i) const override { return has_packed_ && static_cast<int>(i) == s_.b; }
+
+  int64_t scratch_bytes(const std::vector<View>& in, const std::vector<View>&) const override {
+    const View& a = in[static_cast<size_t>(s_.a)];
+    const View& b = in[static_cast<size_t>(s_.b)];
+    const int64_t k = b.rank() == 1 ? b.dims[0] : b.dims[b.rank() - 2], n = b.rank() == 1 ? 1 : b.dims.back();
+    const int64_t rows = a.rank() >= 2 ? a.numel() / std::max<int64_t>(k, 1) : 1;
+    return qgemm_scratch_bytes(rows, n, k, threads_) + (has_packed_ ? 0 : QPackedB::bytes_needed(k, n) + 64);
+  }
+
+  void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
+    const View& av = in[static_cast<size_t>(s_.a)];
+    const View& bv = in[static_cast<size_t>(s_.b)];
+    std::vector<int64_t> ad = av.dims, bd = has_packed_ ? std::vector<int64_t>{packed_.k(), packed_.n()} : bv.dims;
+    if (ad.size() == 1) ad.insert(ad.begin(), 1);
+    if (bd.size() == 1) bd.push_back(1);
+    const int64_t m = ad[ad.size() - 2], k = ad.back(), n = bd.back();
+    TETHER_CHECK(bd[bd.size() - 2] == k, "MatMulInteger inner dims differ");
+    // A per-row zero point of a has one value per row of a (ONNX: "per-row quantization").
+    const Params p = read_params<ArgumentError>(name_, s_, in, s_.y_scale < 0 ? m : -1, n, "per column of b");
+    const std::vector<int64_t> a_batch(ad.begin(), ad.end() - 2), b_batch(bd.begin(), bd.end() - 2);
+    const std::vector<int64_t> batch = broadcast_dims({&a_batch, &b_batch});
+    int64_t batches = 1;
+    for (int64_t d : batch) batches *= d;
+    const std::vector<int64_t> sa = broadcast_strides(a_batch, batch), sb = broadcast_strides(b_batch, batch);
+    auto offset = [&](int64_t idx, const std::vector<int64_t>& st) {
+      int64_t off = 0;
+      for (size_t d = batch.size(); d-- > 0;) {
+        off += (idx % batch[d]) * st[d];
+        idx /= batch[d];
+      }
+      return off;
+    };
+    const size_t esize = elem_bytes(out_type_);
+    QGemmOutput o = output_of(p, out_type_, nullptr);
+    o.row_stride = n;
+    o.col_stride = 1;
+    std::byte* scratch = ctx.scratch;
+    std::byte* pack_space = scratch + (has_packed_ ? 0 : qgemm_scratch_bytes(batches * m, n, k, threads_));
+    pack_space = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(pack_space) + 63) / 64 * 64);
+    std::vector<int32_t> a_zp = p.a_zp;
+    const bool shared_b = std::all_of(b_batch.begin(), b_batch.end(), [](int64_t d) { return d == 1; });
+    const bool a_dense = std::all_of(sa.begin(), sa.end(), [](int64_t d) { return d != 0; }) || batch.empty();
+    const int64_t group = shared_b && a_dense ? batches : 1;  // batches folded into the rows of one product
+    if (a_zp.size() > 1 && group > 1) {
+      a_zp.resize(static_cast<size_t>(group * m));
+      for (int64_t i = m; i < group * m; ++i) a_zp[static_cast<size_t>(i)] = a_zp[static_cast<size_t>(i % m)];
+    }
+    for (int64_t bi = 0; bi < batches; bi += group) {
+      QPackedB packed = packed_;
+      if (!has_packed_) {
+        const auto* b = static_cast<const std::byte*>(bv.data) + offset(bi, sb) * k * n;
+        packed = QPackedB::pack_into(pack_space, b, b_type_ == DType::kInt8, k, n, n, 1, p.b_zp.data(), p.b_zp.size() > 1);
+      }
+      QGemmA a;
+      a.data = static_cast<const std::byte*>(av.data) + offset(bi, sa) * m * k;
+      a.lda = k;
+      a.is_signed = a_type_ == DType::kInt8;
+      a.zero_points = a_zp.data();
+      a.per_row = a_zp.size() > 1;
+      o.c = static_cast<std::byte*>(out[0].data) + static_cast<int64_t>(esize) * bi * m * n;
+      qgemm(ctx, group * m, a, packed, o, scratch);
+    }
+  }
+
+ private:
+  std::string name_;
+  Slots s_;
+  DType a_type_, b_type_, out_type_;
+  int threads_;
+  QPackedB packed_;
+  bool has_packed_ = false;
+};
+
+// ---- ConvInteger and QLinearConv ----------------------------------------------------------------
+
+// Writes `count` rows of one image-and-group's im2col matrix, starting at output position
+// `o0`: row o holds the k = channels x kernel-size input values output position o reads, in
+// the weight's order (channel, then kernel position), with `pad` where the window leaves x.
+template <typename T>
+void gather_rows(const T* x, const std::vector<int64_t>& xd, const std::vector<int64_t>& yd, const ConvGeometry& g,
+                 int64_t channels, int64_t o0, int64_t count, T pad, T* dst) {
+  const size_t sp = xd.size() - 2;
+  int64_t in_size = 1, ksize = 1;
+  for (size_t d = 0; d < sp; ++d) {
+    in_size *= xd[d + 2];
+    ksize *= g.kernel[d];
+  }
+  std::vector<int64_t> start(sp), kpos(sp);
+  for (int64_t r = 0; r < count; ++r) {
+    int64_t o = o0 + r;
+    for (size_t d = sp; d-- > 0;) {
+      start[d] = (o % yd[d + 2]) * g.strides[d] - g.pad_begin[d];
+      o /= yd[d + 2];
+    }
+    T* row = dst + r * channels * ksize;
+    for (int64_t kp = 0; kp < ksize; ++kp) {
+      int64_t rest = kp, at = 0;
+      bool inside = true;
+      for (size_t d = sp; d-- > 0;) {
+        kpos[d] = rest % g.kernel[d];
+        rest /= g.kernel[d];
+      }
+      int64_t stride = 1;
+      for (size_t d = sp; d-- > 0;) {
+        const int64_t c = start[d] + kpos[d] * g.dilations[d];
+        inside = inside && c >= 0 && c < xd[d + 2];
+        at += c * stride;
+        stride *= xd[d + 2];
+      }
+      for (int64_t c = 0; c < channels; ++c) row[c * ksize + kp] = inside ? x[c * in_size + at] : pad;
+    }
+  }
+}
+
+class IntegerConvKernel final : public Kernel {
+ public:
+  explicit IntegerConvKernel(const KernelInit& init)
+      : node_(init.node),
+        name_(init.node.describe()),
+        s_(slots_of(init.node)),
+        x_type_(init.input_dtype(0)),
+        w_type_(init.input_dtype(static_cast<size_t>(s_.b))),
+        out_type_(init.output_dtype(0)),
+        threads_(init.threads) {
+    bool all = false;
+    std::vector<View> c = constant_views(init, all);
+    const ir::Tensor* w = init.constant(static_cast<size_t>(s_.b));
+    if (all && w != nullptr && w->rank() >= 3) {
+      const int64_t cout = w->dims()[0], group = node_.attr_int("group", 1);
+      const Params p = read_params<ModelError>(name_, s_, c, -1, cout, "per output channel");
+      const int64_t cg = cout / group, k = w->num_elements() / cout;
+      const std::vector<int32_t>& z = p.b_zp;
+      for (int64_t gi = 0; gi < group; ++gi) {
+        const auto* src = static_cast<const std::byte*>(w->raw_data()) + gi * cg * k;
+        const int32_t* zg = z.size() > 1 ? z.data() + gi * cg : z.data();
+        packed_.push_back(QPackedB::pack(src, w_type_ == DType::kInt8, k, cg, 1, k, zg, z.size() > 1));
+      }
+    }
+  }
+
+  bool packs_input(size_t i) const override { return !packed_.empty() && static_cast<int>(i) == s_.b; }
+
+  int64_t scratch_bytes(const std::vector<View>& in, const std::vector<View>& out) const override {
+    const View& w = in[static_cast<size_t>(s_.b)];
+    const View& y = out[0];
+    const int64_t group = node_.attr_int("group", 1), cg = y.dims[1] / group;
+    int64_t positions = 1;
+    for (size_t d = 2; d < y.rank(); ++d) positions *= y.dims[d];
+    int64_t k = 1;
+    for (size_t d = 1; d < w.rank(); ++d) k *= w.dims[d];
+    return qgemm_scratch_bytes(positions, cg, k, threads_) + (packed_.empty() ? QPackedB::bytes_needed(k, cg) + 64 : 0);
+  }
+
+  void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
+    const View& x = in[0];
+    const View& w = in[static_cast<size_t>(s_.b)];
+    View& y = out[0];
+    const ConvGeometry g = conv_geometry(node_, x.dims, w.dims, y.dims, false);
+    const int64_t cout = y.dims[1], cg = cout / g.group, cin_g = x.dims[1] / g.group;
+    const Params p = read_params<ArgumentError>(name_, s_, in, -1, cout, "per output channel");
+    int64_t positions = 1, in_size = 1, ksize = 1;
+    for (size_t d = 2; d < y.rank(); ++d) {
+      positions *= y.dims[d];
+      in_size *= x.dims[d];
+      ksize *= g.kernel[d - 2];
+    }
+    const int64_t k = cin_g * ksize;
+    const View* bias = has(in, s_.bias) ? &in[static_cast<size_t>(s_.bias)] : nullptr;
+    if (bias != nullptr && bias->numel() != cout)
+      throw ArgumentError(name_ + ": B has shape " + dims_text(bias->dims) + ", expected [" + std::to_string(cout) +
+                          "] (one int32 per output channel)");
+    const size_t esize = elem_bytes(out_type_);
+    std::byte* scratch = ctx.scratch;
+    std::byte* pack_space = scratch + qgemm_scratch_bytes(positions, cg, k, threads_);
+    pack_space = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(pack_space) + 63) / 64 * 64);
+    const bool per_channel = p.b_zp.size() > 1;
+    const int32_t a_zp = p.a_zp[0];
+    for (int64_t img = 0; img < x.dims[0]; ++img) {
+      for (int64_t gi = 0; gi < g.group; ++gi) {
+        QPackedB packed;
+        if (!packed_.empty()) {
+          packed = packed_[static_cast<size_t>(gi)];
+        } else {
+          const auto* src = static_cast<const std::byte*>(w.data) + gi * cg * k;
+          const int32_t* zg = per_channel ? p.b_zp.data() + gi * cg : p.b_zp.data();
+          packed = QPackedB::pack_into(pack_space, src, w_type_ == DType::kInt8, k, cg, 1, k, zg, per_channel);
+        }
+        QGemmA a;
+        a.is_signed = x_type_ == DType::kInt8;
+        a.zero_points = &a_zp;
+        const auto* xg = static_cast<const std::byte*>(x.data) + (img * x.dims[1] + gi * cin_g) * in_size;
+        a.rows = [&, xg](const RunContext&, int64_t o0, int64_t count, void* dst) {
+          if (a.is_signed)
+            gather_rows(reinterpret_cast<const int8_t*>(xg), x.dims, y.dims, g, cin_g, o0, count,
+                        static_cast<int8_t>(a_zp), static_cast<int8_t*>(dst));
+          else
+            gather_rows(reinterpret_cast<const uint8_t*>(xg), x.dims, y.dims, g, cin_g, o0, count,
+                        static_cast<uint8_t>(a_zp), static_cast<uint8_t*>(dst));
+        };
+        QGemmOutput o = output_of(p, out_type_, bias != nullptr ? bias->as<int32_t>() + gi * cg : nullptr);
+        if (o.scale_per_column) o.scale += gi * cg;
+        o.row_stride = 1;
+        o.col_stride = positions;
+        o.c = static_cast<std::byte*>(y.data) + static_cast<int64_t>(esize) * (img * cout + gi * cg) * positions;
+        qgemm(ctx, positions, a, packed, o, scratch);
+      }
+    }
+  }
+
+ private:
+  const ir::Node& node_;
+  std::string name_;
+  Slots s_;
+  DType x_type_, w_type_, out_type_;
+  int threads_;
+  std::vector<QPackedB> packed_;  // one per group, when the weights and their zero points are constant
+};
+
+// ---- support checks ------------------------------------------------------------------------------
+
+std::string integer_check(const KernelInit& init) {
+  const Slots& s = slots_of(init.node);
+  for (int slot : {s.a, s.b}) {
+    const DType t = init.input_dtype(static_cast<size_t>(slot));
+    const char* name = slot == s.a ? s.a_name : s.b_name;
+    if (!is_8bit(t))
+      return std::string(name) + " is " + type_text(t) + "; the cpu engine runs 8-bit integer products (int8, uint8)";
+    const int zp = slot == s.a ? s.a_zp : s.b_zp;
+    if (init.node.input(static_cast<size_t>(zp)) != nullptr && init.input_dtype(static_cast<size_t>(zp)) != t)
+      return std::string(name) + "_zero_point is " + type_text(init.input_dtype(static_cast<size_t>(zp))) + " and " +
+             name + " " + type_text(t) + "; they must have the same type";
+  }
+  if (s.y_scale < 0) return "";
+  for (int slot : {s.a_scale, s.b_scale, s.y_scale})
+    if (const DType t = init.input_dtype(static_cast<size_t>(slot)); t != DType::kFloat32 && t != DType::kFloat16)
+      return "input " + std::to_string(slot) + " (a scale) is " + type_text(t) +
+             "; the cpu engine runs float32 and float16 scales";
+  if (!is_8bit(init.output_dtype(0)))
+    return "y is " + type_text(init.output_dtype(0)) + "; the cpu engine requantizes to int8 and uint8";
+  if (s.bias >= 0 && init.node.input(static_cast<size_t>(s.bias)) != nullptr &&
+      init.input_dtype(static_cast<size_t>(s.bias)) != DType::kInt32)
+    return "B is " + type_text(init.input_dtype(static_cast<size_t>(s.bias))) + "; QLinearConv's bias is int32";
+  return "";
+}
+
+std::unique_ptr<Kernel> make_matmul(const KernelInit& i) { return std::make_unique<IntegerMatMulKernel>(i); }
+std::unique_ptr<Kernel> make_conv(const KernelInit& i) { return std::make_unique<IntegerConvKernel>(i); }
+
+}  // namespace
+
+void register_qlinear(KernelRegistry& r) {
+  r.add("MatMulInteger", make_matmul, integer_check);
+  r.add("QLinearMatMul", make_matmul, integer_check);
+  r.add("ConvInteger", make_conv, integer_check);
+  r.add("QLinearConv", make_conv, integer_check);
+}
+
+}  // namespace tether::engine::cpu

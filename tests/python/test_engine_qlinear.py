@@ -1,0 +1,323 @@
+"""The CPU kernels for MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv: single-node
+models run by tether against a numpy oracle written from the ONNX spec (int64 sums; the
+requantization in float32 as onnxruntime defines it) and against onnxruntime, bit for bit, on
+awkward shapes, both 8-bit types on each side, zero points at the ends of the range, per-column
+and per-channel parameters, groups, strides, dilations and padding; bad parameters raise typed
+errors naming the node."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import tether as tt
+from onnx import helper, numpy_helper
+
+I8, U8 = np.int8, np.uint8
+
+
+# ---- models ---------------------------------------------------------------------------------------
+
+
+def node_model(op: str, inputs: dict[str, np.ndarray | None], *, const: tuple[str, ...] = (),
+               out_type: type = np.int32, name: str = "n", opset: int = 21, **attrs) -> bytes:
+    """One `op` node; inputs in order (None: omitted); those named in `const` are initializers."""
+    names = [k if v is not None else "" for k, v in inputs.items()]
+    while names[-1] == "":
+        names.pop()
+    graph_inputs, inits = [], []
+    for k, v in inputs.items():
+        if v is None:
+            continue
+        if k in const:
+            inits.append(numpy_helper.from_array(v, k))
+        else:
+            graph_inputs.append(helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape))
+    node = helper.make_node(op, names, ["y"], name=name, **attrs)
+    out = helper.make_tensor_value_info("y", helper.np_dtype_to_tensor_dtype(np.dtype(out_type)), None)
+    graph = helper.make_graph([node], "g", graph_inputs, [out], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10).SerializeToString()
+
+
+def feeds(inputs: dict[str, np.ndarray | None], const: tuple[str, ...]) -> dict[str, np.ndarray]:
+    return {k: v for k, v in inputs.items() if v is not None and k not in const}
+
+
+def run_tether(model: bytes, inputs: dict[str, np.ndarray], threads: int = 1) -> np.ndarray:
+    return tt.compile(tt.load(model), threads=threads).run(inputs)["y"]
+
+
+def run_ort(model: bytes, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(["y"], inputs)[0]
+
+
+def rand_q(rng: np.random.Generator, dtype: type, shape: tuple[int, ...]) -> np.ndarray:
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max + 1, shape, dtype=np.int64).astype(dtype)
+
+
+def zp_of(dtype: type, where: str, rng: np.random.Generator, count: int = 1) -> np.ndarray:
+    """A zero point at the low or high end of the type's range, or random (per column when count > 1)."""
+    info = np.iinfo(dtype)
+    if where == "low":
+        return np.full(count, info.min, dtype) if count > 1 else np.array(info.min, dtype)
+    if where == "high":
+        return np.full(count, info.max, dtype) if count > 1 else np.array(info.max, dtype)
+    return rand_q(rng, dtype, (count,)) if count > 1 else np.array(rng.integers(info.min, info.max + 1), dtype)
+
+
+# ---- oracles ----------------------------------------------------------------------------------------
+
+
+def requantize(s: np.ndarray, scale: np.ndarray, y_zp: np.ndarray) -> np.ndarray:
+    """float32(s) * scale, clamped to the output range less the zero point, rounded half to
+    even, plus the zero point (the scale broadcast along the last axis of s)."""
+    info = np.iinfo(y_zp.dtype)
+    z = np.float32(int(y_zp))
+    v = s.astype(np.float32) * scale.astype(np.float32)
+    v = np.clip(v, np.float32(info.min) - z, np.float32(info.max) - z)
+    return (np.rint(v) + z).astype(y_zp.dtype)
+
+
+def out_scale(a_scale: np.ndarray, b_scale: np.ndarray, y_scale: np.ndarray) -> np.ndarray:
+    """a_scale * b_scale / y_scale in float32, in that order."""
+    return ((np.float32(a_scale) * b_scale.astype(np.float32)) / np.float32(y_scale)).astype(np.float32)
+
+
+def conv_sums(x: np.ndarray, w: np.ndarray, strides, pads, dilations, group: int) -> np.ndarray:
+    """int64 sums of a 2-D convolution of x (zero-point free, int64) by w (int64), zero padding."""
+    n, c, h, wd = x.shape
+    m, cg, kh, kw = w.shape
+    x = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    oh = (x.shape[2] - ((kh - 1) * dilations[0] + 1)) // strides[0] + 1
+    ow = (x.shape[3] - ((kw - 1) * dilations[1] + 1)) // strides[1] + 1
+    out = np.zeros((n, m, oh, ow), np.int64)
+    mg = m // group
+    for g in range(group):
+        xs = x[:, g * cg:(g + 1) * cg]
+        ws = w[g * mg:(g + 1) * mg]
+        for i in range(kh):
+            for j in range(kw):
+                patch = xs[:, :, i * dilations[0]: i * dilations[0] + strides[0] * (oh - 1) + 1: strides[0],
+                           j * dilations[1]: j * dilations[1] + strides[1] * (ow - 1) + 1: strides[1]]
+                out[:, g * mg:(g + 1) * mg] += np.einsum("nchw,mc->nmhw", patch, ws[:, :, i, j])
+    return out
+
+
+# ---- MatMulInteger and QLinearMatMul ------------------------------------------------------------------
+
+MATMUL_SHAPES = [((1, 1), (1, 1)), ((3, 5), (5, 7)), ((13, 33), (33, 17)), ((2, 4, 31), (31, 65)),
+                 ((2, 3, 5, 9), (3, 9, 4)), ((7,), (7, 3)), ((4, 300), (300, 2))]
+
+
+@pytest.mark.parametrize("a_type, b_type", [(U8, I8), (U8, U8), (I8, I8), (I8, U8)])
+@pytest.mark.parametrize("shapes", MATMUL_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("const_b", [True, False])
+def test_matmul_integer_equals_numpy(a_type, b_type, shapes, const_b):
+    rng = np.random.default_rng(abs(hash((a_type, b_type, shapes, const_b))) % 2**32)
+    a, b = rand_q(rng, a_type, shapes[0]), rand_q(rng, b_type, shapes[1])
+    n = shapes[1][-1]
+    per_column = len(shapes[1]) == 2
+    for a_where, b_where in [("low", "high"), ("high", "low"), ("random", "random")]:
+        a_zp = zp_of(a_type, a_where, rng)
+        b_zp = zp_of(b_type, b_where, rng, n if per_column and b_where == "random" else 1)
+        inputs = {"a": a, "b": b, "a_zero_point": a_zp, "b_zero_point": b_zp}
+        const = ("b", "b_zero_point") if const_b else ()
+        model = node_model("MatMulInteger", inputs, const=const)
+        want = np.matmul(a.astype(np.int64) - int(a_zp), b.astype(np.int64) - b_zp.astype(np.int64))
+        for threads in (1, 2):
+            got = run_tether(model, feeds(inputs, const), threads)
+            assert got.dtype == np.int32
+            np.testing.assert_array_equal(got, want.astype(np.int32))
+
+
+def test_matmul_integer_per_row_a_zero_point_and_no_zero_points():
+    rng = np.random.default_rng(1)
+    a, b = rand_q(rng, U8, (6, 19)), rand_q(rng, I8, (19, 5))
+    a_zp = rand_q(rng, U8, (6,))
+    got = run_tether(node_model("MatMulInteger", {"a": a, "b": b, "a_zero_point": a_zp}, const=("b",)), {"a": a, "a_zero_point": a_zp})
+    np.testing.assert_array_equal(got, (a.astype(np.int64) - a_zp[:, None].astype(np.int64)) @ b.astype(np.int64))
+    got = run_tether(node_model("MatMulInteger", {"a": a, "b": b}), {"a": a, "b": b})
+    np.testing.assert_array_equal(got, a.astype(np.int64) @ b.astype(np.int64))
+
+
+def test_matmul_integer_saturating_extremes_are_exact():
+    """255 x -128 summed over 2048 products: any 16-bit saturating step would show."""
+    a = np.full((3, 2048), 255, U8)
+    b = np.full((2048, 20), -128, I8)
+    b[:, 1] = 127
+    got = run_tether(node_model("MatMulInteger", {"a": a, "b": b}, const=("b",)), {"a": a})
+    np.testing.assert_array_equal(got, a.astype(np.int64) @ b.astype(np.int64))
+
+
+@pytest.mark.parametrize("a_type, b_type", [(U8, I8), (U8, U8), (I8, I8)])
+def test_matmul_integer_equals_onnxruntime(a_type, b_type):
+    rng = np.random.default_rng(2)
+    a, b = rand_q(rng, a_type, (2, 37, 70)), rand_q(rng, b_type, (70, 45))
+    inputs = {"a": a, "b": b, "a_zero_point": zp_of(a_type, "random", rng), "b_zero_point": zp_of(b_type, "random", rng, 45)}
+    model = node_model("MatMulInteger", inputs, const=("b", "b_zero_point"))
+    np.testing.assert_array_equal(run_tether(model, feeds(inputs, ("b", "b_zero_point")), 2),
+                                  run_ort(model, feeds(inputs, ("b", "b_zero_point"))))
+
+
+@pytest.mark.parametrize("a_type, b_type", [(U8, I8), (U8, U8), (I8, I8)])
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("y_type", [U8, I8])
+@pytest.mark.parametrize("shapes", [((1, 64), (64, 1)), ((13, 33), (33, 17)), ((2, 5, 96), (96, 40))],
+                         ids=lambda s: f"{s[0]}x{s[1]}")
+def test_qlinear_matmul_equals_numpy_and_onnxruntime(a_type, b_type, per_column, y_type, shapes):
+    rng = np.random.default_rng(3)
+    a, b = rand_q(rng, a_type, shapes[0]), rand_q(rng, b_type, shapes[1])
+    n = shapes[1][-1]
+    a_scale = np.array(0.02, np.float32)
+    b_scale = rng.uniform(0.001, 0.01, n if per_column else ()).astype(np.float32)
+    a_zp, b_zp = zp_of(a_type, "random", rng), zp_of(b_type, "random", rng, n if per_column else 1)
+    sums = np.matmul(a.astype(np.int64) - int(a_zp), b.astype(np.int64) - b_zp.astype(np.int64))
+    # y's range: about the sums' spread, so that most outputs fall inside it (some saturate).
+    y_scale = np.array(max(1.0, float(np.std(sums))) * 0.02 * float(np.mean(b_scale)) / 40, np.float32)
+    inputs = {"a": a, "a_scale": a_scale, "a_zero_point": a_zp, "b": b, "b_scale": b_scale, "b_zero_point": b_zp,
+              "y_scale": y_scale, "y_zero_point": zp_of(y_type, "random", rng)}
+    const = ("b", "b_scale", "b_zero_point", "a_scale", "a_zero_point", "y_scale", "y_zero_point")
+    model = node_model("QLinearMatMul", inputs, const=const, out_type=y_type)
+    want = requantize(sums, out_scale(a_scale, b_scale, y_scale), inputs["y_zero_point"])
+    if want.size >= 16:
+        assert 0.2 < np.mean((want != np.iinfo(y_type).min) & (want != np.iinfo(y_type).max)), "mostly not saturated"
+    got = run_tether(model, {"a": a}, 2)
+    assert got.dtype == y_type
+    np.testing.assert_array_equal(got, want)
+    if y_type == a_type:  # onnxruntime's kernels write y in a's type
+        np.testing.assert_array_equal(got, run_ort(model, {"a": a}))
+
+
+# ---- ConvInteger and QLinearConv -------------------------------------------------------------------
+
+CONV_CASES = [
+    # (x shape, w shape, attributes)
+    ((1, 3, 7, 7), (4, 3, 3, 3), {}),
+    ((2, 5, 9, 11), (7, 5, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ((1, 4, 13, 13), (6, 2, 3, 3), {"group": 2, "strides": [2, 2], "pads": [1, 0, 1, 2]}),
+    ((1, 6, 10, 10), (6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}),
+    ((1, 3, 12, 9), (5, 3, 3, 2), {"dilations": [2, 1], "strides": [1, 2]}),
+    ((1, 16, 5, 5), (33, 16, 1, 1), {}),
+    ((1, 3, 8, 8), (4, 3, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+]
+
+
+def conv_attrs_resolved(x_shape, w_shape, attrs):
+    """strides, pads (begin h, begin w, end h, end w), dilations and group, auto_pad resolved."""
+    strides = attrs.get("strides", [1, 1])
+    dil = attrs.get("dilations", [1, 1])
+    pads = attrs.get("pads", [0, 0, 0, 0])
+    if attrs.get("auto_pad") == "SAME_UPPER":
+        totals = [max(0, (-(-x_shape[2 + i] // strides[i]) - 1) * strides[i] + (w_shape[2 + i] - 1) * dil[i] + 1
+                      - x_shape[2 + i]) for i in range(2)]
+        pads = [totals[0] // 2, totals[1] // 2, totals[0] - totals[0] // 2, totals[1] - totals[1] // 2]
+    return strides, pads, dil, attrs.get("group", 1)
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: f"{c[0]}-{c[1]}-{sorted(c[2])}")
+@pytest.mark.parametrize("x_type, w_type", [(U8, I8), (U8, U8), (I8, I8)])
+def test_conv_integer_equals_numpy(case, x_type, w_type):
+    x_shape, w_shape, attrs = case
+    rng = np.random.default_rng(4)
+    x, w = rand_q(rng, x_type, x_shape), rand_q(rng, w_type, w_shape)
+    x_zp, w_zp = zp_of(x_type, "random", rng), zp_of(w_type, "random", rng)
+    inputs = {"x": x, "w": w, "x_zero_point": x_zp, "w_zero_point": w_zp}
+    strides, pads, dil, group = conv_attrs_resolved(x_shape, w_shape, attrs)
+    want = conv_sums(x.astype(np.int64) - int(x_zp), w.astype(np.int64) - int(w_zp), strides, pads, dil, group)
+    for const in [("w", "w_zero_point"), ()]:
+        model = node_model("ConvInteger", inputs, const=const, opset=10, **attrs)
+        for threads in (1, 2):
+            np.testing.assert_array_equal(run_tether(model, feeds(inputs, const), threads), want.astype(np.int32))
+    if x_type == U8:
+        model = node_model("ConvInteger", inputs, const=("w", "w_zero_point"), opset=10, **attrs)
+        np.testing.assert_array_equal(run_tether(model, feeds(inputs, ("w", "w_zero_point"))), run_ort(model, feeds(inputs, ("w", "w_zero_point"))))
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: f"{c[0]}-{c[1]}-{sorted(c[2])}")
+@pytest.mark.parametrize("x_type, w_type, y_type", [(U8, I8, U8), (I8, I8, I8), (U8, U8, U8)])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_qlinear_conv_equals_numpy_and_onnxruntime(case, x_type, w_type, y_type, per_channel):
+    x_shape, w_shape, attrs = case
+    rng = np.random.default_rng(5)
+    m = w_shape[0]
+    x, w = rand_q(rng, x_type, x_shape), rand_q(rng, w_type, w_shape)
+    x_scale = np.array(0.05, np.float32)
+    w_scale = rng.uniform(0.002, 0.02, m if per_channel else ()).astype(np.float32)
+    # Symmetric int8 weights, as onnxruntime requires of int8 w; uint8 w gets a zero point.
+    w_zp = np.zeros(m if per_channel else (), w_type) if w_type == I8 else zp_of(w_type, "random", rng, m if per_channel else 1)
+    k = w_shape[1] * w_shape[2] * w_shape[3]
+    y_scale = np.array(0.05 * 0.01 * np.sqrt(k) * 40, np.float32)
+    bias = rng.integers(-5000, 5000, m).astype(np.int32)
+    inputs = {"x": x, "x_scale": x_scale, "x_zero_point": zp_of(x_type, "random", rng), "w": w, "w_scale": w_scale,
+              "w_zero_point": w_zp, "y_scale": y_scale, "y_zero_point": zp_of(y_type, "random", rng), "B": bias}
+    const = tuple(k for k in inputs if k != "x")
+    model = node_model("QLinearConv", inputs, const=const, out_type=y_type, opset=10, **attrs)
+    strides, pads, dil, group = conv_attrs_resolved(x_shape, w_shape, attrs)
+    sums = conv_sums(x.astype(np.int64) - int(inputs["x_zero_point"]), w.astype(np.int64) - w_zp.reshape(-1, 1, 1, 1).astype(np.int64) if per_channel else w.astype(np.int64) - int(w_zp),
+                     strides, pads, dil, group) + bias.reshape(1, -1, 1, 1)
+    scale = out_scale(x_scale, np.broadcast_to(w_scale, (m,)), y_scale)
+    want = requantize(np.moveaxis(sums, 1, -1), scale, inputs["y_zero_point"])
+    want = np.moveaxis(want, -1, 1)
+    got = run_tether(model, {"x": x}, 2)
+    assert got.dtype == y_type
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, run_ort(model, {"x": x}))
+
+
+def test_qlinear_conv_1d_and_runtime_weights():
+    rng = np.random.default_rng(6)
+    x, w = rand_q(rng, U8, (2, 3, 17)), rand_q(rng, I8, (4, 3, 5))
+    inputs = {"x": x, "x_scale": np.array(0.1, np.float32), "x_zero_point": np.array(128, U8), "w": w,
+              "w_scale": np.array(0.01, np.float32), "w_zero_point": np.array(0, I8),
+              "y_scale": np.array(0.5, np.float32), "y_zero_point": np.array(100, U8)}
+    model = node_model("QLinearConv", inputs, out_type=U8, opset=10, pads=[2, 1], strides=[2])
+    got = run_tether(model, inputs)
+    sums = conv_sums((x.astype(np.int64) - 128)[:, :, None], w.astype(np.int64)[:, :, None], [1, 2], [0, 2, 0, 1], [1, 1], 1)[:, :, 0]
+    want = requantize(np.moveaxis(sums, 1, -1), out_scale(np.float32(0.1), np.full(4, 0.01, np.float32), np.float32(0.5)), np.array(100, U8))
+    np.testing.assert_array_equal(got, np.moveaxis(want, -1, 1))
+    np.testing.assert_array_equal(got, run_ort(model, inputs))
+
+
+# ---- bad parameters ------------------------------------------------------------------------------
+
+
+def _qmatmul_inputs(**over):
+    rng = np.random.default_rng(7)
+    inputs = {"a": rand_q(rng, U8, (4, 8)), "a_scale": np.array(0.1, np.float32), "a_zero_point": np.array(3, U8),
+              "b": rand_q(rng, I8, (8, 5)), "b_scale": np.array(0.1, np.float32), "b_zero_point": np.array(0, I8),
+              "y_scale": np.array(1.0, np.float32), "y_zero_point": np.array(0, U8)}
+    inputs.update(over)
+    return inputs
+
+
+@pytest.mark.parametrize("over, message", [
+    ({"b_scale": np.array(0.0, np.float32)}, r"b_scale is 0; scales must be positive and finite"),
+    ({"a_scale": np.array(-0.5, np.float32)}, r"a_scale is -0.5; scales must be positive and finite"),
+    ({"y_scale": np.array(np.inf, np.float32)}, r"y_scale is inf"),
+    ({"b_scale": np.full(3, 0.1, np.float32)}, r"b_scale has 3 elements, expected 1 or 5 \(one per column of b\)"),
+    ({"b_zero_point": np.zeros(4, I8)}, r"b_zero_point has 4 elements, expected 1 or 5"),
+])
+@pytest.mark.parametrize("const", [True, False])
+def test_bad_parameters_are_typed_errors_naming_the_node(over, message, const):
+    inputs = _qmatmul_inputs(**over)
+    c = tuple(k for k in inputs if k != "a") if const else ("b",)
+    model = node_model("QLinearMatMul", inputs, const=c, out_type=U8, name="qmm")
+    with pytest.raises(tt.Error, match=message) as e:
+        run_tether(model, feeds(inputs, c))
+    assert "qmm" in str(e.value)
+    assert isinstance(e.value, tt.ModelError if const else tt.ArgumentError)
+
+
+def test_unsupported_types_are_refused_at_compile_time():
+    inputs = _qmatmul_inputs(b_zero_point=np.array(0, U8))
+    model = node_model("QLinearMatMul", inputs, const=("b",), out_type=U8, name="qmm")
+    with pytest.raises(tt.Error, match=r"qmm.*b_zero_point is uint8 and b int8; they must have the same type"):
+        tt.compile(tt.load(model))
+    a16 = np.zeros((2, 3), np.int16)
+    model = node_model("MatMulInteger", {"a": a16, "b": np.zeros((3, 2), I8)}, const=("b",), name="mmi")
+    with pytest.raises(tt.Error, match=r"mmi.*a is int16; the cpu engine runs 8-bit integer products"):
+        tt.compile(tt.load(model))
