@@ -1,7 +1,8 @@
 // Shape inference for tether's fused ops (domain ai.tether), which the passes create:
 // FusedConv, FusedGemm and FusedMatMul compute what their ONNX op computes, then a bias
 // (FusedMatMul) or a summand of the output's own shape (FusedConv's optional fourth input,
-// a residual Add), and an activation; their shapes are the ONNX op's.
+// a residual Add), and an activation; their shapes are the ONNX op's. QLinearConv and
+// QLinearMatMul (from the QDQ pass) are the ONNX ops with an activation and a bias.
 #include "ops/infer_context.h"
 
 namespace tether::ops {
@@ -16,6 +17,8 @@ void as_onnx(InferContext& ctx) {
 
 constexpr char kGemm[] = "Gemm";
 constexpr char kMatMul[] = "MatMul";
+constexpr char kQLinearConv[] = "QLinearConv";
+constexpr char kQLinearMatMul[] = "QLinearMatMul";
 
 // FusedConv(X, W, B, Sum): Conv's shape; Sum, when present, is added without broadcasting, so
 // it must have the output's type and every dim that both know must agree.
@@ -43,6 +46,10 @@ void register_fused(Registry& r) {
   r.add("FusedConv", fused_conv, "ai.tether");
   r.add("FusedGemm", as_onnx<kGemm>, "ai.tether");
   r.add("FusedMatMul", as_onnx<kMatMul>, "ai.tether");
+  // The QDQ pass's integer nodes: the ONNX op's shapes (the activation and QLinearMatMul's
+  // int32 bias, input 8, change no shape).
+  r.add("QLinearConv", as_onnx<kQLinearConv>, "ai.tether");
+  r.add("QLinearMatMul", as_onnx<kQLinearMatMul>, "ai.tether");
 }
 
 }  // namespace tether::ops

@@ -48,6 +48,11 @@ int fuse_conv_add(ir::Model& model);
 /// ai.tether FusedConv / FusedGemm / FusedMatMul when the intermediate has no other reader.
 int fuse_activations(ir::Model& model);
 
+/// DequantizeLinear -> Conv / MatMul / Gemm (-> Relu / Clip) -> QuantizeLinear with constant
+/// 8-bit weights becomes one QLinearConv or QLinearMatMul (ai.tether when it carries an
+/// activation or a bias; see qdq_fuse.cc). Returns the number of patterns fused.
+int fuse_qdq(ir::Model& model);
+
 // optimize() (tether/passes.h) runs them in order: identities, shape inference, constant
 // folding, Conv+BN, MatMul+Add, Conv+Add, activation fusion, dead code.
 

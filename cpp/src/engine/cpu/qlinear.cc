@@ -7,6 +7,7 @@
 // float(a_scale * b_scale[j]) / y_scale in float32, y = round_half_even(clamp(float(sum) *
 // scale, lo - y_zp, hi - y_zp)) + y_zp; the integer sums are exact.
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 #include "engine/cpu/cpu.h"
@@ -34,7 +35,7 @@ struct Slots {
 };
 
 constexpr Slots kMatMulInteger{0, -1, 2, 1, -1, 3, -1, -1, -1, "a", "b"};
-constexpr Slots kQLinearMatMul{0, 1, 2, 3, 4, 5, 6, 7, -1, "a", "b"};
+constexpr Slots kQLinearMatMul{0, 1, 2, 3, 4, 5, 6, 7, 8, "a", "b"};  // bias: ai.tether only
 constexpr Slots kConvInteger{0, -1, 2, 1, -1, 3, -1, -1, -1, "x", "w"};
 constexpr Slots kQLinearConv{0, 1, 2, 3, 4, 5, 6, 7, 8, "x", "w"};
 
@@ -64,6 +65,7 @@ struct Params {
   std::vector<int32_t> a_zp, b_zp;
   std::vector<float> scale;  // QLinear: one per column or one
   int32_t y_zp = 0;
+  float y_scale = 1.0f;
 };
 
 // A size not known yet (a parameter checked at compile time, before the shapes of a run).
@@ -117,6 +119,7 @@ Params read_params(const std::string& node, const Slots& s, const std::vector<Vi
     throw Err(node + ": y_zero_point has " + std::to_string(y_zp->numel()) + " elements, expected 1");
   p.y_zp = zero_points(y_zp)[0];
   const float a = scale_at(as, 0), y = scale_at(ys, 0);
+  p.y_scale = y;
   p.scale.resize(static_cast<size_t>(bs.numel()));
   for (size_t j = 0; j < p.scale.size(); ++j) p.scale[j] = a * scale_at(bs, static_cast<int64_t>(j)) / y;
   return p;
@@ -136,8 +139,42 @@ std::vector<View> constant_views(const KernelInit& init, bool& all_params) {
   return v;
 }
 
+// The activation an ai.tether QLinearConv / QLinearMatMul applies before quantizing its output:
+// none, Relu, or Clip(lo, hi). Throws ModelError naming the node for any other.
+struct QActivation {
+  enum class Kind { kNone, kRelu, kClip } kind = Kind::kNone;
+  float lo = 0.0f, hi = 0.0f;
+
+  static QActivation of(const ir::Node& n) {
+    QActivation a;
+    if (n.domain() != "ai.tether") return a;
+    const std::string act = n.attr_string("activation", "");
+    if (act.empty()) return a;
+    if (act == "Relu") {
+      a.kind = Kind::kRelu;
+      return a;
+    }
+    const ir::Attribute* params = n.attr("activation_params");
+    if (act != "Clip" || params == nullptr || params->as_floats().size() != 2)
+      throw ModelError(n.describe() + ": activation '" + act +
+                       "' is not one the integer kernels apply (Relu, or Clip with activation_params [min, max])");
+    a.kind = Kind::kClip;
+    a.lo = params->as_floats()[0];
+    a.hi = params->as_floats()[1];
+    return a;
+  }
+};
+
+// x quantized with scale s and zero point zp into [lo, hi], as QuantizeLinear computes it.
+int32_t quantize_bound(float x, float s, int32_t zp, int32_t lo, int32_t hi) {
+  float v = x / s;
+  v = std::max(v, static_cast<float>(lo - zp));
+  v = std::min(v, static_cast<float>(hi - zp));
+  return static_cast<int32_t>(std::nearbyint(v)) + zp;
+}
+
 // The epilogue of one product with these parameters.
-QGemmOutput output_of(const Params& p, DType out_type, const int32_t* bias) {
+QGemmOutput output_of(const Params& p, DType out_type, const int32_t* bias, const QActivation& act = {}) {
   QGemmOutput o;
   o.bias = bias;
   if (out_type == DType::kInt32) {
@@ -150,6 +187,16 @@ QGemmOutput output_of(const Params& p, DType out_type, const int32_t* bias) {
   o.zero_point = p.y_zp;
   o.lo = out_type == DType::kInt8 ? -128 : 0;
   o.hi = out_type == DType::kInt8 ? 127 : 255;
+  // Rounding is monotone, so Q(Relu(v)) = max(Q(v), zp) and Q(Clip(v, a, b)) = Q(v) clamped
+  // to [Q(a), Q(b)].
+  if (act.kind == QActivation::Kind::kRelu) {
+    o.lo = std::max(o.lo, p.y_zp);
+  } else if (act.kind == QActivation::Kind::kClip) {
+    const int32_t lo = quantize_bound(act.lo, p.y_scale, p.y_zp, o.lo, o.hi);
+    const int32_t hi = quantize_bound(act.hi, p.y_scale, p.y_zp, o.lo, o.hi);
+    o.lo = lo;
+    o.hi = hi;
+  }
   return o;
 }
 
@@ -163,7 +210,8 @@ class IntegerMatMulKernel final : public Kernel {
         a_type_(init.input_dtype(static_cast<size_t>(s_.a))),
         b_type_(init.input_dtype(static_cast<size_t>(s_.b))),
         out_type_(init.output_dtype(0)),
-        threads_(init.threads) {
+        threads_(init.threads),
+        act_(QActivation::of(init.node)) {
     bool all = false;
     std::vector<View> c = constant_views(init, all);
     const ir::Tensor* b = init.constant(static_cast<size_t>(s_.b));
@@ -216,7 +264,11 @@ class IntegerMatMulKernel final : public Kernel {
       return off;
     };
     const size_t esize = elem_bytes(out_type_);
-    QGemmOutput o = output_of(p, out_type_, nullptr);
+    const View* bias = has(in, s_.bias) ? &in[static_cast<size_t>(s_.bias)] : nullptr;
+    if (bias != nullptr && bias->numel() != n)
+      throw ArgumentError(name_ + ": the bias has shape " + dims_text(bias->dims) + ", expected [" + std::to_string(n) +
+                          "] (one int32 per column of b)");
+    QGemmOutput o = output_of(p, out_type_, bias != nullptr ? bias->as<int32_t>() : nullptr, act_);
     o.row_stride = n;
     o.col_stride = 1;
     std::byte* scratch = ctx.scratch;
@@ -252,6 +304,7 @@ class IntegerMatMulKernel final : public Kernel {
   Slots s_;
   DType a_type_, b_type_, out_type_;
   int threads_;
+  QActivation act_;
   QPackedB packed_;
   bool has_packed_ = false;
 };
@@ -306,7 +359,8 @@ class IntegerConvKernel final : public Kernel {
         x_type_(init.input_dtype(0)),
         w_type_(init.input_dtype(static_cast<size_t>(s_.b))),
         out_type_(init.output_dtype(0)),
-        threads_(init.threads) {
+        threads_(init.threads),
+        act_(QActivation::of(init.node)) {
     bool all = false;
     std::vector<View> c = constant_views(init, all);
     const ir::Tensor* w = init.constant(static_cast<size_t>(s_.b));
@@ -382,7 +436,7 @@ class IntegerConvKernel final : public Kernel {
             gather_rows(reinterpret_cast<const uint8_t*>(xg), x.dims, y.dims, g, cin_g, o0, count,
                         static_cast<uint8_t>(a_zp), static_cast<uint8_t*>(dst));
         };
-        QGemmOutput o = output_of(p, out_type_, bias != nullptr ? bias->as<int32_t>() + gi * cg : nullptr);
+        QGemmOutput o = output_of(p, out_type_, bias != nullptr ? bias->as<int32_t>() + gi * cg : nullptr, act_);
         if (o.scale_per_column) o.scale += gi * cg;
         o.row_stride = 1;
         o.col_stride = positions;
@@ -398,6 +452,7 @@ class IntegerConvKernel final : public Kernel {
   Slots s_;
   DType x_type_, w_type_, out_type_;
   int threads_;
+  QActivation act_;
   std::vector<QPackedB> packed_;  // one per group, when the weights and their zero points are constant
 };
 
@@ -424,7 +479,7 @@ std::string integer_check(const KernelInit& init) {
     return "y is " + type_text(init.output_dtype(0)) + "; the cpu engine requantizes to int8 and uint8";
   if (s.bias >= 0 && init.node.input(static_cast<size_t>(s.bias)) != nullptr &&
       init.input_dtype(static_cast<size_t>(s.bias)) != DType::kInt32)
-    return "B is " + type_text(init.input_dtype(static_cast<size_t>(s.bias))) + "; QLinearConv's bias is int32";
+    return "the bias is " + type_text(init.input_dtype(static_cast<size_t>(s.bias))) + "; it must be int32";
   return "";
 }
 
@@ -438,6 +493,9 @@ void register_qlinear(KernelRegistry& r) {
   r.add("QLinearMatMul", make_matmul, integer_check);
   r.add("ConvInteger", make_conv, integer_check);
   r.add("QLinearConv", make_conv, integer_check);
+  // The QDQ pass's forms: the ONNX op plus an activation (and QLinearMatMul a bias).
+  r.add("QLinearMatMul", make_matmul, integer_check, "ai.tether");
+  r.add("QLinearConv", make_conv, integer_check, "ai.tether");
 }
 
 }  // namespace tether::engine::cpu

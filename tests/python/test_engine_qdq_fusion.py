@@ -1,0 +1,173 @@
+"""The QDQ pass: DequantizeLinear -> Conv / MatMul / Gemm (-> Relu / Clip) -> QuantizeLinear
+becomes one integer node (QLinearConv / QLinearMatMul), on models written by onnxruntime's
+quantize_static and by tether's own quantizer; the fused model's outputs are checked against
+onnxruntime's (which fuses the same patterns into its own int8 kernels), the fused nodes keep
+the names they replace, and patterns the integer kernels cannot take stay as they are."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import tether as tt
+import torch
+from onnx import helper, numpy_helper
+
+
+class _Net(torch.nn.Module):
+    """Conv + Relu, a residual Add, depthwise Conv + Relu6 (Clip), pooling, Linear: what
+    ResNet- and MobileNet-style nets put between their Q/DQ pairs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(16, 16, 3, padding=1, stride=1)
+        self.dw = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16)
+        self.pw = torch.nn.Conv2d(16, 24, 1)
+        self.fc = torch.nn.Linear(24, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.c1(x))
+        z = torch.relu(self.c2(y)) + y
+        z = torch.clamp(self.dw(z), 0.0, 6.0)
+        z = self.pw(z)
+        return self.fc(torch.nn.functional.adaptive_avg_pool2d(z, 1).flatten(1))
+
+
+def _images(rng: np.random.Generator, n: int) -> list[np.ndarray]:
+    return [rng.standard_normal((1, 3, 16, 16)).astype(np.float32) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def float_model(tmp_path_factory: pytest.TempPathFactory):
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("qdq") / "net.onnx"
+    torch.onnx.export(_Net().eval(), (torch.randn(1, 3, 16, 16),), str(path), input_names=["x"], output_names=["y"],
+                      opset_version=17, dynamo=False)
+    return path
+
+
+def _ort_qdq(src, dst, per_channel: bool, activation_type) -> None:
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    rng = np.random.default_rng(1)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.batches = iter({"x": x} for x in _images(rng, 16))
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                    activation_type=activation_type, weight_type=QuantType.QInt8)
+
+
+def _fused_ops(path) -> list[tuple[str, str]]:
+    return [(n.domain, n.op_type) for n in tt.optimize(tt.load(str(path))).nodes]
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("activation", ["QUInt8", "QInt8"])
+def test_onnxruntime_qdq_model_fuses_and_matches_onnxruntime(float_model, tmp_path, per_channel, activation):
+    from onnxruntime.quantization import QuantType
+
+    dst = tmp_path / "qdq.onnx"
+    _ort_qdq(float_model, dst, per_channel, getattr(QuantType, activation))
+    ops = _fused_ops(dst)
+    # Four convolutions and the Linear, each one integer node; Relu and the Clip of Relu6 folded in.
+    assert sum(op in ("QLinearConv", "QLinearMatMul") for _, op in ops) == 5, ops
+    assert ("", "Conv") not in ops and ("", "Gemm") not in ops and ("", "Relu") not in ops and ("", "Clip") not in ops
+    # Each fused node keeps the names it replaces (layer-wise parity maps it back by them).
+    opt = onnx.load_from_string(tt.optimize(tt.load(str(dst))).to_bytes())
+    fused_from = {n.name: {p.key: p.value for p in n.metadata_props}.get("tether.fused_from", "")
+                  for n in opt.graph.node if n.op_type == "QLinearConv"}
+    assert len(fused_from) == 4 and all("Conv" in f and "QuantizeLinear" in f for f in fused_from.values()), fused_from
+    assert sum("Relu" in f for f in fused_from.values()) == 2 and sum("Clip" in f for f in fused_from.values()) == 1
+
+    out_dq = next(n for n in onnx.load(str(dst)).graph.node if n.op_type == "DequantizeLinear" and n.output[0] == "y")
+    step = float(numpy_helper.to_array(next(t for t in onnx.load(str(dst)).graph.initializer if t.name == out_dq.input[1])))
+    ref = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(2)
+    exact = 0
+    for threads in (1, 2):
+        sess = tt.compile(str(dst), threads=threads)
+        for x in _images(rng, 6):
+            got, want = sess.run({"x": x})["y"], ref.run(None, {"x": x})[0]
+            # The convolutions are the same integer arithmetic; the residual Add and the pooling
+            # run in float between Q/DQ on tether and as int8 kernels in onnxruntime: one step.
+            assert np.abs(got - want).max() <= step * 1.001
+            exact += int(np.array_equal(got, want))
+    assert exact >= 1
+
+
+def test_tethers_quantizer_output_fuses_and_stays_close_to_float(float_model, tmp_path):
+    rng = np.random.default_rng(3)
+    res = tt.quantize.static(str(float_model), [{"x": x} for x in _images(rng, 16)], eval_samples=0)
+    path = tmp_path / "tether.qdq.onnx"
+    res.save(path)
+    ops = _fused_ops(path)
+    assert sum(op in ("QLinearConv", "QLinearMatMul") for _, op in ops) >= 4, ops
+    sess = tt.compile(str(path))
+    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    fp = ort.InferenceSession(str(float_model), providers=["CPUExecutionProvider"])
+    for x in _images(rng, 4):
+        got, want, f = sess.run({"x": x})["y"], ref.run(None, {"x": x})[0], fp.run(None, {"x": x})[0]
+        assert np.abs(got - want).max() <= 0.05 * np.abs(f).max()
+        assert np.abs(got - f).max() <= 0.1 * np.abs(f).max()
+
+
+def _single_conv_qdq(bias_scale_factor: float) -> bytes:
+    """x -> DQ -> Conv(DQ(w), DQ(bias)) -> Q: the bias scale is x_scale * w_scale times the factor."""
+    rng = np.random.default_rng(4)
+    w = rng.integers(-127, 128, (4, 3, 3, 3)).astype(np.int8)
+    xs, ws = np.float32(0.05), np.float32(0.01)
+    bias = rng.integers(-300, 300, 4).astype(np.int32)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(xs), "xs"),
+             numpy_helper.from_array(np.array(128, np.uint8), "xz"), numpy_helper.from_array(np.array(ws), "ws"),
+             numpy_helper.from_array(np.array(0, np.int8), "wz"), numpy_helper.from_array(bias, "b"),
+             numpy_helper.from_array(np.array(xs * ws * np.float32(bias_scale_factor), np.float32), "bs"),
+             numpy_helper.from_array(np.array(0.2, np.float32), "ys"), numpy_helper.from_array(np.array(100, np.uint8), "yz")]
+    nodes = [helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xf"], name="dq_x"),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], name="dq_w"),
+             helper.make_node("DequantizeLinear", ["b", "bs"], ["bf"], name="dq_b"),
+             helper.make_node("Conv", ["xf", "wf", "bf"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("QuantizeLinear", ["c", "ys", "yz"], ["y"], name="q_y")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("xq", onnx.TensorProto.UINT8, [1, 3, 9, 9])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.UINT8, [1, 4, 9, 9])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9).SerializeToString()
+
+
+@pytest.mark.parametrize("factor, fused", [(1.0, True), (2.0, False)])
+def test_a_bias_with_another_scale_is_not_fused_and_stays_right(factor, fused):
+    model = _single_conv_qdq(factor)
+    ops = [n.op_type for n in tt.optimize(tt.load(model)).nodes]
+    assert ("QLinearConv" in ops) == fused, ops
+    assert ("Conv" in ops) == (not fused)
+    x = np.random.default_rng(5).integers(0, 256, (1, 3, 9, 9)).astype(np.uint8)
+    got = tt.compile(tt.load(model)).run({"xq": x})["y"]
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, {"xq": x})[0]
+    # Fused: integer sums requantized once; as written: float Conv then Q. One step apart at most.
+    assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= 1
+    assert np.mean(got == want) > 0.95
+
+
+def test_dynamic_quantized_transformer_runs_like_onnxruntime(tmp_path):
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    torch.manual_seed(0)
+    enc = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True, dropout=0.0), 2)
+    src, dst = tmp_path / "enc.onnx", tmp_path / "enc.int8.onnx"
+    torch.onnx.export(enc.eval(), (torch.randn(2, 16, 64),), str(src), input_names=["x"], output_names=["y"],
+                      opset_version=17, dynamo=False)
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+    assert "MatMulInteger" in {n.op_type for n in onnx.load(str(dst)).graph.node}
+    x = np.random.default_rng(6).standard_normal((2, 16, 64)).astype(np.float32)
+    want = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    for threads in (1, 2):
+        got = tt.compile(str(dst), threads=threads).run({"x": x})["y"]
+        # The same integer products; what differs is float rounding in LayerNorm and Softmax.
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
