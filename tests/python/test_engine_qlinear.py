@@ -8,7 +8,6 @@ errors naming the node."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 import tether as tt
