@@ -28,7 +28,7 @@ class _Net(torch.nn.Module):
         self.fc = torch.nn.Linear(24, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.relu(self.c1(x))
+        y = torch.nn.functional.max_pool2d(torch.relu(self.c1(x)), 3, stride=1, padding=1)
         z = torch.relu(self.c2(y)) + y
         z = torch.clamp(self.dw(z), 0.0, 6.0)
         z = self.pw(z)
@@ -79,6 +79,10 @@ def test_onnxruntime_qdq_model_fuses_and_matches_onnxruntime(float_model, tmp_pa
     # Four convolutions and the Linear, each one integer node; Relu and the Clip of Relu6 folded in.
     assert sum(op in ("QLinearConv", "QLinearMatMul") for _, op in ops) == 5, ops
     assert ("", "Conv") not in ops and ("", "Gemm") not in ops and ("", "Relu") not in ops and ("", "Clip") not in ops
+    # The MaxPool between them runs on the integers, read straight from the QLinearConv.
+    opt_nodes = tt.optimize(tt.load(str(dst))).nodes
+    pool = next(n for n in opt_nodes if n.op_type == "MaxPool")
+    assert next(n for n in opt_nodes if pool.inputs[0] in n.outputs).op_type == "QLinearConv"
     # Each fused node keeps the names it replaces (layer-wise parity maps it back by them).
     opt = onnx.load_from_string(tt.optimize(tt.load(str(dst))).to_bytes())
     fused_from = {n.name: {p.key: p.value for p in n.metadata_props}.get("tether.fused_from", "")
@@ -171,3 +175,43 @@ def test_dynamic_quantized_transformer_runs_like_onnxruntime(tmp_path):
         got = tt.compile(str(dst), threads=threads).run({"x": x})["y"]
         # The same integer products; what differs is float rounding in LayerNorm and Softmax.
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("attrs", [{"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+                                   {"kernel_shape": [2, 3], "dilations": [2, 1], "ceil_mode": 1, "strides": [2, 2]},
+                                   {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER"}])
+def test_maxpool_between_qdq_runs_on_the_integers(dtype, attrs):
+    """DQ -> MaxPool -> Q with one scale and zero point: the 8-bit MaxPool, equal to onnxruntime's."""
+    zp = np.array(3 if dtype == np.uint8 else -5, dtype)
+    inits = [numpy_helper.from_array(np.array(0.1, np.float32), "s"), numpy_helper.from_array(zp, "z")]
+    nodes = [helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xf"], name="dq"),
+             helper.make_node("MaxPool", ["xf"], ["p"], name="pool", **attrs),
+             helper.make_node("QuantizeLinear", ["p", "s", "z"], ["y"], name="q")]
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("xq", t, [2, 3, 11, 10])],
+                              [helper.make_tensor_value_info("y", t, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9).SerializeToString()
+    assert [n.op_type for n in tt.optimize(tt.load(model)).nodes] == ["MaxPool"]
+    info = np.iinfo(dtype)
+    x = np.random.default_rng(7).integers(info.min, info.max + 1, (2, 3, 11, 10)).astype(dtype)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"xq": x})[0]
+    for threads in (1, 2):
+        got = tt.compile(tt.load(model), threads=threads).run({"xq": x})["y"]
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got, want)
+
+
+def test_different_scales_around_a_maxpool_stay_in_float():
+    inits = [numpy_helper.from_array(np.array(0.1, np.float32), "s"), numpy_helper.from_array(np.array(0.2, np.float32), "s2"),
+             numpy_helper.from_array(np.array(3, np.uint8), "z")]
+    nodes = [helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xf"]),
+             helper.make_node("MaxPool", ["xf"], ["p"], kernel_shape=[2, 2]),
+             helper.make_node("QuantizeLinear", ["p", "s2", "z"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("xq", onnx.TensorProto.UINT8, [1, 2, 4, 4])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.UINT8, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9).SerializeToString()
+    assert [n.op_type for n in tt.optimize(tt.load(model)).nodes] == ["DequantizeLinear", "MaxPool", "QuantizeLinear"]
+    x = np.random.default_rng(8).integers(0, 256, (1, 2, 4, 4)).astype(np.uint8)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"xq": x})[0]
+    np.testing.assert_array_equal(tt.compile(tt.load(model)).run({"xq": x})["y"], want)

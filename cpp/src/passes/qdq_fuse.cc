@@ -4,7 +4,9 @@
 // also carries an activation (attribute `activation`, Relu or Clip with `activation_params`),
 // a bias (QLinearMatMul's ninth input, int32), or both. The kernel then computes the integer
 // sums and requantizes them once, instead of dequantizing both operands, computing in float
-// and quantizing again.
+// and quantizing again. Between them, DequantizeLinear -> MaxPool / Reshape / Transpose /
+// Flatten / Squeeze / Unsqueeze / Slice -> QuantizeLinear with the same scale and zero point on
+// both sides becomes the op on the integer tensor.
 //
 // The activations fold into the output's clamp: Q(Relu(v)) is Q(v) clamped below at the zero
 // point, Q(Clip(v, a, b)) is Q(v) clamped to [Q(a), Q(b)], because rounding is monotone.
@@ -14,6 +16,7 @@
 // points, 8-bit operands, weights per tensor or per output channel, and a bias that is int32
 // dequantized with the scale x_scale * w_scale (as onnxruntime and tether's quantizer write it).
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "passes/passes.h"
@@ -156,6 +159,44 @@ ir::Value* transposed(ir::Graph& g, const ir::Tensor& w, const std::string& base
   return g.add_initializer(std::move(t), unique_name(g, base));
 }
 
+// True when two constant tensors hold the same type, shape and bytes.
+bool same_constant(const ir::Value* a, const ir::Value* b) {
+  if (a == b) return true;
+  if (a == nullptr || b == nullptr) return false;
+  std::optional<ir::Tensor> x = constant_of(a), y = constant_of(b);
+  return x && y && x->dtype() == y->dtype() && x->num_elements() == y->num_elements() && x->nbytes() == y->nbytes() &&
+         std::memcmp(x->raw_data(), y->raw_data(), static_cast<size_t>(x->nbytes())) == 0;
+}
+
+// Ops that only select or move elements: on a quantized tensor they give the quantized result
+// when their output has the input's scale and zero point (MaxPool too: dequantization is
+// increasing, so the maximum commutes with it).
+bool moves_elements(const ir::Node& n) {
+  for (const char* op : {"MaxPool", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice"})
+    if (is_onnx(n, op)) return true;
+  return false;
+}
+
+// DequantizeLinear -> op -> QuantizeLinear with the same scalar scale and zero point on both
+// sides becomes the op on the integer tensor.
+bool fuse_data_movement(ir::Graph& g, ir::Node* op) {
+  if (!moves_elements(*op) || op->input(0) == nullptr || op->output(0) == nullptr) return false;
+  if (is_onnx(*op, "MaxPool") && op->outputs().size() > 1 && op->output(1) != nullptr) return false;
+  std::optional<Dq> x = dq_of(op->input(0));
+  if (!x || !scalar_8bit(*x)) return false;
+  ir::Value* y = op->output(0);
+  if (y->uses().size() != 1 || is_any_output(*y)) return false;
+  ir::Node* q = y->uses()[0].node;
+  if (!is_onnx(*q, "QuantizeLinear") || q->input(0) != y || q->inputs().size() < 3 || q->input(2) == nullptr ||
+      q->attr_int("block_size", 0) != 0)
+    return false;
+  if (!same_constant(q->input(1), x->scale) || x->zero == nullptr || !same_constant(q->input(2), x->zero)) return false;
+  std::vector<ir::Value*> inputs = op->inputs();
+  inputs[0] = x->q;
+  replace_chain(g, {op, q}, op->op_type(), "", inputs, op->attributes());
+  return true;
+}
+
 }  // namespace
 
 int fuse_qdq(ir::Model& model) {
@@ -216,6 +257,12 @@ int fuse_qdq(ir::Model& model) {
     if (tether_op) import_tether_opset(model);
     ++fused;
   }
+  // Then the element-moving ops between them (their QuantizeLinear is later in the order, and
+  // no candidate is another's QuantizeLinear).
+  std::vector<ir::Node*> movers;
+  for (ir::Node* op : g.topological_order())
+    if (moves_elements(*op)) movers.push_back(op);
+  for (ir::Node* op : movers) fused += fuse_data_movement(g, op) ? 1 : 0;
   return fused;
 }
 

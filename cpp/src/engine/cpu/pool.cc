@@ -236,15 +236,85 @@ std::unique_ptr<Kernel> global_kernel(bool is_max) {
   });
 }
 
+// MaxPool on int8 / uint8 (the int8 path of quantized models: the maximum of quantized values
+// is the quantized maximum, since dequantization is increasing). Any spatial rank, pads,
+// strides, dilations; a window position outside x takes no part.
+template <typename T>
+void int_max_pool(const RunContext& ctx, const View& x, View& y, const ConvGeometry& g) {
+  const size_t sp = x.rank() - 2;
+  int64_t in_size = 1, out_size = 1, ksize = 1;
+  for (size_t d = 0; d < sp; ++d) {
+    in_size *= x.dims[d + 2];
+    out_size *= y.dims[d + 2];
+    ksize *= g.kernel[d];
+  }
+  const int64_t planes = x.dims[0] * x.dims[1];
+  parallel(ctx, planes, 1, [&](int64_t p0, int64_t p1) {
+    std::vector<int64_t> start(sp);
+    for (int64_t p = p0; p < p1; ++p) {
+      const T* xp = x.as<T>() + p * in_size;
+      T* yp = y.as<T>() + p * out_size;
+      for (int64_t o = 0; o < out_size; ++o) {
+        int64_t rest = o;
+        for (size_t d = sp; d-- > 0;) {
+          start[d] = (rest % y.dims[d + 2]) * g.strides[d] - g.pad_begin[d];
+          rest /= y.dims[d + 2];
+        }
+        T m = std::numeric_limits<T>::lowest();
+        for (int64_t kp = 0; kp < ksize; ++kp) {
+          int64_t krest = kp, at = 0, stride = 1;
+          bool inside = true;
+          for (size_t d = sp; d-- > 0;) {
+            const int64_t c = start[d] + (krest % g.kernel[d]) * g.dilations[d];
+            krest /= g.kernel[d];
+            inside = inside && c >= 0 && c < x.dims[d + 2];
+            at += c * stride;
+            stride *= x.dims[d + 2];
+          }
+          if (inside) m = std::max(m, xp[at]);
+        }
+        yp[o] = m;
+      }
+    }
+  });
+}
+
+class IntMaxPoolKernel final : public Kernel {
+ public:
+  explicit IntMaxPoolKernel(const KernelInit& init) : node_(init.node) {}
+  void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
+    const ConvGeometry g = conv_geometry(node_, in[0].dims, in[0].dims, out[0].dims, false);
+    if (in[0].dtype == DType::kInt8) int_max_pool<int8_t>(ctx, in[0], out[0], g);
+    else int_max_pool<uint8_t>(ctx, in[0], out[0], g);
+  }
+
+ private:
+  const ir::Node& node_;
+};
+
+bool int8_max_pool(const KernelInit& init) {
+  const DType t = init.input_dtype(0);
+  return t == DType::kInt8 || t == DType::kUInt8;
+}
+
 std::string maxpool_check(const KernelInit& init) {
   if (init.node.attr_int("storage_order", 0) != 0) return "storage_order 1 (column-major indices) is not supported";
+  if (int8_max_pool(init)) {
+    if (init.node.outputs().size() > 1 && init.node.output(1) != nullptr)
+      return "the indices output of an 8-bit MaxPool is not supported";
+    return "";
+  }
   return float_only(init);
 }
 
 }  // namespace
 
 void register_pool(KernelRegistry& r) {
-  r.add("MaxPool", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<PoolKernel>(i, PoolKind::kMax); },
+  r.add("MaxPool",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> {
+          if (int8_max_pool(i)) return std::make_unique<IntMaxPoolKernel>(i);
+          return std::make_unique<PoolKernel>(i, PoolKind::kMax);
+        },
         maxpool_check);
   r.add("AveragePool",
         [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<PoolKernel>(i, PoolKind::kAverage); },
