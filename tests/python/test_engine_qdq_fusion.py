@@ -79,6 +79,7 @@ def test_onnxruntime_qdq_model_fuses_and_matches_onnxruntime(float_model, tmp_pa
     # Four convolutions and the Linear, each one integer node; Relu and the Clip of Relu6 folded in.
     assert sum(op in ("QLinearConv", "QLinearMatMul") for _, op in ops) == 5, ops
     assert ("", "Conv") not in ops and ("", "Gemm") not in ops and ("", "Relu") not in ops and ("", "Clip") not in ops
+    assert ("ai.tether", "QLinearAdd") in ops and ("", "Add") not in ops, ops  # the residual connection
     # The MaxPool between them runs on the integers, read straight from the QLinearConv.
     opt_nodes = tt.optimize(tt.load(str(dst))).nodes
     pool = next(n for n in opt_nodes if n.op_type == "MaxPool")
@@ -215,3 +216,31 @@ def test_different_scales_around_a_maxpool_stay_in_float():
     x = np.random.default_rng(8).integers(0, 256, (1, 2, 4, 4)).astype(np.uint8)
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"xq": x})[0]
     np.testing.assert_array_equal(tt.compile(tt.load(model)).run({"xq": x})["y"], want)
+
+
+@pytest.mark.parametrize("types", [(np.uint8, np.uint8, np.uint8), (np.int8, np.int8, np.int8), (np.uint8, np.int8, np.int8)])
+@pytest.mark.parametrize("relu", [False, True])
+def test_residual_add_between_qdq_is_one_node_equal_to_the_nodes_it_replaces(types, relu):
+    """Add(DQ(a), DQ(b)) [-> Relu] -> Q: QLinearAdd, bit for bit what the unfused nodes compute."""
+    ta, tb, ty = types
+    inits = [numpy_helper.from_array(np.array(0.037, np.float32), "sa"), numpy_helper.from_array(np.array(ta(7)), "za"),
+             numpy_helper.from_array(np.array(0.021, np.float32), "sb"), numpy_helper.from_array(np.array(tb(-3 if tb == np.int8 else 200)), "zb"),
+             numpy_helper.from_array(np.array(0.05, np.float32), "sy"), numpy_helper.from_array(np.array(ty(1)), "zy")]
+    nodes = [helper.make_node("DequantizeLinear", ["a", "sa", "za"], ["af"]),
+             helper.make_node("DequantizeLinear", ["b", "sb", "zb"], ["bf"]),
+             helper.make_node("Add", ["af", "bf"], ["s"], name="add")]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["s"], ["r"], name="relu"))
+    nodes.append(helper.make_node("QuantizeLinear", ["r" if relu else "s", "sy", "zy"], ["y"], name="q"))
+    shape = [2, 5, 7, 9]
+    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.dtype(t)), shape) for n, t in (("a", ta), ("b", tb))]
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", helper.np_dtype_to_tensor_dtype(np.dtype(ty)), None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9).SerializeToString()
+    assert [(n.op_type) for n in tt.optimize(tt.load(model)).nodes] == ["QLinearAdd"]
+    rng = np.random.default_rng(9)
+    feeds = {n: rng.integers(np.iinfo(t).min, np.iinfo(t).max + 1, shape).astype(t) for n, t in (("a", ta), ("b", tb))}
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    for threads in (1, 2):
+        np.testing.assert_array_equal(tt.compile(tt.load(model), threads=threads).run(feeds)["y"], want)

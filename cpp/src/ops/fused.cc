@@ -40,6 +40,21 @@ void fused_conv(InferContext& ctx) {
   if (!same) ctx.fail("the summand (input 3) has shape " + sum.to_string() + ", the output " + y.to_string());
 }
 
+// QLinearAdd(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp): the sum of two quantized
+// tensors of one shape (no broadcasting), quantized with y's parameters; y has y_zp's type.
+void qlinear_add(InferContext& ctx) {
+  if (ctx.num_inputs() != 8) ctx.fail("takes 8 inputs (a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, "
+                                      "y_zero_point), got " + std::to_string(ctx.num_inputs()));
+  const Shape& a = ctx.input_shape(0);
+  const Shape& b = ctx.input_shape(3);
+  if (a.has_rank() && b.has_rank()) {
+    bool same = a.rank() == b.rank();
+    for (size_t i = 0; same && i < a.rank(); ++i) same = !(a[i].is_known() && b[i].is_known() && a[i].value() != b[i].value());
+    if (!same) ctx.fail("a has shape " + a.to_string() + " and b " + b.to_string() + "; they must be the same");
+  }
+  ctx.set_output(0, ctx.input_dtype(7), a);
+}
+
 }  // namespace
 
 void register_fused(Registry& r) {
@@ -50,6 +65,7 @@ void register_fused(Registry& r) {
   // int32 bias, input 8, change no shape).
   r.add("QLinearConv", as_onnx<kQLinearConv>, "ai.tether");
   r.add("QLinearMatMul", as_onnx<kQLinearMatMul>, "ai.tether");
+  r.add("QLinearAdd", qlinear_add, "ai.tether");
 }
 
 }  // namespace tether::ops

@@ -6,7 +6,8 @@
 // sums and requantizes them once, instead of dequantizing both operands, computing in float
 // and quantizing again. Between them, DequantizeLinear -> MaxPool / Reshape / Transpose /
 // Flatten / Squeeze / Unsqueeze / Slice -> QuantizeLinear with the same scale and zero point on
-// both sides becomes the op on the integer tensor.
+// both sides becomes the op on the integer tensor, and a residual Add of two dequantized
+// tensors (-> Relu) -> QuantizeLinear one ai.tether QLinearAdd.
 //
 // The activations fold into the output's clamp: Q(Relu(v)) is Q(v) clamped below at the zero
 // point, Q(Clip(v, a, b)) is Q(v) clamped to [Q(a), Q(b)], because rounding is monotone.
@@ -197,6 +198,39 @@ bool fuse_data_movement(ir::Graph& g, ir::Node* op) {
   return true;
 }
 
+// Same rank and every dim provably equal.
+bool same_shape(const ir::Value& a, const ir::Value& b) {
+  const ir::Shape& x = a.type().shape();
+  const ir::Shape& y = b.type().shape();
+  if (!x.has_rank() || !y.has_rank() || x.rank() != y.rank()) return false;
+  for (size_t i = 0; i < x.rank(); ++i)
+    if (!x[i].same_as(y[i])) return false;
+  return true;
+}
+
+// Add(DequantizeLinear(a), DequantizeLinear(b)) [-> Relu] -> QuantizeLinear, a and b of one
+// shape (a residual connection), becomes an ai.tether QLinearAdd.
+bool fuse_add(ir::Model& model, ir::Node* add) {
+  ir::Graph& g = model.graph();
+  if (!is_onnx(*add, "Add") || add->inputs().size() != 2 || add->output(0) == nullptr) return false;
+  std::optional<Dq> a = dq_of(add->input(0));
+  std::optional<Dq> b = dq_of(add->input(1));
+  if (!a || !b || !scalar_8bit(*a) || !scalar_8bit(*b) || !same_shape(*a->q, *b->q)) return false;
+  std::optional<Tail> t = tail_of(add->output(0), model.opset(""));
+  if (!t || t->activation == "Clip") return false;
+  const std::string base = add->name().empty() ? add->output(0)->name() : add->name();
+  std::vector<ir::Value*> inputs = {a->q, a->scale, zero_or_new(g, *a, base + "_a_zero_point"),
+                                    b->q, b->scale, zero_or_new(g, *b, base + "_b_zero_point"),
+                                    t->q->input(1), t->q->input(2)};
+  std::vector<ir::Attribute> attributes;
+  if (!t->activation.empty()) attributes.push_back(ir::Attribute::s("activation", t->activation));
+  std::vector<ir::Node*> chain = {add};
+  chain.insert(chain.end(), t->nodes.begin(), t->nodes.end());
+  replace_chain(g, chain, "QLinearAdd", "ai.tether", inputs, attributes);
+  import_tether_opset(model);
+  return true;
+}
+
 }  // namespace
 
 int fuse_qdq(ir::Model& model) {
@@ -259,10 +293,13 @@ int fuse_qdq(ir::Model& model) {
   }
   // Then the element-moving ops between them (their QuantizeLinear is later in the order, and
   // no candidate is another's QuantizeLinear).
-  std::vector<ir::Node*> movers;
-  for (ir::Node* op : g.topological_order())
+  std::vector<ir::Node*> movers, adds;
+  for (ir::Node* op : g.topological_order()) {
     if (moves_elements(*op)) movers.push_back(op);
+    if (is_onnx(*op, "Add")) adds.push_back(op);
+  }
   for (ir::Node* op : movers) fused += fuse_data_movement(g, op) ? 1 : 0;
+  for (ir::Node* op : adds) fused += fuse_add(model, op) ? 1 : 0;
   return fused;
 }
 
