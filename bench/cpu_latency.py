@@ -7,9 +7,19 @@ at each batch size and thread count, and prints the tether/onnxruntime ratio (be
 is faster), tether's achieved GFLOP/s and its share of this machine's nominal FP32 peak (at the
 clock the OS reports; a CPU that boosts above it can pass 100%).
 
+With --int8 it measures quantized models instead: ResNet-50 and MobileNetV2 quantized static by
+onnxruntime's quantize_static (QDQ, uint8 activations, int8 weights per channel, MinMax on 16
+random images; their BatchNormalization statistics taken from random inputs first, see
+export()), BERT-base quantized dynamic by quantize_dynamic (int8 weights,
+DynamicQuantizeLinear + MatMulInteger). tether and onnxruntime run the same file on the same
+threads; the table adds tether's FP32 latency on the float model, the speed-up of INT8 over it,
+and how close the INT8 outputs stay to FP32 (tether's INT8 against tether's FP32 on
+--agreement-samples inputs: top-1 agreement for the CNNs, SQNR for all).
+
 Usage:
     python bench/cpu_latency.py [--models resnet50,mobilenetv2,bert_base_seq128]
                                 [--threads 1,2] [--batches 1,8] [--min-time 2.0] [--markdown out.md]
+    python bench/cpu_latency.py --int8 [--agreement-samples 256] [...the options above]
 """
 
 from __future__ import annotations
@@ -38,15 +48,29 @@ from _nets import NETS  # noqa: E402
 CACHE = Path(os.environ.get("TETHER_BENCH_CACHE", Path(__file__).resolve().parent / ".cache"))
 
 
-def export(name: str) -> Path:
-    """The net exported once to ONNX (weights in external data), cached across runs."""
+def export(name: str, bn_statistics: bool = False) -> Path:
+    """The net exported once to ONNX (weights in external data), cached across runs. With
+    `bn_statistics`, its BatchNormalization layers first take their running statistics from
+    random inputs: with random weights and the default statistics (mean 0, variance 1) the
+    CNNs' outputs hardly depend on the input (the logits of two images differ by ~1e-9), which
+    makes top-1 agreement meaningless; with real statistics each layer is normalised, as in a
+    trained net."""
     CACHE.mkdir(parents=True, exist_ok=True)
-    path = CACHE / f"{name}-b2.onnx"
+    path = CACHE / f"{name}-b2{'-bnstats' if bn_statistics else ''}.onnx"
     if path.exists():
         return path
     factory, shape, dtype = NETS[name]
     torch.manual_seed(0)
     net = factory().eval()
+    if bn_statistics and any(isinstance(m, torch.nn.BatchNorm2d) for m in net.modules()):
+        for m in net.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.momentum = None  # a cumulative average over the batches below
+        net.train()
+        with torch.no_grad():
+            for _ in range(8):
+                net(torch.randn(4, *shape[1:]))
+        net.eval()
     # A batch of 2, not 1: the exporter may bake a batch of 1 into reshapes as a constant.
     example = torch.zeros((2, *shape[1:]), dtype=getattr(torch, dtype))
     with warnings.catch_warnings():
@@ -70,6 +94,101 @@ def export(name: str) -> Path:
         path.unlink()
         raise SystemExit(f"{name}: the exported model does not match torch at batch 3; its batch is not dynamic")
     return path
+
+
+def quantized(name: str) -> Path:
+    """The net's INT8 model (static QDQ for the CNNs, dynamic for BERT), cached across runs."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+
+    src = export(name, bn_statistics=True)
+    path = CACHE / f"{name}-b2-bnstats.int8.onnx"
+    if path.exists():
+        return path
+    _, shape, dtype = NETS[name]
+    if dtype == "int64":
+        quantize_dynamic(str(src), str(path), weight_type=QuantType.QInt8)
+        return path
+    rng = np.random.default_rng(1)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.batches = iter({"input": rng.standard_normal((2, *shape[1:])).astype(np.float32)} for _ in range(8))
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    quantize_static(str(src), str(path), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    return path
+
+
+def inputs_of(name: str, batch: int, seed: int) -> np.ndarray:
+    _, shape, dtype = NETS[name]
+    rng = np.random.default_rng(seed)
+    if dtype == "int64":
+        return rng.integers(0, 1000, size=(batch, *shape[1:]), dtype=np.int64)
+    return rng.standard_normal((batch, *shape[1:])).astype(np.float32)
+
+
+def ort_session(path: Path, threads: int) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def agreement(name: str, fp32: tt.Session, int8: tt.Session, samples: int) -> tuple[float, float]:
+    """Top-1 agreement (CNNs; NaN for BERT) and SQNR in dB of INT8 against FP32, over `samples`
+    inputs in batches of 8."""
+    same = total = 0
+    signal = noise = 0.0
+    for start in range(0, samples, 8):
+        x = inputs_of(name, min(8, samples - start), 1000 + start)
+        f = next(iter(fp32.run({"input": x}).values())).astype(np.float64)
+        q = next(iter(int8.run({"input": x}).values())).astype(np.float64)
+        signal += float(np.sum(f * f))
+        noise += float(np.sum((f - q) ** 2))
+        if f.ndim == 2:
+            same += int(np.sum(f.argmax(1) == q.argmax(1)))
+            total += f.shape[0]
+    top1 = same / total if total else float("nan")
+    return top1, 10 * np.log10(signal / max(noise, 1e-300))
+
+
+def int8_table(args: argparse.Namespace, machine: str) -> list[str]:
+    header = ("| model (INT8) | batch | threads | tether ms | onnxruntime ms | ratio | tether FP32 ms | speed-up over "
+              "tether FP32 | top-1 agreement with FP32 | SQNR vs FP32 dB | max error vs onnxruntime INT8 |")
+    rows = [header, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    print(header)
+    for name in args.models.split(","):
+        fp32_path, int8_path = export(name, bn_statistics=True), quantized(name)
+        fp32_model, int8_model = tt.load(fp32_path), tt.load(int8_path)
+        for threads in [int(t) for t in args.threads.split(",")]:
+            fp32 = tt.compile(fp32_model, threads=threads)
+            int8 = tt.compile(int8_model, threads=threads)
+            ref = ort_session(int8_path, threads)
+            top1, sqnr = agreement(name, fp32, int8, args.agreement_samples)
+            for batch in [int(b) for b in args.batches.split(",")]:
+                feeds = {"input": inputs_of(name, batch, 0)}
+                clock = time.process_time if args.cpu_time and threads == 1 else time.perf_counter
+                ours = median_latency(lambda s=int8, f=feeds: s.run(f), args.min_time, clock=clock)
+                theirs = median_latency(lambda r=ref, f=feeds: r.run(None, f), args.min_time, clock=clock)
+                base = median_latency(lambda s=fp32, f=feeds: s.run(f), args.min_time, clock=clock)
+                got, want = next(iter(int8.run(feeds).values())), ref.run(None, feeds)[0]
+                err = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
+                row = (f"| {name} | {batch} | {threads} | {ours * 1e3:.1f} | {theirs * 1e3:.1f} | "
+                       f"{ours / theirs:.2f} | {base * 1e3:.1f} | {base / ours:.2f}x | {top1 * 100:.1f}% | "
+                       f"{sqnr:.1f} | {err:.1e} |")
+                rows.append(row.replace("| nan% |", "| - |"))
+                print(rows[-1], flush=True)
+    return rows
 
 
 def flops(model: tt.Model, batch: int) -> float:
@@ -150,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="time single-thread rows by process CPU time (steadier on a busy machine)",
     )
+    p.add_argument("--int8", action="store_true", help="measure the INT8 models instead (see above)")
+    p.add_argument("--agreement-samples", type=int, default=256, help="inputs of the INT8 vs FP32 comparison")
     args = p.parse_args(argv)
     info = tt.cpu_info()
     machine = (
@@ -158,6 +279,11 @@ def main(argv: list[str] | None = None) -> int:
         f"onnxruntime {ort.__version__}, tether {tt.__version__}"
     )
     print(f"machine: {machine}")
+    if args.int8:
+        rows = int8_table(args, machine)
+        if args.markdown:
+            Path(args.markdown).write_text(f"machine: {machine}\n\n" + "\n".join(rows) + "\n")
+        return 0
     header = (
         "| model | batch | threads | tether ms | onnxruntime ms | ratio | tether GFLOP/s | % of nominal FP32 peak "
         "| max error vs onnxruntime |"
