@@ -10,6 +10,7 @@
 #include <array>
 #include <cmath>
 #include <optional>
+#include <type_traits>
 
 #include "engine/cpu/cpu.h"
 #include "engine/cpu/qgemm.h"
@@ -351,6 +352,47 @@ void gather_rows(const T* x, const std::vector<int64_t>& xd, const std::vector<i
   }
 }
 
+// ---- depthwise (one input and one output channel per group), 2-D ----------------------------------
+
+// acc[r * ow + c] += sum over the kh x kw taps of pad[(r * sh + i * dh) * pitch + c * sw + j * dw]
+// * w[i * kw + j], with pad the channel's input less its zero point, padded with zeros.
+TETHER_MULTIVERSION void depthwise_plane_i16(int32_t* __restrict acc, const int16_t* __restrict pad, int64_t pitch,
+                                            const int16_t* __restrict w, int64_t oh, int64_t ow, int64_t kh,
+                                            int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw) {
+  for (int64_t i = 0; i < oh * ow; ++i) acc[i] = 0;
+  for (int64_t r = 0; r < oh; ++r) {
+    int32_t* a = acc + r * ow;
+    for (int64_t i = 0; i < kh; ++i) {
+      const int16_t* row = pad + (r * sh + i * dh) * pitch;
+      for (int64_t j = 0; j < kw; ++j) {
+        const int32_t wv = w[i * kw + j];
+        const int16_t* src = row + j * dw;
+        if (sw == 1) {
+          for (int64_t c = 0; c < ow; ++c) a[c] += static_cast<int32_t>(src[c]) * wv;
+        } else {
+          for (int64_t c = 0; c < ow; ++c) a[c] += static_cast<int32_t>(src[c * sw]) * wv;
+        }
+      }
+    }
+  }
+}
+
+// Requantizes (or stores) n sums of one output channel, as QGemmOutput defines it.
+template <typename Y>
+void store_channel(const int32_t* acc, int64_t n, int32_t bias, const QGemmOutput& o, float scale, Y* y) {
+  if constexpr (std::is_same_v<Y, int32_t>) {
+    for (int64_t i = 0; i < n; ++i) y[i] = acc[i] + bias;
+  } else {
+    const float lo = static_cast<float>(o.lo - o.zero_point), hi = static_cast<float>(o.hi - o.zero_point);
+    for (int64_t i = 0; i < n; ++i) {
+      float v = static_cast<float>(acc[i] + bias) * scale;
+      v = std::max(v, lo);
+      v = std::min(v, hi);
+      y[i] = static_cast<Y>(static_cast<int32_t>(std::nearbyint(v)) + o.zero_point);
+    }
+  }
+}
+
 class IntegerConvKernel final : public Kernel {
  public:
   explicit IntegerConvKernel(const KernelInit& init)
@@ -365,7 +407,20 @@ class IntegerConvKernel final : public Kernel {
     bool all = false;
     std::vector<View> c = constant_views(init, all);
     const ir::Tensor* w = init.constant(static_cast<size_t>(s_.b));
-    if (all && w != nullptr && w->rank() >= 3) {
+    if (all && w != nullptr && w->rank() == 4 && node_.attr_int("group", 1) == w->dims()[0] && w->dims()[1] == 1) {
+      // Depthwise: the filters less their zero points, as int16, for the direct kernel.
+      const int64_t cout = w->dims()[0], taps = w->dims()[2] * w->dims()[3];
+      const Params p = read_params<ModelError>(name_, s_, c, -1, cout, "per output channel");
+      dw_weights_.resize(static_cast<size_t>(cout * taps));
+      for (int64_t ch = 0; ch < cout; ++ch) {
+        const int32_t z = p.b_zp[p.b_zp.size() > 1 ? static_cast<size_t>(ch) : 0];
+        for (int64_t t = 0; t < taps; ++t) {
+          const int64_t at = ch * taps + t;
+          const int32_t v = w_type_ == DType::kInt8 ? w->data<int8_t>()[at] : static_cast<int32_t>(w->data<uint8_t>()[at]);
+          dw_weights_[static_cast<size_t>(at)] = static_cast<int16_t>(v - z);
+        }
+      }
+    } else if (all && w != nullptr && w->rank() >= 3) {
       const int64_t cout = w->dims()[0], group = node_.attr_int("group", 1);
       const Params p = read_params<ModelError>(name_, s_, c, -1, cout, "per output channel");
       const int64_t cg = cout / group, k = w->num_elements() / cout;
@@ -378,11 +433,14 @@ class IntegerConvKernel final : public Kernel {
     }
   }
 
-  bool packs_input(size_t i) const override { return !packed_.empty() && static_cast<int>(i) == s_.b; }
+  bool packs_input(size_t i) const override {
+    return (!packed_.empty() || !dw_weights_.empty()) && static_cast<int>(i) == s_.b;
+  }
 
   int64_t scratch_bytes(const std::vector<View>& in, const std::vector<View>& out) const override {
     const View& w = in[static_cast<size_t>(s_.b)];
     const View& y = out[0];
+    if (!dw_weights_.empty()) return threads_ * dw_slot_bytes(in[0], y, w);
     const int64_t group = node_.attr_int("group", 1), cg = y.dims[1] / group;
     int64_t positions = 1;
     for (size_t d = 2; d < y.rank(); ++d) positions *= y.dims[d];
@@ -409,6 +467,10 @@ class IntegerConvKernel final : public Kernel {
     if (bias != nullptr && bias->numel() != cout)
       throw ArgumentError(name_ + ": B has shape " + dims_text(bias->dims) + ", expected [" + std::to_string(cout) +
                           "] (one int32 per output channel)");
+    if (!dw_weights_.empty()) {
+      depthwise(ctx, x, w, y, g, p, bias);
+      return;
+    }
     const size_t esize = elem_bytes(out_type_);
     std::byte* scratch = ctx.scratch;
     std::byte* pack_space = scratch + qgemm_scratch_bytes(positions, cg, k, threads_);
@@ -451,11 +513,80 @@ class IntegerConvKernel final : public Kernel {
   const ir::Node& node_;
   std::string name_;
   Slots s_;
+  // One thread's scratch for the depthwise kernel: the padded input plane a channel's windows
+  // read (int16, the input less its zero point) and the channel's sums (int32).
+  struct DwPlane {
+    int64_t rows, cols, plane_bytes, bytes;
+  };
+  static int64_t round64(int64_t b) { return (b + 63) / 64 * 64; }
+  static DwPlane dw_plane(const View& y, const ConvGeometry& g) {
+    DwPlane d;
+    d.rows = (y.dims[2] - 1) * g.strides[0] + (g.kernel[0] - 1) * g.dilations[0] + 1;
+    d.cols = (y.dims[3] - 1) * g.strides[1] + (g.kernel[1] - 1) * g.dilations[1] + 1;
+    d.plane_bytes = round64(d.rows * d.cols * static_cast<int64_t>(sizeof(int16_t)));
+    d.bytes = d.plane_bytes + round64(y.dims[2] * y.dims[3] * static_cast<int64_t>(sizeof(int32_t)));
+    return d;
+  }
+  int64_t dw_slot_bytes(const View& x, const View& y, const View& w) const {
+    return dw_plane(y, conv_geometry(node_, x.dims, w.dims, y.dims, false)).bytes;
+  }
+
+  void depthwise(const RunContext& ctx, const View& x, const View& w, View& y, const ConvGeometry& g, const Params& p,
+                 const View* bias) const;
+
   DType x_type_, w_type_, out_type_;
   int threads_;
   QActivation act_;
+  std::vector<int16_t> dw_weights_;  // depthwise: cout x kh x kw filters less their zero points
   std::vector<QPackedB> packed_;  // one per group, when the weights and their zero points are constant
 };
+
+void IntegerConvKernel::depthwise(const RunContext& ctx, const View& x, const View& w, View& y, const ConvGeometry& g,
+                                  const Params& p, const View* bias) const {
+  const DwPlane d = dw_plane(y, g);
+  const int64_t channels = y.dims[1], ih = x.dims[2], iw = x.dims[3], oh = y.dims[2], ow = y.dims[3];
+  const int64_t kh = g.kernel[0], kw = g.kernel[1], taps = kh * kw;
+  const int32_t xz = p.a_zp[0];
+  const QGemmOutput o = output_of(p, out_type_, nullptr, act_);
+  auto plane = [&](int thread, int64_t q0, int64_t q1) {
+    std::byte* slot = ctx.scratch + thread * d.bytes;
+    auto* pad = reinterpret_cast<int16_t*>(slot);
+    auto* acc = reinterpret_cast<int32_t*>(slot + d.plane_bytes);
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t ch = q % channels;
+      for (int64_t r = 0; r < d.rows; ++r) {
+        const int64_t sr = r - g.pad_begin[0];
+        int16_t* dst = pad + r * d.cols;
+        if (sr < 0 || sr >= ih) {
+          std::fill(dst, dst + d.cols, int16_t{0});
+          continue;
+        }
+        for (int64_t c = 0; c < d.cols; ++c) {
+          const int64_t sc = c - g.pad_begin[1];
+          int32_t v = 0;
+          if (sc >= 0 && sc < iw) {
+            const int64_t at = (q * ih + sr) * iw + sc;
+            v = (x_type_ == DType::kInt8 ? x.as<int8_t>()[at] : static_cast<int32_t>(x.as<uint8_t>()[at])) - xz;
+          }
+          dst[c] = static_cast<int16_t>(v);
+        }
+      }
+      depthwise_plane_i16(acc, pad, d.cols, dw_weights_.data() + ch * taps, oh, ow, kh, kw, g.strides[0], g.strides[1],
+                          g.dilations[0], g.dilations[1]);
+      const int32_t b = bias != nullptr ? bias->as<int32_t>()[ch] : 0;
+      const float scale = o.scale != nullptr ? o.scale[o.scale_per_column ? ch : 0] : 0.0f;
+      const int64_t n = oh * ow;
+      switch (out_type_) {
+        case DType::kInt32: store_channel(acc, n, b, o, scale, y.as<int32_t>() + q * n); break;
+        case DType::kInt8: store_channel(acc, n, b, o, scale, y.as<int8_t>() + q * n); break;
+        default: store_channel(acc, n, b, o, scale, y.as<uint8_t>() + q * n); break;
+      }
+    }
+  };
+  const int64_t planes = x.dims[0] * channels;
+  if (ctx.pool == nullptr) plane(0, 0, planes);
+  else ctx.pool->parallel_for_indexed(planes, 1, plane);
+}
 
 // ---- QLinearAdd (ai.tether) ---------------------------------------------------------------------
 
