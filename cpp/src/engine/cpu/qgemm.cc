@@ -9,6 +9,7 @@
 
 #include "engine/cpu/qgemm_kernels.h"
 #include "util/cpu_features.h"
+#include "util/multiversion.h"
 
 namespace tether::engine::cpu {
 
@@ -23,12 +24,13 @@ constexpr int kGenericMr = 4;
 constexpr int kGenericNr = 16;
 
 template <int kRows>
-void generic_rows(int64_t k, const uint8_t* __restrict a, const int8_t* __restrict b, int32_t* __restrict acc) {
+void generic_rows(int64_t k, const uint8_t* __restrict a, int64_t lda, const int8_t* __restrict b,
+                  int32_t* __restrict acc) {
   int32_t c[kRows][kGenericNr] = {};
   for (int64_t p = 0; p < k; ++p) {
     const int8_t* bp = b + p * kGenericNr;
     for (int r = 0; r < kRows; ++r) {
-      const int16_t av = a[p * kGenericMr + r];
+      const int16_t av = a[r * lda + p];
       for (int j = 0; j < kGenericNr; ++j) c[r][j] += static_cast<int16_t>(av * bp[j]);
     }
   }
@@ -36,14 +38,14 @@ void generic_rows(int64_t k, const uint8_t* __restrict a, const int8_t* __restri
     for (int j = 0; j < kGenericNr; ++j) acc[r * kGenericNr + j] = c[r][j];
 }
 
-void qs8_gemm_4x16__generic(int64_t groups, const void* a, const void* b, int32_t* acc, int64_t rows) {
+void qs8_gemm_4x16__generic(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows) {
   const auto* pa = static_cast<const uint8_t*>(a);
   const auto* pb = static_cast<const int8_t*>(b);
   switch (rows) {
-    case 1: return generic_rows<1>(groups, pa, pb, acc);
-    case 2: return generic_rows<2>(groups, pa, pb, acc);
-    case 3: return generic_rows<3>(groups, pa, pb, acc);
-    default: return generic_rows<4>(groups, pa, pb, acc);
+    case 1: return generic_rows<1>(groups, pa, lda, pb, acc);
+    case 2: return generic_rows<2>(groups, pa, lda, pb, acc);
+    case 3: return generic_rows<3>(groups, pa, lda, pb, acc);
+    default: return generic_rows<4>(groups, pa, lda, pb, acc);
   }
 }
 
@@ -83,7 +85,8 @@ int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 int64_t groups_of(const QGemmIsa& isa, int64_t k) { return (k + isa.group - 1) / isa.group; }
 int64_t value_bytes(const QGemmIsa& isa) { return isa.wide ? 2 : 1; }
 int64_t panel_bytes(const QGemmIsa& isa, int64_t k) { return groups_of(isa, k) * isa.group * isa.nr * value_bytes(isa); }
-int64_t tile_bytes(const QGemmIsa& isa, int64_t k) { return groups_of(isa, k) * isa.group * isa.mr * value_bytes(isa); }
+// Bytes of one row of A as the kernel reads it.
+int64_t a_row_bytes(const QGemmIsa& isa, int64_t k) { return groups_of(isa, k) * isa.group * value_bytes(isa); }
 
 }  // namespace
 
@@ -175,64 +178,71 @@ QPackedB QPackedB::pack_into(void* storage, const void* src, bool is_signed, int
 
 namespace {
 
-// Tiles of MR rows (the layout in qgemm_kernels.h) from `rows` rows of A (row i at src + i * lda),
-// each byte xor `flip` (0x80 turns int8 into uint8 + 128), and the rows' sums of those bytes.
-void pack_a(const QGemmIsa& isa, const uint8_t* src, int64_t lda, int64_t rows, int64_t k, uint8_t flip, void* dst,
-            int32_t* row_sums) {
-  const int64_t mr = isa.mr, group = isa.group, groups = groups_of(isa, k), full = k / group;
-  const int64_t tiles = (rows + mr - 1) / mr;
-  const uint32_t flip4 = flip * 0x01010101u;
-  std::memset(dst, 0, static_cast<size_t>(tiles * tile_bytes(isa, k)));
+// Rows of A as the kernels read them (the layout in qgemm_kernels.h): row i of the source (at
+// src + i * lda) with each byte xor `flip` (0x80 turns int8 into uint8 + 128), as uint8 or
+// (`wide`) int16, zero-padded from k to kpad values, at dst + i * ldp bytes; and the rows'
+// sums of those values.
+TETHER_MULTIVERSION
+void convert_rows(const uint8_t* __restrict src, int64_t lda, int64_t rows, int64_t k, int64_t kpad, uint8_t flip,
+                  bool wide, uint8_t* __restrict dst, int64_t ldp, int32_t* __restrict sums) {
   for (int64_t i = 0; i < rows; ++i) {
-    const uint8_t* row = src + i * lda;
+    const uint8_t* __restrict row = src + i * lda;
     uint32_t sum = 0;
-    for (int64_t p = 0; p < k; ++p) sum += static_cast<uint8_t>(row[p] ^ flip);
-    row_sums[i] = static_cast<int32_t>(sum);
-    // Row i's first step in its tile; step g lies g * MR * group values further.
-    const int64_t at = (i / mr) * groups * mr * group + (i % mr) * group, step = mr * group;
-    if (isa.wide) {
-      auto* out = static_cast<uint16_t*>(dst) + at;
-      for (int64_t p = 0; p < k; ++p) out[(p / group) * step + p % group] = static_cast<uint8_t>(row[p] ^ flip);
-    } else if (group == 4) {
-      auto* out = static_cast<uint8_t*>(dst) + at;
-      for (int64_t g = 0; g < full; ++g) {
-        uint32_t v;
-        std::memcpy(&v, row + g * 4, 4);
-        v ^= flip4;
-        std::memcpy(out + g * step, &v, 4);
+    if (wide) {
+      auto* __restrict out = reinterpret_cast<uint16_t*>(dst + i * ldp);
+      for (int64_t p = 0; p < k; ++p) {
+        const uint8_t v = row[p] ^ flip;
+        out[p] = v;
+        sum += v;
       }
-      for (int64_t p = full * 4; p < k; ++p) out[full * step + p % 4] = static_cast<uint8_t>(row[p] ^ flip);
+      for (int64_t p = k; p < kpad; ++p) out[p] = 0;
     } else {
-      auto* out = static_cast<uint8_t*>(dst) + at;
-      for (int64_t p = 0; p < k; ++p) out[(p / group) * step + p % group] = static_cast<uint8_t>(row[p] ^ flip);
+      uint8_t* __restrict out = dst + i * ldp;
+      for (int64_t p = 0; p < k; ++p) {
+        const uint8_t v = row[p] ^ flip;
+        out[p] = v;
+        sum += v;
+      }
+      for (int64_t p = k; p < kpad; ++p) out[p] = 0;
     }
+    sums[i] = static_cast<int32_t>(sum);
+  }
+}
+
+// The sums of `rows` rows of uint8 A read in place.
+TETHER_MULTIVERSION
+void row_sums(const uint8_t* __restrict src, int64_t lda, int64_t rows, int64_t k, int32_t* __restrict sums) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const uint8_t* __restrict row = src + i * lda;
+    uint32_t sum = 0;
+    for (int64_t p = 0; p < k; ++p) sum += row[p];
+    sums[i] = static_cast<int32_t>(sum);
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // The driver
 
-// Bytes of packed A one thread holds at once: its tiles stay in L2 while B's panels pass.
+// Bytes of A one thread holds at once: its rows stay in L2 while B's panels pass.
 constexpr int64_t kABlockBytes = 160 * 1024;
 constexpr int64_t kMaxBlockRows = 192;
 
-// Rows of A packed at a time: a whole number of tiles.
+// Rows of A converted at a time: a whole number of tiles.
 int64_t block_rows(const QGemmIsa& isa, int64_t m, int64_t k) {
-  const int64_t per_row = std::max<int64_t>(1, tile_bytes(isa, k) / isa.mr);
+  const int64_t per_row = std::max<int64_t>(1, a_row_bytes(isa, k));
   const int64_t rows = std::clamp<int64_t>(kABlockBytes / per_row, isa.mr, kMaxBlockRows) / isa.mr * isa.mr;
   return std::min(rows, round_up(m, isa.mr));
 }
 
-// One thread's scratch: A's rows as gathered by `rows` (mc x k bytes), A packed, three arrays
-// of mc row terms, two arrays of n column terms.
+// One thread's scratch: A's rows as gathered by `rows` (mc x k bytes), A as the kernel reads
+// it (mc rows), three arrays of mc row terms, two arrays of n column terms.
 struct Scratch {
-  int64_t raw = 0, packed = 0, row_terms = 0, col_terms = 0, total = 0;
+  int64_t raw = 0, converted = 0, row_terms = 0, col_terms = 0, total = 0;
 
   Scratch(const QGemmIsa& isa, int64_t m, int64_t n, int64_t k) {
     const int64_t mc = block_rows(isa, m, k);
-    raw = 0;
-    packed = raw + round64(mc * k);
-    row_terms = packed + round64(mc / isa.mr * tile_bytes(isa, k));
+    converted = raw + round64(mc * k);
+    row_terms = converted + round64(mc * a_row_bytes(isa, k));
     col_terms = row_terms + 3 * round64(mc * 4);
     total = col_terms + 2 * round64(n * 4);
   }
@@ -276,17 +286,18 @@ void column_terms(const Call& call, int64_t j0, int64_t cols, int32_t* col_add, 
   }
 }
 
-// One task: rows [t0 * MR, t1 * MR) (clipped to m) and panels [p0, p1) of C. A is packed a
-// block of rows at a time; for each block every panel of B runs past all its tiles.
+// One task: rows [t0 * MR, t1 * MR) (clipped to m) and panels [p0, p1) of C. A is converted a
+// block of rows at a time (or read in place when it is uint8 already and its depth a whole
+// number of steps); for each block every panel of B runs past all its tiles.
 void qgemm_block(const Call& call, int64_t t0, int64_t t1, int64_t p0, int64_t p1, std::byte* scratch) {
   const QGemmIsa& isa = call.isa;
   const int64_t mr = isa.mr, nr = isa.nr, m = call.m, n = call.n, k = call.k;
   const Scratch layout(isa, m, n, k);
   auto* raw = reinterpret_cast<uint8_t*>(scratch + layout.raw);
-  auto* packed = scratch + layout.packed;
+  auto* converted = reinterpret_cast<uint8_t*>(scratch + layout.converted);
   const int64_t mc = block_rows(isa, m, k), row_array = round64(mc * 4) / 4;
-  auto* row_sums = reinterpret_cast<int32_t*>(scratch + layout.row_terms);
-  int32_t* row_add = row_sums + row_array;
+  auto* row_sum = reinterpret_cast<int32_t*>(scratch + layout.row_terms);
+  int32_t* row_add = row_sum + row_array;
   int32_t* row_za = row_add + row_array;
   auto* col_add = reinterpret_cast<int32_t*>(scratch + layout.col_terms);
   int32_t* col_ct = col_add + round64(n * 4) / 4;
@@ -297,7 +308,8 @@ void qgemm_block(const Call& call, int64_t t0, int64_t t1, int64_t p0, int64_t p
   const uint32_t zb = static_cast<uint32_t>(call.b.zero_points()[0]);
   const uint8_t flip = call.a.is_signed ? 0x80 : 0x00;
   const int32_t za_shift = call.a.is_signed ? 128 : 0;
-  const int64_t panel_size = panel_bytes(isa, k), tile_size = tile_bytes(isa, k), groups = groups_of(isa, k);
+  const bool in_place = !call.a.is_signed && !isa.wide && k % isa.group == 0;
+  const int64_t panel_size = panel_bytes(isa, k), groups = groups_of(isa, k), row_bytes = a_row_bytes(isa, k);
   const auto* panels = static_cast<const std::byte*>(call.b.data());
   alignas(64) int32_t acc[12 * 32];
 
@@ -313,9 +325,15 @@ void qgemm_block(const Call& call, int64_t t0, int64_t t1, int64_t p0, int64_t p
       src = static_cast<const uint8_t*>(call.a.data) + i0 * call.a.lda;
       lda = call.a.lda;
     }
-    pack_a(isa, src, lda, rows, k, flip, packed, row_sums);
+    if (in_place) {
+      row_sums(src, lda, rows, k, row_sum);
+    } else {
+      convert_rows(src, lda, rows, k, groups * isa.group, flip, isa.wide, converted, row_bytes, row_sum);
+      src = converted;
+      lda = row_bytes;
+    }
     for (int64_t r = 0; r < rows; ++r) {
-      row_add[r] = zb_uniform ? static_cast<int32_t>(0u - zb * static_cast<uint32_t>(row_sums[r])) : 0;
+      row_add[r] = zb_uniform ? static_cast<int32_t>(0u - zb * static_cast<uint32_t>(row_sum[r])) : 0;
       if (call.a.per_row) row_za[r] = call.a.zero_points[i0 + r] + za_shift;
     }
     for (int64_t q = p0; q < p1; ++q) {
@@ -323,12 +341,12 @@ void qgemm_block(const Call& call, int64_t t0, int64_t t1, int64_t p0, int64_t p
       const std::byte* panel = panels + q * panel_size;
       for (int64_t it = 0; it < rows; it += mr) {
         const int64_t tile_rows = std::min(mr, rows - it);
-        isa.kernel(groups, packed + (it / mr) * tile_size, panel, acc, tile_rows);
+        isa.kernel(groups, src + it * lda, lda, panel, acc, tile_rows);
         QTileTerms terms = call.act;
         terms.col_add = col_add + (jq - j0);
         terms.row_add = row_add + it;
         if (!zb_uniform) {
-          terms.row_mul[terms.products] = row_sums + it;
+          terms.row_mul[terms.products] = row_sum + it;
           terms.col_mul[terms.products++] = call.b.zero_points() + jq;
         }
         if (call.a.per_row) {

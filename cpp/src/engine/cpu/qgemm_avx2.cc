@@ -17,22 +17,20 @@ namespace tether::engine::cpu {
 
 namespace {
 
-constexpr int kMr = 4;
 constexpr int kNr = 16;
 
 template <int kRows>
-void gemm_rows_x16(int64_t groups, const int16_t* a, const int16_t* b, int32_t* acc) {
+void gemm_rows_x16(int64_t groups, const uint8_t* a, int64_t lda, const int16_t* b, int32_t* acc) {
   __m256i c[kRows][2];
 #pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) c[r][0] = c[r][1] = _mm256_setzero_si256();
   for (int64_t g = 0; g < groups; ++g) {
     const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + g * 2 * kNr));
     const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + g * 2 * kNr + 16));
-    const int16_t* ag = a + g * 2 * kMr;
 #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
-      int32_t a2;
-      std::memcpy(&a2, ag + 2 * r, 4);
+      int32_t a2;  // two int16 values
+      std::memcpy(&a2, a + r * lda + 4 * g, 4);
       const __m256i av = _mm256_set1_epi32(a2);
       c[r][0] = _mm256_add_epi32(c[r][0], _mm256_madd_epi16(av, b0));
       c[r][1] = _mm256_add_epi32(c[r][1], _mm256_madd_epi16(av, b1));
@@ -47,14 +45,14 @@ void gemm_rows_x16(int64_t groups, const int16_t* a, const int16_t* b, int32_t* 
 
 }  // namespace
 
-void qs8_gemm_4x16__avx2(int64_t groups, const void* a, const void* b, int32_t* acc, int64_t rows) {
-  const auto* pa = static_cast<const int16_t*>(a);
+void qs8_gemm_4x16__avx2(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows) {
+  const auto* pa = static_cast<const uint8_t*>(a);
   const auto* pb = static_cast<const int16_t*>(b);
   switch (rows) {
-    case 1: return gemm_rows_x16<1>(groups, pa, pb, acc);
-    case 2: return gemm_rows_x16<2>(groups, pa, pb, acc);
-    case 3: return gemm_rows_x16<3>(groups, pa, pb, acc);
-    default: return gemm_rows_x16<4>(groups, pa, pb, acc);
+    case 1: return gemm_rows_x16<1>(groups, pa, lda, pb, acc);
+    case 2: return gemm_rows_x16<2>(groups, pa, lda, pb, acc);
+    case 3: return gemm_rows_x16<3>(groups, pa, lda, pb, acc);
+    default: return gemm_rows_x16<4>(groups, pa, lda, pb, acc);
   }
 }
 

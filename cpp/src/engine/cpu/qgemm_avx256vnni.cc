@@ -13,8 +13,9 @@ namespace tether::engine::cpu {
 
 #include "engine/cpu/qgemm_vnni_ymm.inc"
 
-void qs8_gemm_6x16__avx256vnni(int64_t groups, const void* a, const void* b, int32_t* acc, int64_t rows) {
-  gemm_6x16(groups, a, b, acc, rows);
+void qs8_gemm_6x16__avx256vnni(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc,
+                               int64_t rows) {
+  gemm_6x16(groups, a, lda, b, acc, rows);
 }
 
 }  // namespace tether::engine::cpu

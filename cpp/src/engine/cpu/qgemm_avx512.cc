@@ -20,18 +20,17 @@ constexpr int kMr = 12;
 constexpr int kNr = 32;
 
 template <int kRows>
-void gemm_rows_x32(int64_t groups, const uint8_t* a, const int8_t* b, int32_t* acc) {
+void gemm_rows_x32(int64_t groups, const uint8_t* a, int64_t lda, const int8_t* b, int32_t* acc) {
   __m512i c[kRows][2];
 #pragma GCC unroll 12
   for (int r = 0; r < kRows; ++r) c[r][0] = c[r][1] = _mm512_setzero_si512();
   for (int64_t g = 0; g < groups; ++g) {
     const __m512i b0 = _mm512_load_si512(b + g * 4 * kNr);
     const __m512i b1 = _mm512_load_si512(b + g * 4 * kNr + 64);
-    const uint8_t* ag = a + g * 4 * kMr;
 #pragma GCC unroll 12
     for (int r = 0; r < kRows; ++r) {
       int32_t a4;
-      std::memcpy(&a4, ag + 4 * r, 4);
+      std::memcpy(&a4, a + r * lda + 4 * g, 4);
       const __m512i av = _mm512_set1_epi32(a4);
       c[r][0] = _mm512_dpbusd_epi32(c[r][0], av, b0);
       c[r][1] = _mm512_dpbusd_epi32(c[r][1], av, b1);
@@ -44,7 +43,7 @@ void gemm_rows_x32(int64_t groups, const uint8_t* a, const int8_t* b, int32_t* a
   }
 }
 
-using RowsKernel = void (*)(int64_t, const uint8_t*, const int8_t*, int32_t*);
+using RowsKernel = void (*)(int64_t, const uint8_t*, int64_t, const int8_t*, int32_t*);
 
 constexpr RowsKernel kByRows[kMr] = {
     gemm_rows_x32<1>, gemm_rows_x32<2>, gemm_rows_x32<3>, gemm_rows_x32<4>,  gemm_rows_x32<5>,  gemm_rows_x32<6>,
@@ -53,8 +52,9 @@ constexpr RowsKernel kByRows[kMr] = {
 
 }  // namespace
 
-void qs8_gemm_12x32__avx512vnni(int64_t groups, const void* a, const void* b, int32_t* acc, int64_t rows) {
-  kByRows[rows - 1](groups, static_cast<const uint8_t*>(a), static_cast<const int8_t*>(b), acc);
+void qs8_gemm_12x32__avx512vnni(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc,
+                                int64_t rows) {
+  kByRows[rows - 1](groups, static_cast<const uint8_t*>(a), lda, static_cast<const int8_t*>(b), acc);
 }
 
 void qs8_gemm_epilogue__avx512(const int32_t* acc, int64_t ld, int64_t rows, int64_t cols, const QTileTerms& terms,

@@ -10,9 +10,9 @@
 namespace tether::engine::cpu {
 
 /// Computes the raw sums of one MR x NR tile: acc[r * NR + q] = sum over the packed depth of
-/// A(r, p) * B(p, q), for r < rows (rows <= MR; the rest of acc is left as is). `a` is a tile of
-/// packed A and `b` a panel of packed B, both `groups` steps deep (see QGemmIsa).
-using QMicroKernel = void (*)(int64_t groups, const void* a, const void* b, int32_t* acc, int64_t rows);
+/// A(r, p) * B(p, q), for r < rows (rows <= MR; the rest of acc is left as is). Row r of A is at
+/// a + r * lda bytes, and `b` is a panel of packed B, both `groups` steps deep (see QGemmIsa).
+using QMicroKernel = void (*)(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows);
 
 /// The zero point terms and bias of one tile, as wrap-around (uint32) int32 values:
 ///   s(r, q) = acc(r, q) + col_add[q] + row_add[r] - sum_t row_mul[t][r] * col_mul[t][q]
@@ -36,12 +36,12 @@ using QTileEpilogue = void (*)(const int32_t* acc, int64_t ld, int64_t rows, int
 
 /// One integer GEMM kernel and the packing it reads.
 ///
-/// Packed A, per tile of MR rows (rows past m zero): groups steps of MR x `group` values,
-/// row r's values for depth [g * group, g * group + group) at ((g * MR) + r) * group; depth
-/// past k is zero. Values are uint8, or int16 when `wide`.
+/// A, as the kernel reads it: rows of uint8 values, or int16 when `wide`, depth zero-padded to
+/// a whole number of steps of `group` values (unpadded uint8 A is read in place, with no copy).
 /// Packed B, per panel of NR columns (columns past n zero): groups steps of NR x `group`
-/// values, column c's values at ((g * NR) + c) * group; depth past k is zero. Values are int8,
-/// or int16 when `wide`. Panels lie one after another.
+/// values, column c's values for depth [g * group, g * group + group) at ((g * NR) + c) *
+/// group; depth past k is zero. Values are int8, or int16 when `wide`. Panels lie one after
+/// another.
 struct QGemmIsa {
   const char* isa;  ///< "avx512vnni", "avxvnni", "avx256vnni", "avx2", "generic"
   int mr;
@@ -53,10 +53,10 @@ struct QGemmIsa {
 };
 
 // Micro-kernels and epilogues, one file per ISA, compiled with that ISA's flags alone.
-void qs8_gemm_12x32__avx512vnni(int64_t groups, const void* a, const void* b, int32_t* acc, int64_t rows);
-void qs8_gemm_6x16__avxvnni(int64_t groups, const void* a, const void* b, int32_t* acc, int64_t rows);
-void qs8_gemm_6x16__avx256vnni(int64_t groups, const void* a, const void* b, int32_t* acc, int64_t rows);
-void qs8_gemm_4x16__avx2(int64_t groups, const void* a, const void* b, int32_t* acc, int64_t rows);
+void qs8_gemm_12x32__avx512vnni(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows);
+void qs8_gemm_6x16__avxvnni(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows);
+void qs8_gemm_6x16__avx256vnni(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows);
+void qs8_gemm_4x16__avx2(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows);
 void qs8_gemm_epilogue__avx512(const int32_t* acc, int64_t ld, int64_t rows, int64_t cols, const QTileTerms& terms,
                                const QGemmOutput& out, int64_t i0, int64_t j0);
 void qs8_gemm_epilogue__avx2(const int32_t* acc, int64_t ld, int64_t rows, int64_t cols, const QTileTerms& terms,
