@@ -46,9 +46,10 @@ CpuFeatures detect() {
   if (const char* cap = std::getenv("TETHER_ISA")) {
     const std::string s = cap;
     if (s == "avx2" || s == "generic") {
-      f.avx512 = f.avx512_vnni = false;
+      // AVX2 alone: the VEX VNNI extension goes too, so that the plain AVX2 kernels run.
+      f.avx512 = f.avx512_vnni = f.avx_vnni = false;
     }
-    if (s == "generic") f.avx2 = f.avx_vnni = false;
+    if (s == "generic") f.avx2 = false;
   }
   return f;
 }

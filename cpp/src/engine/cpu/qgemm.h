@@ -58,6 +58,8 @@ class QPackedB {
   const int32_t* zero_points() const { return zero_points_; }
   /// n sums over p of B(p, j) as stored.
   const int32_t* column_sums() const { return column_sums_; }
+  /// True when all n zero points are equal (a per-tensor zero point, or equal per column ones).
+  bool uniform_zero_point() const { return uniform_zero_point_; }
 
  private:
   std::shared_ptr<std::byte> storage_;
@@ -65,6 +67,7 @@ class QPackedB {
   int32_t* zero_points_ = nullptr;
   int32_t* column_sums_ = nullptr;
   int64_t k_ = 0, n_ = 0;
+  bool uniform_zero_point_ = true;
   const QGemmIsa* isa_ = nullptr;
 };
 
@@ -81,14 +84,16 @@ struct QGemmA {
 };
 
 /// What happens to the int32 sum s of element (i, j) of C:
-/// - kInt32: stored as is;
+/// - kInt32: s + bias[j] stored (s alone when bias is nullptr);
 /// - kInt8 / kUInt8: v = float(s + bias[j]) * scale[j], clamped to [lo - zero_point,
 ///   hi - zero_point], rounded half to even, plus zero_point (the requantization of
 ///   QLinearConv and QLinearMatMul, as onnxruntime computes it);
 /// - kFloat32: float(s + bias[j]) * scale[j] + float_bias[j], then `act` (a dequantized output).
 /// bias (int32), scale and float_bias each hold n values, or one when the matching
 /// `*_per_column` is false; bias and float_bias may be nullptr. Element (i, j) is stored at
-/// c + (i * row_stride + j * col_stride) elements of its type.
+/// c + (i * row_stride + j * col_stride) elements of its type. The sums and bias add with
+/// int32 wrap-around; scales are finite, and lo - zero_point and hi - zero_point lie within
+/// +-2^22 (TETHER_CHECK).
 struct QGemmOutput {
   enum class Kind { kInt32, kInt8, kUInt8, kFloat32 };
   Kind kind = Kind::kInt32;
@@ -105,7 +110,8 @@ struct QGemmOutput {
   Epilogue act;            ///< kFloat32 only
 };
 
-/// Bytes of scratch qgemm needs on `threads` threads for an m x n x k product.
+/// Bytes of scratch qgemm needs on `threads` threads for an m x n x k product (with any of
+/// qgemm_isas()' kernels).
 int64_t qgemm_scratch_bytes(int64_t m, int64_t n, int64_t k, int threads);
 
 /// C = (A - a_zero) @ (B - b_zero) as int32 sums, then `out`'s epilogue. Runs in parallel on

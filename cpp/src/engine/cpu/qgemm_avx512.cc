@@ -1,0 +1,65 @@
+// qs8_gemm_12x32__avx512vnni: R rows x 32 columns of int32 sums in 2R ZMM accumulators
+// (R = 1..12 by the tile's rows). A packed step holds 4 depths: one 64-byte load of B gives
+// 16 columns x 4 int8, A's 4 uint8 of a row are broadcast, and one vpdpbusd adds the four
+// products into each int32 lane, exactly (no saturating step). Also the integer GEMM's tile
+// epilogue compiled for AVX-512. Compiled with AVX-512 (F, BW, DQ, VL, VNNI) flags; called only
+// when the CPU has them.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "engine/cpu/qgemm_kernels.h"
+
+namespace tether::engine::cpu {
+
+#include "engine/cpu/qgemm_epilogue.inc"
+
+namespace {
+
+constexpr int kMr = 12;
+constexpr int kNr = 32;
+
+template <int kRows>
+void gemm_rows_x32(int64_t groups, const uint8_t* a, int64_t lda, const int8_t* b, int32_t* acc) {
+  __m512i c[kRows][2];
+#pragma GCC unroll 12
+  for (int r = 0; r < kRows; ++r) c[r][0] = c[r][1] = _mm512_setzero_si512();
+  for (int64_t g = 0; g < groups; ++g) {
+    const __m512i b0 = _mm512_load_si512(b + g * 4 * kNr);
+    const __m512i b1 = _mm512_load_si512(b + g * 4 * kNr + 64);
+#pragma GCC unroll 12
+    for (int r = 0; r < kRows; ++r) {
+      int32_t a4;
+      std::memcpy(&a4, a + r * lda + 4 * g, 4);
+      const __m512i av = _mm512_set1_epi32(a4);
+      c[r][0] = _mm512_dpbusd_epi32(c[r][0], av, b0);
+      c[r][1] = _mm512_dpbusd_epi32(c[r][1], av, b1);
+    }
+  }
+#pragma GCC unroll 12
+  for (int r = 0; r < kRows; ++r) {
+    _mm512_store_si512(acc + r * kNr, c[r][0]);
+    _mm512_store_si512(acc + r * kNr + 16, c[r][1]);
+  }
+}
+
+using RowsKernel = void (*)(int64_t, const uint8_t*, int64_t, const int8_t*, int32_t*);
+
+constexpr RowsKernel kByRows[kMr] = {
+    gemm_rows_x32<1>, gemm_rows_x32<2>, gemm_rows_x32<3>, gemm_rows_x32<4>,  gemm_rows_x32<5>,  gemm_rows_x32<6>,
+    gemm_rows_x32<7>, gemm_rows_x32<8>, gemm_rows_x32<9>, gemm_rows_x32<10>, gemm_rows_x32<11>, gemm_rows_x32<12>,
+};
+
+}  // namespace
+
+void qs8_gemm_12x32__avx512vnni(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc,
+                                int64_t rows) {
+  kByRows[rows - 1](groups, static_cast<const uint8_t*>(a), lda, static_cast<const int8_t*>(b), acc);
+}
+
+void qs8_gemm_epilogue__avx512(const int32_t* acc, int64_t ld, int64_t rows, int64_t cols, const QTileTerms& terms,
+                               const QGemmOutput& out, int64_t i0, int64_t j0) {
+  tile_epilogue(acc, ld, rows, cols, terms, out, i0, j0);
+}
+
+}  // namespace tether::engine::cpu
