@@ -249,6 +249,29 @@ void int_max_pool(const RunContext& ctx, const View& x, View& y, const ConvGeome
     ksize *= g.kernel[d];
   }
   const int64_t planes = x.dims[0] * x.dims[1];
+  if (sp == 2 && g.dilations[0] == 1 && g.dilations[1] == 1) {
+    // Each window is a clamped rectangle: no per-tap bounds checks.
+    const int64_t ih = x.dims[2], iw = x.dims[3], oh = y.dims[2], ow = y.dims[3];
+    parallel(ctx, planes, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const T* xp = x.as<T>() + p * in_size;
+        T* yp = y.as<T>() + p * out_size;
+        for (int64_t r = 0; r < oh; ++r) {
+          const int64_t h0 = std::max<int64_t>(r * g.strides[0] - g.pad_begin[0], 0);
+          const int64_t h1 = std::min(r * g.strides[0] - g.pad_begin[0] + g.kernel[0], ih);
+          for (int64_t c = 0; c < ow; ++c) {
+            const int64_t w0 = std::max<int64_t>(c * g.strides[1] - g.pad_begin[1], 0);
+            const int64_t w1 = std::min(c * g.strides[1] - g.pad_begin[1] + g.kernel[1], iw);
+            T m = std::numeric_limits<T>::lowest();
+            for (int64_t i = h0; i < h1; ++i)
+              for (int64_t j = w0; j < w1; ++j) m = std::max(m, xp[i * iw + j]);
+            yp[r * ow + c] = m;
+          }
+        }
+      }
+    });
+    return;
+  }
   parallel(ctx, planes, 1, [&](int64_t p0, int64_t p1) {
     std::vector<int64_t> start(sp);
     for (int64_t p = p0; p < p1; ++p) {

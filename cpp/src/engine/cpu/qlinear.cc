@@ -325,6 +325,48 @@ void gather_rows(const T* x, const std::vector<int64_t>& xd, const std::vector<i
     in_size *= xd[d + 2];
     ksize *= g.kernel[d];
   }
+  const int64_t k = channels * ksize;
+  if (sp == 2) {
+    const int64_t ih = xd[2], iw = xd[3], ow = yd[3], kh = g.kernel[0], kw = g.kernel[1];
+    const int64_t sh = g.strides[0], sw = g.strides[1], dh = g.dilations[0], dw = g.dilations[1];
+    const int64_t ph = g.pad_begin[0], pw = g.pad_begin[1];
+    if (ksize == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0) {
+      // 1x1, stride 1: row o is x[:, o], a transpose of [channels, count] in tiles.
+      constexpr int64_t kTile = 16;
+      for (int64_t c0 = 0; c0 < channels; c0 += kTile) {
+        const int64_t c1 = std::min(channels, c0 + kTile);
+        for (int64_t r = 0; r < count; ++r)
+          for (int64_t c = c0; c < c1; ++c) dst[r * k + c] = x[c * in_size + o0 + r];
+      }
+      return;
+    }
+    int64_t oy = o0 / ow, ox = o0 % ow;
+    for (int64_t r = 0; r < count; ++r) {
+      T* row = dst + r * k;
+      const int64_t y0 = oy * sh - ph, x0 = ox * sw - pw;
+      for (int64_t c = 0; c < channels; ++c) {
+        const T* plane = x + c * in_size;
+        T* out = row + c * ksize;
+        for (int64_t i = 0; i < kh; ++i) {
+          const int64_t iy = y0 + i * dh;
+          if (iy < 0 || iy >= ih) {
+            for (int64_t j = 0; j < kw; ++j) out[i * kw + j] = pad;
+            continue;
+          }
+          const T* src = plane + iy * iw;
+          for (int64_t j = 0; j < kw; ++j) {
+            const int64_t ix = x0 + j * dw;
+            out[i * kw + j] = ix >= 0 && ix < iw ? src[ix] : pad;
+          }
+        }
+      }
+      if (++ox == ow) {
+        ox = 0;
+        ++oy;
+      }
+    }
+    return;
+  }
   std::vector<int64_t> start(sp), kpos(sp);
   for (int64_t r = 0; r < count; ++r) {
     int64_t o = o0 + r;
@@ -332,7 +374,7 @@ void gather_rows(const T* x, const std::vector<int64_t>& xd, const std::vector<i
       start[d] = (o % yd[d + 2]) * g.strides[d] - g.pad_begin[d];
       o /= yd[d + 2];
     }
-    T* row = dst + r * channels * ksize;
+    T* row = dst + r * k;
     for (int64_t kp = 0; kp < ksize; ++kp) {
       int64_t rest = kp, at = 0;
       bool inside = true;
