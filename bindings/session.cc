@@ -1,6 +1,7 @@
 // tether._core.Session: compile a model and run it on numpy arrays.
 #include "bindings.h"
 #include "engine/cpu/gemm.h"
+#include "engine/cpu/qgemm.h"
 #include "util/cpu_features.h"
 #include "util/thread_pool.h"
 
@@ -105,6 +106,7 @@ void register_session(pyb::module_& m) {
     d["avx512_vnni"] = f.avx512_vnni;
     d["avx_vnni"] = f.avx_vnni;
     d["gemm_kernel"] = engine::cpu::gemm_isa().name;
+    d["int8_gemm_kernel"] = engine::cpu::qgemm_isa_name(engine::cpu::qgemm_isa());
     d["physical_cores"] = util::ThreadPool::physical_cores();
     return d;
   });

@@ -133,7 +133,8 @@ def compile(  # noqa: A001 - the public name mirrors the lifecycle: load, compil
 def cpu_info() -> dict[str, Any]:
     """What tether's CPU engine found on this machine: CPU model (``brand``), the widest
     instruction set its kernels use (``isa``: avx512, avx2 or generic), feature flags, the
-    GEMM micro-kernel chosen and the number of physical cores.
+    float GEMM micro-kernel chosen (``gemm_kernel``), the integer one (``int8_gemm_kernel``,
+    for quantized models) and the number of physical cores.
 
     Example:
         >>> tt.cpu_info()["isa"]                      # doctest: +SKIP

@@ -322,3 +322,25 @@ def test_unsupported_types_are_refused_at_compile_time():
     model = node_model("MatMulInteger", {"a": a16, "b": np.zeros((3, 2), I8)}, const=("b",), name="mmi")
     with pytest.raises(tt.Error, match=r"mmi.*a is int16; the cpu engine runs 8-bit integer products"):
         tt.compile(tt.load(model))
+
+
+# ---- every instruction set ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("isa", ["generic", "avx2"])
+def test_every_case_above_under_each_isa(isa):
+    """The cases above again with the integer kernels capped at `isa` (the native ones run above)."""
+    import os
+    import subprocess
+    import sys
+
+    if isa == "avx2" and not tt.cpu_info()["avx2"]:
+        pytest.skip("this CPU has no AVX2, so the AVX2 kernels cannot run here")
+    env = {**os.environ, "TETHER_ISA": isa}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k",
+                        "not under_each_isa"], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-3000:]
+    probe = subprocess.run([sys.executable, "-c", "import tether; print(tether.cpu_info()['int8_gemm_kernel'])"], env=env,
+                           capture_output=True, text=True, check=True)
+    assert probe.stdout.strip().endswith(f"__{isa}"), probe.stdout
+    assert " passed" in r.stdout.splitlines()[-1] and "failed" not in r.stdout.splitlines()[-1]
