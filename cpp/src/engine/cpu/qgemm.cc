@@ -57,7 +57,7 @@ void qs8_gemm_epilogue__generic(const int32_t* acc, int64_t ld, int64_t rows, in
 constexpr QGemmIsa kAvx512Vnni{"avx512vnni", 12, 32, 4, false, qs8_gemm_12x32__avx512vnni, qs8_gemm_epilogue__avx512};
 constexpr QGemmIsa kAvxVnni{"avxvnni", 6, 16, 4, false, qs8_gemm_6x16__avxvnni, qs8_gemm_epilogue__avx2};
 constexpr QGemmIsa kAvx256Vnni{"avx256vnni", 6, 16, 4, false, qs8_gemm_6x16__avx256vnni, qs8_gemm_epilogue__avx512};
-constexpr QGemmIsa kAvx2{"avx2", 4, 16, 2, true, qs8_gemm_4x16__avx2, qs8_gemm_epilogue__avx2};
+constexpr QGemmIsa kAvx2{"avx2", 6, 16, 2, true, qs8_gemm_6x16__avx2, qs8_gemm_epilogue__avx2};
 constexpr QGemmIsa kGeneric{"generic", kGenericMr, kGenericNr, 1, false, qs8_gemm_4x16__generic,
                             qs8_gemm_epilogue__generic};
 
@@ -83,10 +83,9 @@ int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
 // Depth steps (groups) and bytes of one packed value for `isa`.
 int64_t groups_of(const QGemmIsa& isa, int64_t k) { return (k + isa.group - 1) / isa.group; }
-int64_t value_bytes(const QGemmIsa& isa) { return isa.wide ? 2 : 1; }
-int64_t panel_bytes(const QGemmIsa& isa, int64_t k) { return groups_of(isa, k) * isa.group * isa.nr * value_bytes(isa); }
+int64_t panel_bytes(const QGemmIsa& isa, int64_t k) { return groups_of(isa, k) * isa.group * isa.nr; }
 // Bytes of one row of A as the kernel reads it.
-int64_t a_row_bytes(const QGemmIsa& isa, int64_t k) { return groups_of(isa, k) * isa.group * value_bytes(isa); }
+int64_t a_row_bytes(const QGemmIsa& isa, int64_t k) { return groups_of(isa, k) * isa.group * (isa.a_wide ? 2 : 1); }
 
 }  // namespace
 
@@ -121,20 +120,20 @@ namespace {
 
 // Panel after panel, depth step after step: column c of a panel at ((g * NR) + c) * group + e
 // for depth g * group + e (the layout in qgemm_kernels.h). `dst` starts zeroed.
-template <typename Value, typename Src>
+template <typename Src>
 void pack_b_panels(const QGemmIsa& isa, const Src* src, int32_t shift, int64_t k, int64_t n, int64_t row_stride,
-                   int64_t col_stride, Value* dst, int32_t* column_sums) {
+                   int64_t col_stride, int8_t* dst, int32_t* column_sums) {
   const int64_t nr = isa.nr, group = isa.group, groups = groups_of(isa, k);
   std::fill(column_sums, column_sums + n, 0);
   for (int64_t j0 = 0; j0 < n; j0 += nr) {
-    Value* panel = dst + (j0 / nr) * groups * group * nr;
+    int8_t* panel = dst + (j0 / nr) * groups * group * nr;
     const int64_t cols = std::min(nr, n - j0);
     for (int64_t p = 0; p < k; ++p) {
       const Src* row = src + p * row_stride + j0 * col_stride;
-      Value* out = panel + (p / group) * group * nr + p % group;
+      int8_t* out = panel + (p / group) * group * nr + p % group;
       for (int64_t c = 0; c < cols; ++c) {
         const int32_t v = static_cast<int32_t>(row[c * col_stride]) + shift;
-        out[c * group] = static_cast<Value>(v);
+        out[c * group] = static_cast<int8_t>(v);
         column_sums[j0 + c] += v;
       }
     }
@@ -157,15 +156,9 @@ QPackedB QPackedB::pack_into(void* storage, const void* src, bool is_signed, int
   std::memset(b.data_, 0, static_cast<size_t>(panels_bytes));
   // A uint8 B is stored as b - 128, so every ISA multiplies uint8 x int8 (see qgemm.h).
   const int32_t shift = is_signed ? 0 : -128;
-  if (is_signed) {
-    const auto* s = static_cast<const int8_t*>(src);
-    if (isa.wide) pack_b_panels(isa, s, shift, k, n, row_stride, col_stride, static_cast<int16_t*>(b.data_), b.column_sums_);
-    else pack_b_panels(isa, s, shift, k, n, row_stride, col_stride, static_cast<int8_t*>(b.data_), b.column_sums_);
-  } else {
-    const auto* s = static_cast<const uint8_t*>(src);
-    if (isa.wide) pack_b_panels(isa, s, shift, k, n, row_stride, col_stride, static_cast<int16_t*>(b.data_), b.column_sums_);
-    else pack_b_panels(isa, s, shift, k, n, row_stride, col_stride, static_cast<int8_t*>(b.data_), b.column_sums_);
-  }
+  auto* dst = static_cast<int8_t*>(b.data_);
+  if (is_signed) pack_b_panels(isa, static_cast<const int8_t*>(src), shift, k, n, row_stride, col_stride, dst, b.column_sums_);
+  else pack_b_panels(isa, static_cast<const uint8_t*>(src), shift, k, n, row_stride, col_stride, dst, b.column_sums_);
   for (int64_t j = 0; j < n; ++j) {
     b.zero_points_[j] = zero_points[per_column ? j : 0] + shift;
     b.uniform_zero_point_ = b.uniform_zero_point_ && b.zero_points_[j] == b.zero_points_[0];
@@ -308,7 +301,7 @@ void qgemm_block(const Call& call, int64_t t0, int64_t t1, int64_t p0, int64_t p
   const uint32_t zb = static_cast<uint32_t>(call.b.zero_points()[0]);
   const uint8_t flip = call.a.is_signed ? 0x80 : 0x00;
   const int32_t za_shift = call.a.is_signed ? 128 : 0;
-  const bool in_place = !call.a.is_signed && !isa.wide && k % isa.group == 0;
+  const bool in_place = !call.a.is_signed && !isa.a_wide && k % isa.group == 0;
   const int64_t panel_size = panel_bytes(isa, k), groups = groups_of(isa, k), row_bytes = a_row_bytes(isa, k);
   const auto* panels = static_cast<const std::byte*>(call.b.data());
   alignas(64) int32_t acc[12 * 32];
@@ -328,7 +321,7 @@ void qgemm_block(const Call& call, int64_t t0, int64_t t1, int64_t p0, int64_t p
     if (in_place) {
       row_sums(src, lda, rows, k, row_sum);
     } else {
-      convert_rows(src, lda, rows, k, groups * isa.group, flip, isa.wide, converted, row_bytes, row_sum);
+      convert_rows(src, lda, rows, k, groups * isa.group, flip, isa.a_wide, converted, row_bytes, row_sum);
       src = converted;
       lda = row_bytes;
     }
