@@ -18,8 +18,8 @@ namespace tether::engine::cpu {
 namespace {
 
 // qs8_gemm_4x16__generic: plain loops over unpacked depth (group 1), which compilers
-// vectorise along the 16 columns. A u8 x s8 product fits int16, so the multiplies can be
-// 16-bit ones.
+// vectorise along the 16 columns: both operands widened to int16, so that the products are
+// 16 x 16 -> 32 bit multiplies (pmullw / pmulhw on SSE2).
 constexpr int kGenericMr = 4;
 constexpr int kGenericNr = 16;
 
@@ -28,10 +28,11 @@ void generic_rows(int64_t k, const uint8_t* __restrict a, int64_t lda, const int
                   int32_t* __restrict acc) {
   int32_t c[kRows][kGenericNr] = {};
   for (int64_t p = 0; p < k; ++p) {
-    const int8_t* bp = b + p * kGenericNr;
+    int16_t bp[kGenericNr];
+    for (int j = 0; j < kGenericNr; ++j) bp[j] = b[p * kGenericNr + j];
     for (int r = 0; r < kRows; ++r) {
       const int16_t av = a[r * lda + p];
-      for (int j = 0; j < kGenericNr; ++j) c[r][j] += static_cast<int16_t>(av * bp[j]);
+      for (int j = 0; j < kGenericNr; ++j) c[r][j] += static_cast<int32_t>(av) * bp[j];
     }
   }
   for (int r = 0; r < kRows; ++r)
