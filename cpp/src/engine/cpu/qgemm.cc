@@ -62,6 +62,11 @@ constexpr QGemmIsa kAvx2{"avx2", 6, 16, 2, true, qs8_gemm_6x16__avx2, qs8_gemm_e
 constexpr QGemmIsa kGeneric{"generic", kGenericMr, kGenericNr, 1, false, qs8_gemm_4x16__generic,
                             qs8_gemm_epilogue__generic};
 
+// The driver's tile of raw sums holds MR x NR int32, and the epilogue takes rows of NR.
+constexpr int kMaxTile = 12 * 32;
+constexpr bool fits(const QGemmIsa& isa) { return isa.mr * isa.nr <= kMaxTile && isa.nr <= kEpilogueMaxCols; }
+static_assert(fits(kAvx512Vnni) && fits(kAvxVnni) && fits(kAvx256Vnni) && fits(kAvx2) && fits(kGeneric));
+
 std::vector<const QGemmIsa*> runnable() {
   const util::CpuFeatures& f = util::cpu_features();
   std::vector<const QGemmIsa*> isas;
@@ -82,7 +87,7 @@ std::shared_ptr<std::byte> aligned_bytes(int64_t bytes) {
 int64_t round64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
 int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
-// Depth steps (groups) and bytes of one packed value for `isa`.
+// Depth steps of `isa` for depth k, and bytes of one panel of packed B.
 int64_t groups_of(const QGemmIsa& isa, int64_t k) { return (k + isa.group - 1) / isa.group; }
 int64_t panel_bytes(const QGemmIsa& isa, int64_t k) { return groups_of(isa, k) * isa.group * isa.nr; }
 // Bytes of one row of A as the kernel reads it.
@@ -305,7 +310,7 @@ void qgemm_block(const Call& call, int64_t t0, int64_t t1, int64_t p0, int64_t p
   const bool in_place = !call.a.is_signed && !isa.a_wide && k % isa.group == 0;
   const int64_t panel_size = panel_bytes(isa, k), groups = groups_of(isa, k), row_bytes = a_row_bytes(isa, k);
   const auto* panels = static_cast<const std::byte*>(call.b.data());
-  alignas(64) int32_t acc[12 * 32];
+  alignas(64) int32_t acc[kMaxTile];
 
   for (int64_t i0 = t0 * mr, i_end = std::min(m, t1 * mr); i0 < i_end; i0 += mc) {
     const int64_t rows = std::min(mc, i_end - i0);
