@@ -181,6 +181,25 @@ QPackedB QPackedB::pack_into(void* storage, const void* src, bool is_signed, int
 
 namespace {
 
+// The sum of n bytes, 16 at a time with psadbw where there is SSE2 (compilers widen the bytes
+// one by one instead, which cost a tenth of a product with few columns).
+uint32_t byte_sum(const uint8_t* p, int64_t n) {
+  uint64_t sum = 0;
+  int64_t i = 0;
+#if defined(__SSE2__)
+  const __m128i zero = _mm_setzero_si128();
+  __m128i s0 = zero, s1 = zero;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm_add_epi64(s0, _mm_sad_epu8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i)), zero));
+    s1 = _mm_add_epi64(s1, _mm_sad_epu8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i + 16)), zero));
+  }
+  s0 = _mm_add_epi64(s0, s1);
+  sum = static_cast<uint64_t>(_mm_cvtsi128_si64(s0)) + static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(s0, s0)));
+#endif
+  for (; i < n; ++i) sum += p[i];
+  return static_cast<uint32_t>(sum);
+}
+
 // Rows of A as the kernels read them (the layout in qgemm_kernels.h): row i of the source (at
 // src + i * lda) with each byte xor `flip` (0x80 turns int8 into uint8 + 128), as uint8 or
 // (`wide`) int16, zero-padded from k to kpad values, at dst + i * ldp bytes; and the rows'
@@ -190,37 +209,28 @@ void convert_rows(const uint8_t* __restrict src, int64_t lda, int64_t rows, int6
                   bool wide, uint8_t* __restrict dst, int64_t ldp, int32_t* __restrict sums) {
   for (int64_t i = 0; i < rows; ++i) {
     const uint8_t* __restrict row = src + i * lda;
-    uint32_t sum = 0;
     if (wide) {
       auto* __restrict out = reinterpret_cast<uint16_t*>(dst + i * ldp);
+      uint32_t sum = 0;
       for (int64_t p = 0; p < k; ++p) {
         const uint8_t v = row[p] ^ flip;
         out[p] = v;
         sum += v;
       }
       for (int64_t p = k; p < kpad; ++p) out[p] = 0;
+      sums[i] = static_cast<int32_t>(sum);
     } else {
       uint8_t* __restrict out = dst + i * ldp;
-      for (int64_t p = 0; p < k; ++p) {
-        const uint8_t v = row[p] ^ flip;
-        out[p] = v;
-        sum += v;
-      }
+      for (int64_t p = 0; p < k; ++p) out[p] = row[p] ^ flip;
       for (int64_t p = k; p < kpad; ++p) out[p] = 0;
+      sums[i] = static_cast<int32_t>(byte_sum(out, k));
     }
-    sums[i] = static_cast<int32_t>(sum);
   }
 }
 
 // The sums of `rows` rows of uint8 A read in place.
-TETHER_MULTIVERSION
-void row_sums(const uint8_t* __restrict src, int64_t lda, int64_t rows, int64_t k, int32_t* __restrict sums) {
-  for (int64_t i = 0; i < rows; ++i) {
-    const uint8_t* __restrict row = src + i * lda;
-    uint32_t sum = 0;
-    for (int64_t p = 0; p < k; ++p) sum += row[p];
-    sums[i] = static_cast<int32_t>(sum);
-  }
+void row_sums(const uint8_t* src, int64_t lda, int64_t rows, int64_t k, int32_t* sums) {
+  for (int64_t i = 0; i < rows; ++i) sums[i] = static_cast<int32_t>(byte_sum(src + i * lda, k));
 }
 
 // ---------------------------------------------------------------------------------------------
