@@ -208,6 +208,7 @@ struct RunOptions {
   int threads = 1;     // 0: no pool
   bool rows = false;   // A gathered by a rows function
   bool pack_into = false;
+  int64_t a_pad = 0;   // A's rows lda = k + a_pad apart, garbage between them
 };
 
 // Runs qgemm with `isa`'s packing of B into `out`'s storage.
@@ -228,7 +229,7 @@ void run(const Operands& o, const QGemmIsa& isa, Output& out, const RunOptions& 
   a.zero_points = o.za.data();
   a.per_row = o.za.size() > 1;
   int64_t rows_seen = 0;
-  std::vector<uint8_t> a_t;  // A stored [k, m]: each row of A is a strided gather, as in im2col
+  std::vector<uint8_t> a_t;  // A stored [k, m] for the rows function (a strided gather, as in im2col), or padded
   if (opt.rows) {
     a_t.resize(o.a.size());
     for (int64_t i = 0; i < o.m; ++i)
@@ -243,6 +244,11 @@ void run(const Operands& o, const QGemmIsa& isa, Output& out, const RunOptions& 
         for (int64_t p = 0; p < o.k; ++p) d[r * o.k + p] = a_t[p * o.m + i0 + r];
       __atomic_add_fetch(&rows_seen, count, __ATOMIC_RELAXED);
     };
+  } else if (opt.a_pad > 0) {
+    a_t.assign(static_cast<size_t>(o.m * (o.k + opt.a_pad)), 0xEE);
+    for (int64_t i = 0; i < o.m; ++i) std::memcpy(&a_t[i * (o.k + opt.a_pad)], &o.a[i * o.k], static_cast<size_t>(o.k));
+    a.data = a_t.data();
+    a.lda = o.k + opt.a_pad;
   } else {
     a.data = o.a.data();
     a.lda = o.k;
@@ -463,6 +469,17 @@ TEST(QGemm, RowsFunctionGathersAAsAnIm2colWould) {
         out.zero_point = 128;
         check_all_isas(o, out, RunOptions{threads, true});
       }
+}
+
+// More rows than one task converts at once (A goes in blocks of rows through the caches), and
+// rows of A further apart than k.
+TEST(QGemm, ManyRowBlocksAndPaddedRowsOfA) {
+  std::mt19937 rng(11);
+  for (bool a_signed : {false, true})
+    for (int64_t k : {1000, 1001}) {
+      const Operands o = random_operands(700, 40, k, a_signed, true, false, false, rng);
+      for (int threads : {0, 3}) check_all_isas(o, Output{}, RunOptions{threads, false, false, 9});
+    }
 }
 
 TEST(QGemm, WeightsGivenAsNByKAndPackedIntoCallerMemory) {

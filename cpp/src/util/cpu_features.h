@@ -14,8 +14,8 @@ struct CpuFeatures {
 };
 
 /// The features of this machine. Setting the environment variable TETHER_ISA to "avx2" or
-/// "generic" caps what tether uses (for tests and comparisons); it never enables more. "avx2"
-/// leaves AVX2 and FMA alone (no AVX-512, no AVX-VNNI).
+/// "generic" caps what tether uses (for tests and comparisons); it never enables more. Under
+/// "avx2" only AVX2 and FMA remain (no AVX-512, no AVX-VNNI).
 const CpuFeatures& cpu_features();
 
 /// "avx512", "avx2" or "generic": the widest instruction set tether's kernels use here.

@@ -6,6 +6,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <type_traits>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "engine/cpu/qgemm_kernels.h"
 #include "util/cpu_features.h"
@@ -18,8 +22,8 @@ namespace tether::engine::cpu {
 namespace {
 
 // qs8_gemm_4x16__generic: plain loops over unpacked depth (group 1), which compilers
-// vectorise along the 16 columns. A u8 x s8 product fits int16, so the multiplies can be
-// 16-bit ones.
+// vectorise along the 16 columns: both operands widened to int16, so that the products are
+// 16 x 16 -> 32 bit multiplies (pmullw / pmulhw on SSE2).
 constexpr int kGenericMr = 4;
 constexpr int kGenericNr = 16;
 
@@ -28,10 +32,11 @@ void generic_rows(int64_t k, const uint8_t* __restrict a, int64_t lda, const int
                   int32_t* __restrict acc) {
   int32_t c[kRows][kGenericNr] = {};
   for (int64_t p = 0; p < k; ++p) {
-    const int8_t* bp = b + p * kGenericNr;
+    int16_t bp[kGenericNr];
+    for (int j = 0; j < kGenericNr; ++j) bp[j] = b[p * kGenericNr + j];
     for (int r = 0; r < kRows; ++r) {
       const int16_t av = a[r * lda + p];
-      for (int j = 0; j < kGenericNr; ++j) c[r][j] += static_cast<int16_t>(av * bp[j]);
+      for (int j = 0; j < kGenericNr; ++j) c[r][j] += static_cast<int32_t>(av) * bp[j];
     }
   }
   for (int r = 0; r < kRows; ++r)
@@ -57,9 +62,14 @@ void qs8_gemm_epilogue__generic(const int32_t* acc, int64_t ld, int64_t rows, in
 constexpr QGemmIsa kAvx512Vnni{"avx512vnni", 12, 32, 4, false, qs8_gemm_12x32__avx512vnni, qs8_gemm_epilogue__avx512};
 constexpr QGemmIsa kAvxVnni{"avxvnni", 6, 16, 4, false, qs8_gemm_6x16__avxvnni, qs8_gemm_epilogue__avx2};
 constexpr QGemmIsa kAvx256Vnni{"avx256vnni", 6, 16, 4, false, qs8_gemm_6x16__avx256vnni, qs8_gemm_epilogue__avx512};
-constexpr QGemmIsa kAvx2{"avx2", 4, 16, 2, true, qs8_gemm_4x16__avx2, qs8_gemm_epilogue__avx2};
+constexpr QGemmIsa kAvx2{"avx2", 6, 16, 2, true, qs8_gemm_6x16__avx2, qs8_gemm_epilogue__avx2};
 constexpr QGemmIsa kGeneric{"generic", kGenericMr, kGenericNr, 1, false, qs8_gemm_4x16__generic,
                             qs8_gemm_epilogue__generic};
+
+// The driver's tile of raw sums holds MR x NR int32, and the epilogue takes rows of NR.
+constexpr int kMaxTile = 12 * 32;
+constexpr bool fits(const QGemmIsa& isa) { return isa.mr * isa.nr <= kMaxTile && isa.nr <= kEpilogueMaxCols; }
+static_assert(fits(kAvx512Vnni) && fits(kAvxVnni) && fits(kAvx256Vnni) && fits(kAvx2) && fits(kGeneric));
 
 std::vector<const QGemmIsa*> runnable() {
   const util::CpuFeatures& f = util::cpu_features();
@@ -81,12 +91,11 @@ std::shared_ptr<std::byte> aligned_bytes(int64_t bytes) {
 int64_t round64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
 int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
-// Depth steps (groups) and bytes of one packed value for `isa`.
+// Depth steps of `isa` for depth k, and bytes of one panel of packed B.
 int64_t groups_of(const QGemmIsa& isa, int64_t k) { return (k + isa.group - 1) / isa.group; }
-int64_t value_bytes(const QGemmIsa& isa) { return isa.wide ? 2 : 1; }
-int64_t panel_bytes(const QGemmIsa& isa, int64_t k) { return groups_of(isa, k) * isa.group * isa.nr * value_bytes(isa); }
+int64_t panel_bytes(const QGemmIsa& isa, int64_t k) { return groups_of(isa, k) * isa.group * isa.nr; }
 // Bytes of one row of A as the kernel reads it.
-int64_t a_row_bytes(const QGemmIsa& isa, int64_t k) { return groups_of(isa, k) * isa.group * value_bytes(isa); }
+int64_t a_row_bytes(const QGemmIsa& isa, int64_t k) { return groups_of(isa, k) * isa.group * (isa.a_wide ? 2 : 1); }
 
 }  // namespace
 
@@ -121,20 +130,20 @@ namespace {
 
 // Panel after panel, depth step after step: column c of a panel at ((g * NR) + c) * group + e
 // for depth g * group + e (the layout in qgemm_kernels.h). `dst` starts zeroed.
-template <typename Value, typename Src>
+template <typename Src>
 void pack_b_panels(const QGemmIsa& isa, const Src* src, int32_t shift, int64_t k, int64_t n, int64_t row_stride,
-                   int64_t col_stride, Value* dst, int32_t* column_sums) {
+                   int64_t col_stride, int8_t* dst, int32_t* column_sums) {
   const int64_t nr = isa.nr, group = isa.group, groups = groups_of(isa, k);
   std::fill(column_sums, column_sums + n, 0);
   for (int64_t j0 = 0; j0 < n; j0 += nr) {
-    Value* panel = dst + (j0 / nr) * groups * group * nr;
+    int8_t* panel = dst + (j0 / nr) * groups * group * nr;
     const int64_t cols = std::min(nr, n - j0);
     for (int64_t p = 0; p < k; ++p) {
       const Src* row = src + p * row_stride + j0 * col_stride;
-      Value* out = panel + (p / group) * group * nr + p % group;
+      int8_t* out = panel + (p / group) * group * nr + p % group;
       for (int64_t c = 0; c < cols; ++c) {
         const int32_t v = static_cast<int32_t>(row[c * col_stride]) + shift;
-        out[c * group] = static_cast<Value>(v);
+        out[c * group] = static_cast<int8_t>(v);
         column_sums[j0 + c] += v;
       }
     }
@@ -157,15 +166,9 @@ QPackedB QPackedB::pack_into(void* storage, const void* src, bool is_signed, int
   std::memset(b.data_, 0, static_cast<size_t>(panels_bytes));
   // A uint8 B is stored as b - 128, so every ISA multiplies uint8 x int8 (see qgemm.h).
   const int32_t shift = is_signed ? 0 : -128;
-  if (is_signed) {
-    const auto* s = static_cast<const int8_t*>(src);
-    if (isa.wide) pack_b_panels(isa, s, shift, k, n, row_stride, col_stride, static_cast<int16_t*>(b.data_), b.column_sums_);
-    else pack_b_panels(isa, s, shift, k, n, row_stride, col_stride, static_cast<int8_t*>(b.data_), b.column_sums_);
-  } else {
-    const auto* s = static_cast<const uint8_t*>(src);
-    if (isa.wide) pack_b_panels(isa, s, shift, k, n, row_stride, col_stride, static_cast<int16_t*>(b.data_), b.column_sums_);
-    else pack_b_panels(isa, s, shift, k, n, row_stride, col_stride, static_cast<int8_t*>(b.data_), b.column_sums_);
-  }
+  auto* dst = static_cast<int8_t*>(b.data_);
+  if (is_signed) pack_b_panels(isa, static_cast<const int8_t*>(src), shift, k, n, row_stride, col_stride, dst, b.column_sums_);
+  else pack_b_panels(isa, static_cast<const uint8_t*>(src), shift, k, n, row_stride, col_stride, dst, b.column_sums_);
   for (int64_t j = 0; j < n; ++j) {
     b.zero_points_[j] = zero_points[per_column ? j : 0] + shift;
     b.uniform_zero_point_ = b.uniform_zero_point_ && b.zero_points_[j] == b.zero_points_[0];
@@ -178,6 +181,25 @@ QPackedB QPackedB::pack_into(void* storage, const void* src, bool is_signed, int
 
 namespace {
 
+// The sum of n bytes, 16 at a time with psadbw where there is SSE2 (compilers widen the bytes
+// one by one instead, which cost a tenth of a product with few columns).
+uint32_t byte_sum(const uint8_t* p, int64_t n) {
+  uint64_t sum = 0;
+  int64_t i = 0;
+#if defined(__SSE2__)
+  const __m128i zero = _mm_setzero_si128();
+  __m128i s0 = zero, s1 = zero;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm_add_epi64(s0, _mm_sad_epu8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i)), zero));
+    s1 = _mm_add_epi64(s1, _mm_sad_epu8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i + 16)), zero));
+  }
+  s0 = _mm_add_epi64(s0, s1);
+  sum = static_cast<uint64_t>(_mm_cvtsi128_si64(s0)) + static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(s0, s0)));
+#endif
+  for (; i < n; ++i) sum += p[i];
+  return static_cast<uint32_t>(sum);
+}
+
 // Rows of A as the kernels read them (the layout in qgemm_kernels.h): row i of the source (at
 // src + i * lda) with each byte xor `flip` (0x80 turns int8 into uint8 + 128), as uint8 or
 // (`wide`) int16, zero-padded from k to kpad values, at dst + i * ldp bytes; and the rows'
@@ -187,37 +209,28 @@ void convert_rows(const uint8_t* __restrict src, int64_t lda, int64_t rows, int6
                   bool wide, uint8_t* __restrict dst, int64_t ldp, int32_t* __restrict sums) {
   for (int64_t i = 0; i < rows; ++i) {
     const uint8_t* __restrict row = src + i * lda;
-    uint32_t sum = 0;
     if (wide) {
       auto* __restrict out = reinterpret_cast<uint16_t*>(dst + i * ldp);
+      uint32_t sum = 0;
       for (int64_t p = 0; p < k; ++p) {
         const uint8_t v = row[p] ^ flip;
         out[p] = v;
         sum += v;
       }
       for (int64_t p = k; p < kpad; ++p) out[p] = 0;
+      sums[i] = static_cast<int32_t>(sum);
     } else {
       uint8_t* __restrict out = dst + i * ldp;
-      for (int64_t p = 0; p < k; ++p) {
-        const uint8_t v = row[p] ^ flip;
-        out[p] = v;
-        sum += v;
-      }
+      for (int64_t p = 0; p < k; ++p) out[p] = row[p] ^ flip;
       for (int64_t p = k; p < kpad; ++p) out[p] = 0;
+      sums[i] = static_cast<int32_t>(byte_sum(out, k));
     }
-    sums[i] = static_cast<int32_t>(sum);
   }
 }
 
 // The sums of `rows` rows of uint8 A read in place.
-TETHER_MULTIVERSION
-void row_sums(const uint8_t* __restrict src, int64_t lda, int64_t rows, int64_t k, int32_t* __restrict sums) {
-  for (int64_t i = 0; i < rows; ++i) {
-    const uint8_t* __restrict row = src + i * lda;
-    uint32_t sum = 0;
-    for (int64_t p = 0; p < k; ++p) sum += row[p];
-    sums[i] = static_cast<int32_t>(sum);
-  }
+void row_sums(const uint8_t* src, int64_t lda, int64_t rows, int64_t k, int32_t* sums) {
+  for (int64_t i = 0; i < rows; ++i) sums[i] = static_cast<int32_t>(byte_sum(src + i * lda, k));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -308,10 +321,10 @@ void qgemm_block(const Call& call, int64_t t0, int64_t t1, int64_t p0, int64_t p
   const uint32_t zb = static_cast<uint32_t>(call.b.zero_points()[0]);
   const uint8_t flip = call.a.is_signed ? 0x80 : 0x00;
   const int32_t za_shift = call.a.is_signed ? 128 : 0;
-  const bool in_place = !call.a.is_signed && !isa.wide && k % isa.group == 0;
+  const bool in_place = !call.a.is_signed && !isa.a_wide && k % isa.group == 0;
   const int64_t panel_size = panel_bytes(isa, k), groups = groups_of(isa, k), row_bytes = a_row_bytes(isa, k);
   const auto* panels = static_cast<const std::byte*>(call.b.data());
-  alignas(64) int32_t acc[12 * 32];
+  alignas(64) int32_t acc[kMaxTile];
 
   for (int64_t i0 = t0 * mr, i_end = std::min(m, t1 * mr); i0 < i_end; i0 += mc) {
     const int64_t rows = std::min(mc, i_end - i0);
@@ -328,7 +341,7 @@ void qgemm_block(const Call& call, int64_t t0, int64_t t1, int64_t p0, int64_t p
     if (in_place) {
       row_sums(src, lda, rows, k, row_sum);
     } else {
-      convert_rows(src, lda, rows, k, groups * isa.group, flip, isa.wide, converted, row_bytes, row_sum);
+      convert_rows(src, lda, rows, k, groups * isa.group, flip, isa.a_wide, converted, row_bytes, row_sum);
       src = converted;
       lda = row_bytes;
     }

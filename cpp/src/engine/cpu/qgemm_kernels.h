@@ -36,18 +36,17 @@ using QTileEpilogue = void (*)(const int32_t* acc, int64_t ld, int64_t rows, int
 
 /// One integer GEMM kernel and the packing it reads.
 ///
-/// A, as the kernel reads it: rows of uint8 values, or int16 when `wide`, depth zero-padded to
+/// A, as the kernel reads it: rows of uint8 values, or int16 when `a_wide`, depth zero-padded to
 /// a whole number of steps of `group` values (unpadded uint8 A is read in place, with no copy).
 /// Packed B, per panel of NR columns (columns past n zero): groups steps of NR x `group`
 /// values, column c's values for depth [g * group, g * group + group) at ((g * NR) + c) *
-/// group; depth past k is zero. Values are int8, or int16 when `wide`. Panels lie one after
-/// another.
+/// group; depth past k is zero. Values are int8. Panels lie one after another.
 struct QGemmIsa {
   const char* isa;  ///< "avx512vnni", "avxvnni", "avx256vnni", "avx2", "generic"
   int mr;
   int nr;
   int group;  ///< depth per packed step: 4 for vpdpbusd, 2 for vpmaddwd, 1
-  bool wide;  ///< int16 values in both packings
+  bool a_wide;  ///< A as int16
   QMicroKernel kernel;
   QTileEpilogue epilogue;
 };
@@ -56,7 +55,7 @@ struct QGemmIsa {
 void qs8_gemm_12x32__avx512vnni(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows);
 void qs8_gemm_6x16__avxvnni(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows);
 void qs8_gemm_6x16__avx256vnni(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows);
-void qs8_gemm_4x16__avx2(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows);
+void qs8_gemm_6x16__avx2(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows);
 void qs8_gemm_epilogue__avx512(const int32_t* acc, int64_t ld, int64_t rows, int64_t cols, const QTileTerms& terms,
                                const QGemmOutput& out, int64_t i0, int64_t j0);
 void qs8_gemm_epilogue__avx2(const int32_t* acc, int64_t ld, int64_t rows, int64_t cols, const QTileTerms& terms,
