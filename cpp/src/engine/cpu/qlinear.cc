@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <type_traits>
 
@@ -27,6 +28,23 @@ std::string dims_text(const std::vector<int64_t>& dims) {
   std::string s = "[";
   for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
   return s + "]";
+}
+
+// dst[c * dst_ld + r] = src[r * src_ld + c] for r < rows, c < cols, bytes or 4-byte words, in
+// 16 x 16 blocks. Local sizes and restrict pointers: a byte store may alias anything, so loops
+// over captured values would reload them on every element.
+template <typename T>
+TETHER_MULTIVERSION void transpose_block(const T* __restrict src, int64_t src_ld, T* __restrict dst, int64_t dst_ld,
+                                         int64_t rows, int64_t cols) {
+  constexpr int64_t kB = 16;
+  for (int64_t r0 = 0; r0 < rows; r0 += kB) {
+    const int64_t r1 = std::min(rows, r0 + kB);
+    for (int64_t c0 = 0; c0 < cols; c0 += kB) {
+      const int64_t c1 = std::min(cols, c0 + kB);
+      for (int64_t c = c0; c < c1; ++c)
+        for (int64_t r = r0; r < r1; ++r) dst[c * dst_ld + r] = src[r * src_ld + c];
+    }
+  }
 }
 
 // Where each input of the four ops sits.
@@ -467,8 +485,19 @@ class IntegerConvKernel final : public Kernel {
       const Params p = read_params<ModelError>(name_, s_, c, -1, cout, "per output channel");
       const int64_t cg = cout / group, k = w->num_elements() / cout;
       const std::vector<int32_t>& z = p.b_zp;
+      // 2-D filters in (kernel position, channel) order: the activations are then gathered as
+      // runs of channels from a channels-last copy of the input.
+      channels_last_ = w->rank() == 4;
+      const int64_t taps = channels_last_ ? w->dims()[2] * w->dims()[3] : 1, cin_g = k / taps;
+      std::vector<std::byte> reordered(static_cast<size_t>(channels_last_ ? cg * k : 0));
       for (int64_t gi = 0; gi < group; ++gi) {
         const auto* src = static_cast<const std::byte*>(w->raw_data()) + gi * cg * k;
+        if (channels_last_) {
+          for (int64_t j = 0; j < cg; ++j)
+            for (int64_t c = 0; c < cin_g; ++c)
+              for (int64_t t = 0; t < taps; ++t) reordered[static_cast<size_t>(j * k + t * cin_g + c)] = src[j * k + c * taps + t];
+          src = reordered.data();
+        }
         const int32_t* zg = z.size() > 1 ? z.data() + gi * cg : z.data();
         packed_.push_back(QPackedB::pack(src, w_type_ == DType::kInt8, k, cg, 1, k, zg, z.size() > 1));
       }
@@ -488,7 +517,11 @@ class IntegerConvKernel final : public Kernel {
     for (size_t d = 2; d < y.rank(); ++d) positions *= y.dims[d];
     int64_t k = 1;
     for (size_t d = 1; d < w.rank(); ++d) k *= w.dims[d];
-    return qgemm_scratch_bytes(positions, cg, k, threads_) + (packed_.empty() ? QPackedB::bytes_needed(k, cg) + 64 : 0);
+    const int64_t nhwc = channels_last_ ? (in[0].numel() / in[0].dims[0] / group + 64 +
+                                           positions * cg * static_cast<int64_t>(elem_bytes(out_type_)) + 64)
+                                        : 0;
+    return qgemm_scratch_bytes(positions, cg, k, threads_) + (packed_.empty() ? QPackedB::bytes_needed(k, cg) + 64 : 0) +
+           nhwc;
   }
 
   void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
@@ -517,6 +550,10 @@ class IntegerConvKernel final : public Kernel {
     std::byte* scratch = ctx.scratch;
     std::byte* pack_space = scratch + qgemm_scratch_bytes(positions, cg, k, threads_);
     pack_space = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(pack_space) + 63) / 64 * 64);
+    std::byte* nhwc = pack_space + (packed_.empty() ? QPackedB::bytes_needed(k, cg) : 0);
+    nhwc = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(nhwc) + 63) / 64 * 64);
+    std::byte* out_space = nhwc + (channels_last_ ? in_size * cin_g : 0);
+    out_space = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(out_space) + 63) / 64 * 64);
     const bool per_channel = p.b_zp.size() > 1;
     const int32_t a_zp = p.a_zp[0];
     for (int64_t img = 0; img < x.dims[0]; ++img) {
@@ -533,20 +570,35 @@ class IntegerConvKernel final : public Kernel {
         a.is_signed = x_type_ == DType::kInt8;
         a.zero_points = &a_zp;
         const auto* xg = static_cast<const std::byte*>(x.data) + (img * x.dims[1] + gi * cin_g) * in_size;
-        a.rows = [&, xg](const RunContext&, int64_t o0, int64_t count, void* dst) {
+        if (channels_last_) {
+          channels_last_rows(ctx, xg, x.dims, y.dims, g, cin_g, static_cast<std::byte>(a_zp), nhwc, a);
+        } else {
+          a.rows = [&, xg](const RunContext&, int64_t o0, int64_t count, void* dst) {
           if (a.is_signed)
             gather_rows(reinterpret_cast<const int8_t*>(xg), x.dims, y.dims, g, cin_g, o0, count,
                         static_cast<int8_t>(a_zp), static_cast<int8_t*>(dst));
           else
             gather_rows(reinterpret_cast<const uint8_t*>(xg), x.dims, y.dims, g, cin_g, o0, count,
                         static_cast<uint8_t>(a_zp), static_cast<uint8_t*>(dst));
-        };
+          };
+        }
         QGemmOutput o = output_of(p, out_type_, bias != nullptr ? bias->as<int32_t>() + gi * cg : nullptr, act_);
         if (o.scale_per_column) o.scale += gi * cg;
-        o.row_stride = 1;
-        o.col_stride = positions;
-        o.c = static_cast<std::byte*>(y.data) + static_cast<int64_t>(esize) * (img * cout + gi * cg) * positions;
-        qgemm(ctx, positions, a, packed, o, scratch);
+        std::byte* yg = static_cast<std::byte*>(y.data) + static_cast<int64_t>(esize) * (img * cout + gi * cg) * positions;
+        if (channels_last_) {
+          // Rows of C (positions) stored whole into scratch, then transposed to [channels, positions]:
+          // a store with a column stride would write one byte per cache line.
+          o.row_stride = cg;
+          o.col_stride = 1;
+          o.c = out_space;
+          qgemm(ctx, positions, a, packed, o, scratch);
+          transpose_out(ctx, out_space, yg, positions, cg, esize);
+        } else {
+          o.row_stride = 1;
+          o.col_stride = positions;
+          o.c = yg;
+          qgemm(ctx, positions, a, packed, o, scratch);
+        }
       }
     }
   }
@@ -576,10 +628,72 @@ class IntegerConvKernel final : public Kernel {
   void depthwise(const RunContext& ctx, const View& x, const View& w, View& y, const ConvGeometry& g, const Params& p,
                  const View* bias) const;
 
+  // dst[c * rows + r] = src[r * cols + c] for elements of `esize` bytes (1 or 4), in bands of rows.
+  static void transpose_out(const RunContext& ctx, const std::byte* src, std::byte* dst, int64_t rows, int64_t cols,
+                            size_t esize) {
+    constexpr int64_t kBand = 64;
+    parallel(ctx, (rows + kBand - 1) / kBand, 1, [&](int64_t t0, int64_t t1) {
+      const int64_t r0 = t0 * kBand, r1 = std::min(rows, t1 * kBand);
+      if (esize == 1)
+        transpose_block(reinterpret_cast<const uint8_t*>(src) + r0 * cols, cols, reinterpret_cast<uint8_t*>(dst) + r0,
+                        rows, r1 - r0, cols);
+      else
+        transpose_block(reinterpret_cast<const uint32_t*>(src) + r0 * cols, cols, reinterpret_cast<uint32_t*>(dst) + r0,
+                        rows, r1 - r0, cols);
+    });
+  }
+
+  // Copies one image-and-group's input [channels, h, w] channels-last into `nhwc`, then points
+  // `a` at it: directly for a 1x1 convolution of stride 1 without padding (row o of A is
+  // position o), else as rows gathered from it, each kernel position a run of `channels`
+  // bytes (or `pad`, the input's zero point, outside the input).
+  static void channels_last_rows(const RunContext& ctx, const std::byte* x, const std::vector<int64_t>& xd,
+                                 const std::vector<int64_t>& yd, const ConvGeometry& g, int64_t channels, std::byte pad,
+                                 std::byte* nhwc, QGemmA& a) {
+    const int64_t ih = xd[2], iw = xd[3], hw = ih * iw;
+    constexpr int64_t kBand = 64;
+    parallel(ctx, (hw + kBand - 1) / kBand, 1, [&](int64_t t0, int64_t t1) {
+      const int64_t p0 = t0 * kBand, p1 = std::min(hw, t1 * kBand);
+      // x is [channels, hw]: positions [p0, p1) of every channel become rows of nhwc.
+      transpose_block(reinterpret_cast<const uint8_t*>(x) + p0, hw, reinterpret_cast<uint8_t*>(nhwc) + p0 * channels,
+                      channels, channels, p1 - p0);
+    });
+    if (g.kernel[0] == 1 && g.kernel[1] == 1 && g.strides[0] == 1 && g.strides[1] == 1 && g.pad_begin[0] == 0 &&
+        g.pad_begin[1] == 0) {
+      a.data = nhwc;
+      a.lda = channels;
+      return;
+    }
+    const int64_t ow = yd[3], kh = g.kernel[0], kw = g.kernel[1];
+    const int64_t sh = g.strides[0], sw = g.strides[1], dh = g.dilations[0], dw = g.dilations[1];
+    const int64_t ph = g.pad_begin[0], pw = g.pad_begin[1];
+    const std::byte* src = nhwc;
+    a.rows = [=](const RunContext&, int64_t o0, int64_t count, void* out) {
+      auto* dst = static_cast<std::byte*>(out);
+      int64_t oy = o0 / ow, ox = o0 % ow;
+      for (int64_t r = 0; r < count; ++r) {
+        const int64_t y0 = oy * sh - ph, x0 = ox * sw - pw;
+        for (int64_t i = 0; i < kh; ++i) {
+          const int64_t iy = y0 + i * dh;
+          for (int64_t j = 0; j < kw; ++j, dst += channels) {
+            const int64_t ix = x0 + j * dw;
+            if (iy >= 0 && iy < ih && ix >= 0 && ix < iw) std::memcpy(dst, src + (iy * iw + ix) * channels, static_cast<size_t>(channels));
+            else std::memset(dst, static_cast<int>(pad), static_cast<size_t>(channels));
+          }
+        }
+        if (++ox == ow) {
+          ox = 0;
+          ++oy;
+        }
+      }
+    };
+  }
+
   DType x_type_, w_type_, out_type_;
   int threads_;
   QActivation act_;
   std::vector<int16_t> dw_weights_;  // depthwise: cout x kh x kw filters less their zero points
+  bool channels_last_ = false;       // 2-D: packed filters in (kernel position, channel) order
   std::vector<QPackedB> packed_;  // one per group, when the weights and their zero points are constant
 };
 
