@@ -80,10 +80,14 @@ def test_onnxruntime_qdq_model_fuses_and_matches_onnxruntime(float_model, tmp_pa
     assert sum(op in ("QLinearConv", "QLinearMatMul") for _, op in ops) == 5, ops
     assert ("", "Conv") not in ops and ("", "Gemm") not in ops and ("", "Relu") not in ops and ("", "Clip") not in ops
     assert ("ai.tether", "QLinearAdd") in ops and ("", "Add") not in ops, ops  # the residual connection
-    # The MaxPool between them runs on the integers, read straight from the QLinearConv.
+    # The MaxPool between them runs on the integers, read from the QLinearConv (channels last,
+    # through a Transpose back to NCHW): no DequantizeLinear between them.
     opt_nodes = tt.optimize(tt.load(str(dst))).nodes
     pool = next(n for n in opt_nodes if n.op_type == "MaxPool")
-    assert next(n for n in opt_nodes if pool.inputs[0] in n.outputs).op_type == "QLinearConv"
+    producer = next(n for n in opt_nodes if pool.inputs[0] in n.outputs)
+    while producer.op_type == "Transpose":
+        producer = next(n for n in opt_nodes if producer.inputs[0] in n.outputs)
+    assert producer.op_type == "QLinearConv"
     # Each fused node keeps the names it replaces (layer-wise parity maps it back by them).
     opt = onnx.load_from_string(tt.optimize(tt.load(str(dst))).to_bytes())
     fused_from = {n.name: {p.key: p.value for p in n.metadata_props}.get("tether.fused_from", "")

@@ -71,7 +71,16 @@ Dim window_out(const InferContext& ctx, const Window& w, size_t i, const Dim& in
 }
 
 void conv(InferContext& ctx) {
-  const Shape& x = ctx.input_shape(0);
+  // ai.tether QLinearConv with channels_last = 1 reads X [N, spatial..., C] and writes Y alike;
+  // its shape is Conv's on the channels-first view.
+  const bool last = ctx.node().domain() == "ai.tether" && ctx.attr_int("channels_last", 0) != 0;
+  Shape x = ctx.input_shape(0);
+  if (last && x.has_rank()) {
+    if (x.rank() < 3) ctx.fail("input must have rank >= 3 (N, spatial..., C), got " + x.to_string());
+    std::vector<Dim> d = {x[0], x[x.rank() - 1]};
+    for (size_t i = 1; i + 1 < x.rank(); ++i) d.push_back(x[i]);
+    x = Shape(std::move(d));
+  }
   // QLinearConv takes (x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point).
   const bool qlinear = ctx.node().op_type() == "QLinearConv";
   const Shape& w = ctx.input_shape(qlinear ? 3 : 1);
@@ -105,6 +114,7 @@ void conv(InferContext& ctx) {
              std::to_string(group) + " groups");
   Window win = window(ctx, kernel);
   for (size_t i = 0; i < k; ++i) out.push_back(known[i] ? window_out(ctx, win, i, x[i + 2]) : Dim());
+  if (last) std::rotate(out.begin() + 1, out.begin() + 2, out.end());
   ctx.set_output(0, dt, Shape(std::move(out)));
 }
 

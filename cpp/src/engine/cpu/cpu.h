@@ -92,6 +92,11 @@ std::string fixed_size(const KernelInit& init);
 /// Bytes per element of `t` (a type of whole bytes).
 inline size_t elem_bytes(DType t) { return static_cast<size_t>(ir::dtype_bits(t) / 8); }
 
+/// dst[c * dst_ld + r] = src[r * src_ld + c] for r < rows, c < cols (leading dims in elements),
+/// elements of `esize` bytes: 1, 2, 4 or 8.
+void transpose_2d(const std::byte* src, int64_t src_ld, std::byte* dst, int64_t dst_ld, int64_t rows, int64_t cols,
+                  size_t esize);
+
 /// Copies element `from` of src to element `to` of dst, for any element size.
 inline void copy_elem(std::byte* dst, int64_t to, const std::byte* src, int64_t from, size_t size) {
   switch (size) {

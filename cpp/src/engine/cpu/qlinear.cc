@@ -7,6 +7,8 @@
 // float(a_scale * b_scale[j]) / y_scale in float32, y = round_half_even(clamp(float(sum) *
 // scale, lo - y_zp, hi - y_zp)) + y_zp; the integer sums are exact.
 #include <algorithm>
+#include <immintrin.h>
+
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -15,6 +17,7 @@
 
 #include "engine/cpu/cpu.h"
 #include "engine/cpu/qgemm.h"
+#include "util/cpu_features.h"
 
 namespace tether::engine::cpu {
 
@@ -24,27 +27,20 @@ std::string type_text(DType t) { return std::string(ir::dtype_name(t)); }
 
 bool is_8bit(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
 
+// ai.tether QLinearConv with channels_last = 1: X and Y are [N, H, W, C] (see passes/channels_last.cc).
+bool channels_last(const ir::Node& n) { return n.domain() == "ai.tether" && n.attr_int("channels_last", 0) != 0; }
+
+// [N, spatial..., C] dims as [N, C, spatial...].
+std::vector<int64_t> channels_first(const std::vector<int64_t>& d) {
+  std::vector<int64_t> r = {d[0], d.back()};
+  r.insert(r.end(), d.begin() + 1, d.end() - 1);
+  return r;
+}
+
 std::string dims_text(const std::vector<int64_t>& dims) {
   std::string s = "[";
   for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
   return s + "]";
-}
-
-// dst[c * dst_ld + r] = src[r * src_ld + c] for r < rows, c < cols, bytes or 4-byte words, in
-// 16 x 16 blocks. Local sizes and restrict pointers: a byte store may alias anything, so loops
-// over captured values would reload them on every element.
-template <typename T>
-TETHER_MULTIVERSION void transpose_block(const T* __restrict src, int64_t src_ld, T* __restrict dst, int64_t dst_ld,
-                                         int64_t rows, int64_t cols) {
-  constexpr int64_t kB = 16;
-  for (int64_t r0 = 0; r0 < rows; r0 += kB) {
-    const int64_t r1 = std::min(rows, r0 + kB);
-    for (int64_t c0 = 0; c0 < cols; c0 += kB) {
-      const int64_t c1 = std::min(cols, c0 + kB);
-      for (int64_t c = c0; c < c1; ++c)
-        for (int64_t r = r0; r < r1; ++r) dst[c * dst_ld + r] = src[r * src_ld + c];
-    }
-  }
 }
 
 // Where each input of the four ops sits.
@@ -414,41 +410,93 @@ void gather_rows(const T* x, const std::vector<int64_t>& xd, const std::vector<i
 
 // ---- depthwise (one input and one output channel per group), 2-D ----------------------------------
 
-// acc[r * ow + c] += sum over the kh x kw taps of pad[(r * sh + i * dh) * pitch + c * sw + j * dw]
-// * w[i * kw + j], with pad the channel's input less its zero point, padded with zeros.
-TETHER_MULTIVERSION void depthwise_plane_i16(int32_t* __restrict acc, const int16_t* __restrict pad, int64_t pitch,
-                                            const int16_t* __restrict w, int64_t oh, int64_t ow, int64_t kh,
-                                            int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw) {
-  for (int64_t i = 0; i < oh * ow; ++i) acc[i] = 0;
-  for (int64_t r = 0; r < oh; ++r) {
-    int32_t* a = acc + r * ow;
-    for (int64_t i = 0; i < kh; ++i) {
-      const int16_t* row = pad + (r * sh + i * dh) * pitch;
-      for (int64_t j = 0; j < kw; ++j) {
-        const int32_t wv = w[i * kw + j];
-        const int16_t* src = row + j * dw;
-        if (sw == 1) {
-          for (int64_t c = 0; c < ow; ++c) a[c] += static_cast<int32_t>(src[c]) * wv;
-        } else {
-          for (int64_t c = 0; c < ow; ++c) a[c] += static_cast<int32_t>(src[c * sw]) * wv;
-        }
+// The padded input plane of one channel, as int16 values less the zero point (zeros in the
+// padding), split into sh x sw phase planes: phase (fr, fc) holds padded rows fr, fr + sh, ...
+// and columns fc, fc + sw, ..., each plane `pitch` columns wide. Tap (i, j) of output (r, c)
+// is padded row r * sh + i * dh, column c * sw + j * dw: phase ((i * dh) % sh, (j * dw) % sw)
+// at row r + (i * dh) / sh, column c + (j * dw) / sw. Over a plane, the outputs of a whole
+// channel, computed `pitch` columns wide (the columns past ow are discarded), then read one
+// contiguous run per tap.
+struct PhasePlane {
+  int64_t sh, sw, rows, pitch;  // phase planes: rows x pitch, then `tail` zeros
+  int64_t tail, size;           // size: one phase plane's elements, tail included
+};
+
+PhasePlane phase_plane(int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw) {
+  PhasePlane d;
+  d.sh = sh;
+  d.sw = sw;
+  const int64_t rows = (oh - 1) * sh + (kh - 1) * dh + 1, cols = (ow - 1) * sw + (kw - 1) * dw + 1;
+  d.rows = (rows + sh - 1) / sh;
+  d.pitch = (cols + sw - 1) / sw;
+  d.tail = (kw - 1) * dw / sw + 16;  // reads of the discarded columns of the last row
+  d.size = d.rows * d.pitch + d.tail;
+  return d;
+}
+
+template <typename T>
+TETHER_MULTIVERSION void fill_phases(int16_t* __restrict pad, const T* __restrict x, const PhasePlane& d, int64_t ih,
+                                     int64_t iw, int64_t ph, int64_t pw, int32_t zero) {
+  const int64_t total = d.sh * d.sw * d.size, sh = d.sh, sw = d.sw, pitch = d.pitch, size = d.size;
+  for (int64_t i = 0; i < total; ++i) pad[i] = 0;
+  for (int64_t sr = 0; sr < ih; ++sr) {
+    const int64_t r = sr + ph;  // padded row
+    if (r < 0 || r >= d.rows * sh) continue;
+    const T* __restrict src = x + sr * iw;
+    int16_t* __restrict base = pad + (r % sh) * sw * size + (r / sh) * pitch;
+    // Input column sc is padded column sc + pw: phase (sc + pw) % sw, at (sc + pw) / sw.
+    for (int64_t fc = 0; fc < sw; ++fc) {
+      int64_t sc = ((fc - pw) % sw + sw) % sw;  // the first input column of this phase
+      int16_t* __restrict dst = base + fc * size;
+      int64_t at = (sc + pw) / sw;
+      for (; sc < iw && at < pitch; sc += sw, ++at)
+        if (at >= 0) dst[at] = static_cast<int16_t>(static_cast<int32_t>(src[sc]) - zero);
+    }
+  }
+}
+
+// acc[r * pitch + c] = the window sums of one channel (see PhasePlane), for r < oh and every
+// c < pitch (columns past ow are garbage the caller drops).
+TETHER_MULTIVERSION void depthwise_plane_i16(int32_t* __restrict acc, const int16_t* __restrict pad, const PhasePlane& d,
+                                            const int16_t* __restrict w, int64_t oh, int64_t kh, int64_t kw, int64_t dh,
+                                            int64_t dw) {
+  const int64_t n = oh * d.pitch, sh = d.sh, sw = d.sw, pitch = d.pitch, size = d.size;
+  for (int64_t i = 0; i < n; ++i) acc[i] = 0;
+  for (int64_t i = 0; i < kh; ++i) {
+    for (int64_t j = 0; j < kw; ++j) {
+      const int32_t wv = w[i * kw + j];
+      const int64_t fr = (i * dh) % sh, fc = (j * dw) % sw;
+      const int16_t* __restrict src = pad + (fr * sw + fc) * size + ((i * dh) / sh) * pitch + (j * dw) / sw;
+      // Explicit 16-lane steps (the compiler's own choice for this loop is to jam two taps and
+      // stay scalar).
+      typedef int16_t H16 __attribute__((vector_size(32)));
+      typedef int32_t I16 __attribute__((vector_size(64)));
+      int64_t c = 0;
+      for (; c + 16 <= n; c += 16) {
+        H16 h;
+        I16 a;
+        std::memcpy(&h, src + c, sizeof h);
+        std::memcpy(&a, acc + c, sizeof a);
+        a += __builtin_convertvector(h, I16) * wv;
+        std::memcpy(acc + c, &a, sizeof a);
       }
+      for (; c < n; ++c) acc[c] += static_cast<int32_t>(src[c]) * wv;
     }
   }
 }
 
 // Requantizes (or stores) n sums of one output channel, as QGemmOutput defines it.
 template <typename Y>
-void store_channel(const int32_t* acc, int64_t n, int32_t bias, const QGemmOutput& o, float scale, Y* y) {
+TETHER_MULTIVERSION void store_channel(const int32_t* __restrict acc, int64_t n, int32_t bias, float lo, float hi,
+                                       int32_t zero, float scale, Y* __restrict y) {
   if constexpr (std::is_same_v<Y, int32_t>) {
     for (int64_t i = 0; i < n; ++i) y[i] = acc[i] + bias;
   } else {
-    const float lo = static_cast<float>(o.lo - o.zero_point), hi = static_cast<float>(o.hi - o.zero_point);
     for (int64_t i = 0; i < n; ++i) {
       float v = static_cast<float>(acc[i] + bias) * scale;
-      v = std::max(v, lo);
-      v = std::min(v, hi);
-      y[i] = static_cast<Y>(static_cast<int32_t>(std::nearbyint(v)) + o.zero_point);
+      v = v > lo ? v : lo;
+      v = v < hi ? v : hi;
+      y[i] = static_cast<Y>(static_cast<int32_t>(std::nearbyint(v)) + zero);
     }
   }
 }
@@ -463,7 +511,8 @@ class IntegerConvKernel final : public Kernel {
         w_type_(init.input_dtype(static_cast<size_t>(s_.b))),
         out_type_(init.output_dtype(0)),
         threads_(init.threads),
-        act_(QActivation::of(init.node)) {
+        act_(QActivation::of(init.node)),
+        nhwc_(channels_last(init.node)) {
     bool all = false;
     std::vector<View> c = constant_views(init, all);
     const ir::Tensor* w = init.constant(static_cast<size_t>(s_.b));
@@ -471,13 +520,24 @@ class IntegerConvKernel final : public Kernel {
       // Depthwise: the filters less their zero points, as int16, for the direct kernel.
       const int64_t cout = w->dims()[0], taps = w->dims()[2] * w->dims()[3];
       const Params p = read_params<ModelError>(name_, s_, c, -1, cout, "per output channel");
-      dw_weights_.resize(static_cast<size_t>(cout * taps));
+      // Channels last: int32 [tap][channel], with each channel's sum over the taps.
+      if (nhwc_) {
+        dw_weights32_.resize(static_cast<size_t>(cout * taps));
+        dw_sums_.assign(static_cast<size_t>(cout), 0);
+      } else {
+        dw_weights_.resize(static_cast<size_t>(cout * taps));
+      }
       for (int64_t ch = 0; ch < cout; ++ch) {
         const int32_t z = p.b_zp[p.b_zp.size() > 1 ? static_cast<size_t>(ch) : 0];
         for (int64_t t = 0; t < taps; ++t) {
           const int64_t at = ch * taps + t;
-          const int32_t v = w_type_ == DType::kInt8 ? w->data<int8_t>()[at] : static_cast<int32_t>(w->data<uint8_t>()[at]);
-          dw_weights_[static_cast<size_t>(at)] = static_cast<int16_t>(v - z);
+          const int32_t v = (w_type_ == DType::kInt8 ? w->data<int8_t>()[at] : static_cast<int32_t>(w->data<uint8_t>()[at])) - z;
+          if (nhwc_) {
+            dw_weights32_[static_cast<size_t>(t * cout + ch)] = v;
+            dw_sums_[static_cast<size_t>(ch)] += v;
+          } else {
+            dw_weights_[static_cast<size_t>(at)] = static_cast<int16_t>(v);
+          }
         }
       }
     } else if (all && w != nullptr && w->rank() >= 3) {
@@ -505,12 +565,19 @@ class IntegerConvKernel final : public Kernel {
   }
 
   bool packs_input(size_t i) const override {
-    return (!packed_.empty() || !dw_weights_.empty()) && static_cast<int>(i) == s_.b;
+    return (!packed_.empty() || is_depthwise()) && static_cast<int>(i) == s_.b;
   }
 
   int64_t scratch_bytes(const std::vector<View>& in, const std::vector<View>& out) const override {
     const View& w = in[static_cast<size_t>(s_.b)];
     const View& y = out[0];
+    if (nhwc_) {
+      const int64_t c = y.dims.back(), taps = w.numel() / (w.dims[0] * w.dims[1]);
+      if (is_depthwise()) return round64(c) + threads_ * round64(c * 4 + taps * 8);
+      const ConvGeometry g = conv_geometry(node_, channels_first(in[0].dims), w.dims, channels_first(y.dims), false);
+      const int64_t positions = unit_window(g) ? y.numel() / c : y.dims[1] * y.dims[2];
+      return qgemm_scratch_bytes(positions, c, w.numel() / c, threads_);
+    }
     if (!dw_weights_.empty()) return threads_ * dw_slot_bytes(in[0], y, w);
     const int64_t group = node_.attr_int("group", 1), cg = y.dims[1] / group;
     int64_t positions = 1;
@@ -528,9 +595,20 @@ class IntegerConvKernel final : public Kernel {
     const View& x = in[0];
     const View& w = in[static_cast<size_t>(s_.b)];
     View& y = out[0];
-    const ConvGeometry g = conv_geometry(node_, x.dims, w.dims, y.dims, false);
-    const int64_t cout = y.dims[1], cg = cout / g.group, cin_g = x.dims[1] / g.group;
+    const ConvGeometry g = nhwc_ ? conv_geometry(node_, channels_first(x.dims), w.dims, channels_first(y.dims), false)
+                                 : conv_geometry(node_, x.dims, w.dims, y.dims, false);
+    const int64_t cout = nhwc_ ? y.dims.back() : y.dims[1];
     const Params p = read_params<ArgumentError>(name_, s_, in, -1, cout, "per output channel");
+    const View* bias = has(in, s_.bias) ? &in[static_cast<size_t>(s_.bias)] : nullptr;
+    if (bias != nullptr && bias->numel() != cout)
+      throw ArgumentError(name_ + ": B has shape " + dims_text(bias->dims) + ", expected [" + std::to_string(cout) +
+                          "] (one int32 per output channel)");
+    if (nhwc_) {
+      if (is_depthwise()) depthwise_nhwc(ctx, x, y, g, p, bias);
+      else run_nhwc(ctx, x, y, g, p, bias);
+      return;
+    }
+    const int64_t cg = cout / g.group, cin_g = x.dims[1] / g.group;
     int64_t positions = 1, in_size = 1, ksize = 1;
     for (size_t d = 2; d < y.rank(); ++d) {
       positions *= y.dims[d];
@@ -538,10 +616,6 @@ class IntegerConvKernel final : public Kernel {
       ksize *= g.kernel[d - 2];
     }
     const int64_t k = cin_g * ksize;
-    const View* bias = has(in, s_.bias) ? &in[static_cast<size_t>(s_.bias)] : nullptr;
-    if (bias != nullptr && bias->numel() != cout)
-      throw ArgumentError(name_ + ": B has shape " + dims_text(bias->dims) + ", expected [" + std::to_string(cout) +
-                          "] (one int32 per output channel)");
     if (!dw_weights_.empty()) {
       depthwise(ctx, x, w, y, g, p, bias);
       return;
@@ -610,15 +684,16 @@ class IntegerConvKernel final : public Kernel {
   // One thread's scratch for the depthwise kernel: the padded input plane a channel's windows
   // read (int16, the input less its zero point) and the channel's sums (int32).
   struct DwPlane {
-    int64_t rows, cols, plane_bytes, bytes;
+    PhasePlane phase;
+    int64_t plane_bytes, bytes;
   };
   static int64_t round64(int64_t b) { return (b + 63) / 64 * 64; }
   static DwPlane dw_plane(const View& y, const ConvGeometry& g) {
     DwPlane d;
-    d.rows = (y.dims[2] - 1) * g.strides[0] + (g.kernel[0] - 1) * g.dilations[0] + 1;
-    d.cols = (y.dims[3] - 1) * g.strides[1] + (g.kernel[1] - 1) * g.dilations[1] + 1;
-    d.plane_bytes = round64(d.rows * d.cols * static_cast<int64_t>(sizeof(int16_t)));
-    d.bytes = d.plane_bytes + round64(y.dims[2] * y.dims[3] * static_cast<int64_t>(sizeof(int32_t)));
+    d.phase = phase_plane(y.dims[2], y.dims[3], g.kernel[0], g.kernel[1], g.strides[0], g.strides[1], g.dilations[0],
+                          g.dilations[1]);
+    d.plane_bytes = round64(d.phase.sh * d.phase.sw * d.phase.size * static_cast<int64_t>(sizeof(int16_t)));
+    d.bytes = d.plane_bytes + round64(y.dims[2] * d.phase.pitch * static_cast<int64_t>(sizeof(int32_t)));
     return d;
   }
   int64_t dw_slot_bytes(const View& x, const View& y, const View& w) const {
@@ -627,6 +702,12 @@ class IntegerConvKernel final : public Kernel {
 
   void depthwise(const RunContext& ctx, const View& x, const View& w, View& y, const ConvGeometry& g, const Params& p,
                  const View* bias) const;
+  // Channels last: the GEMM over images [h, w, c] read in place (1x1, stride 1: every image's
+  // positions at once) and rows of C stored as they are; the depthwise kernel over pixels.
+  void run_nhwc(const RunContext& ctx, const View& x, View& y, const ConvGeometry& g, const Params& p,
+                const View* bias) const;
+  void depthwise_nhwc(const RunContext& ctx, const View& x, View& y, const ConvGeometry& g, const Params& p,
+                      const View* bias) const;
 
   // dst[c * rows + r] = src[r * cols + c] for elements of `esize` bytes (1 or 4), in bands of rows.
   static void transpose_out(const RunContext& ctx, const std::byte* src, std::byte* dst, int64_t rows, int64_t cols,
@@ -634,12 +715,8 @@ class IntegerConvKernel final : public Kernel {
     constexpr int64_t kBand = 64;
     parallel(ctx, (rows + kBand - 1) / kBand, 1, [&](int64_t t0, int64_t t1) {
       const int64_t r0 = t0 * kBand, r1 = std::min(rows, t1 * kBand);
-      if (esize == 1)
-        transpose_block(reinterpret_cast<const uint8_t*>(src) + r0 * cols, cols, reinterpret_cast<uint8_t*>(dst) + r0,
-                        rows, r1 - r0, cols);
-      else
-        transpose_block(reinterpret_cast<const uint32_t*>(src) + r0 * cols, cols, reinterpret_cast<uint32_t*>(dst) + r0,
-                        rows, r1 - r0, cols);
+      transpose_2d(src + r0 * cols * static_cast<int64_t>(esize), cols, dst + r0 * static_cast<int64_t>(esize), rows,
+                   r1 - r0, cols, esize);
     });
   }
 
@@ -655,19 +732,30 @@ class IntegerConvKernel final : public Kernel {
     parallel(ctx, (hw + kBand - 1) / kBand, 1, [&](int64_t t0, int64_t t1) {
       const int64_t p0 = t0 * kBand, p1 = std::min(hw, t1 * kBand);
       // x is [channels, hw]: positions [p0, p1) of every channel become rows of nhwc.
-      transpose_block(reinterpret_cast<const uint8_t*>(x) + p0, hw, reinterpret_cast<uint8_t*>(nhwc) + p0 * channels,
-                      channels, channels, p1 - p0);
+      transpose_2d(x + p0, hw, nhwc + p0 * channels, channels, channels, p1 - p0, 1);
     });
-    if (g.kernel[0] == 1 && g.kernel[1] == 1 && g.strides[0] == 1 && g.strides[1] == 1 && g.pad_begin[0] == 0 &&
-        g.pad_begin[1] == 0) {
-      a.data = nhwc;
+    point_at_nhwc(nhwc, ih, iw, yd[3], g, channels, pad, a);
+  }
+
+  static bool unit_window(const ConvGeometry& g) {
+    return g.kernel[0] == 1 && g.kernel[1] == 1 && g.strides[0] == 1 && g.strides[1] == 1 && g.pad_begin[0] == 0 &&
+           g.pad_begin[1] == 0;
+  }
+
+  // Points `a` at one channels-last image `src` ([ih, iw, channels]): directly for a 1x1
+  // window of stride 1 without padding (row o of A is position o), else as rows gathered from
+  // it, each kernel position a run of `channels` bytes (or `pad`, the input's zero point,
+  // outside the input).
+  static void point_at_nhwc(const std::byte* src, int64_t ih, int64_t iw, int64_t ow, const ConvGeometry& g,
+                            int64_t channels, std::byte pad, QGemmA& a) {
+    if (unit_window(g)) {
+      a.data = src;
       a.lda = channels;
       return;
     }
-    const int64_t ow = yd[3], kh = g.kernel[0], kw = g.kernel[1];
+    const int64_t kh = g.kernel[0], kw = g.kernel[1];
     const int64_t sh = g.strides[0], sw = g.strides[1], dh = g.dilations[0], dw = g.dilations[1];
     const int64_t ph = g.pad_begin[0], pw = g.pad_begin[1];
-    const std::byte* src = nhwc;
     a.rows = [=](const RunContext&, int64_t o0, int64_t count, void* out) {
       auto* dst = static_cast<std::byte*>(out);
       int64_t oy = o0 / ow, ox = o0 % ow;
@@ -692,7 +780,11 @@ class IntegerConvKernel final : public Kernel {
   DType x_type_, w_type_, out_type_;
   int threads_;
   QActivation act_;
-  std::vector<int16_t> dw_weights_;  // depthwise: cout x kh x kw filters less their zero points
+  bool nhwc_;                        // channels_last: X and Y are [N, spatial..., C]
+  std::vector<int16_t> dw_weights_;    // depthwise: cout x kh x kw filters less their zero points
+  std::vector<int32_t> dw_weights32_;  // the same, channels last: kh x kw x cout
+  std::vector<int32_t> dw_sums_;       // channels last, depthwise: each filter's sum
+  bool is_depthwise() const { return !dw_weights_.empty() || !dw_weights32_.empty(); }
   bool channels_last_ = false;       // 2-D: packed filters in (kernel position, channel) order
   std::vector<QPackedB> packed_;  // one per group, when the weights and their zero points are constant
 };
@@ -704,44 +796,208 @@ void IntegerConvKernel::depthwise(const RunContext& ctx, const View& x, const Vi
   const int64_t kh = g.kernel[0], kw = g.kernel[1], taps = kh * kw;
   const int32_t xz = p.a_zp[0];
   const QGemmOutput o = output_of(p, out_type_, nullptr, act_);
+  const float lo = static_cast<float>(o.lo - o.zero_point), hi = static_cast<float>(o.hi - o.zero_point);
   auto plane = [&](int thread, int64_t q0, int64_t q1) {
     std::byte* slot = ctx.scratch + thread * d.bytes;
     auto* pad = reinterpret_cast<int16_t*>(slot);
     auto* acc = reinterpret_cast<int32_t*>(slot + d.plane_bytes);
     for (int64_t q = q0; q < q1; ++q) {
       const int64_t ch = q % channels;
-      for (int64_t r = 0; r < d.rows; ++r) {
-        const int64_t sr = r - g.pad_begin[0];
-        int16_t* dst = pad + r * d.cols;
-        if (sr < 0 || sr >= ih) {
-          std::fill(dst, dst + d.cols, int16_t{0});
-          continue;
-        }
-        for (int64_t c = 0; c < d.cols; ++c) {
-          const int64_t sc = c - g.pad_begin[1];
-          int32_t v = 0;
-          if (sc >= 0 && sc < iw) {
-            const int64_t at = (q * ih + sr) * iw + sc;
-            v = (x_type_ == DType::kInt8 ? x.as<int8_t>()[at] : static_cast<int32_t>(x.as<uint8_t>()[at])) - xz;
-          }
-          dst[c] = static_cast<int16_t>(v);
-        }
-      }
-      depthwise_plane_i16(acc, pad, d.cols, dw_weights_.data() + ch * taps, oh, ow, kh, kw, g.strides[0], g.strides[1],
-                          g.dilations[0], g.dilations[1]);
+      if (x_type_ == DType::kInt8)
+        fill_phases(pad, x.as<int8_t>() + q * ih * iw, d.phase, ih, iw, g.pad_begin[0], g.pad_begin[1], xz);
+      else
+        fill_phases(pad, x.as<uint8_t>() + q * ih * iw, d.phase, ih, iw, g.pad_begin[0], g.pad_begin[1], xz);
+      depthwise_plane_i16(acc, pad, d.phase, dw_weights_.data() + ch * taps, oh, kh, kw, g.dilations[0],
+                          g.dilations[1]);
       const int32_t b = bias != nullptr ? bias->as<int32_t>()[ch] : 0;
       const float scale = o.scale != nullptr ? o.scale[o.scale_per_column ? ch : 0] : 0.0f;
-      const int64_t n = oh * ow;
-      switch (out_type_) {
-        case DType::kInt32: store_channel(acc, n, b, o, scale, y.as<int32_t>() + q * n); break;
-        case DType::kInt8: store_channel(acc, n, b, o, scale, y.as<int8_t>() + q * n); break;
-        default: store_channel(acc, n, b, o, scale, y.as<uint8_t>() + q * n); break;
+      const int64_t pitch = d.phase.pitch;
+      for (int64_t r = 0; r < oh; ++r) {
+        const int64_t at = q * oh * ow + r * ow;
+        switch (out_type_) {
+          case DType::kInt32: store_channel(acc + r * pitch, ow, b, lo, hi, o.zero_point, scale, y.as<int32_t>() + at); break;
+          case DType::kInt8: store_channel(acc + r * pitch, ow, b, lo, hi, o.zero_point, scale, y.as<int8_t>() + at); break;
+          default: store_channel(acc + r * pitch, ow, b, lo, hi, o.zero_point, scale, y.as<uint8_t>() + at); break;
+        }
       }
     }
   };
   const int64_t planes = x.dims[0] * channels;
   if (ctx.pool == nullptr) plane(0, 0, planes);
   else ctx.pool->parallel_for_indexed(planes, 1, plane);
+}
+
+void IntegerConvKernel::run_nhwc(const RunContext& ctx, const View& x, View& y, const ConvGeometry& g, const Params& p,
+                                 const View* bias) const {
+  const int64_t n = x.dims[0], ih = x.dims[1], iw = x.dims[2], cin = x.dims[3];
+  const int64_t oh = y.dims[1], ow = y.dims[2], cout = y.dims[3];
+  const size_t esize = elem_bytes(out_type_);
+  const int32_t a_zp = p.a_zp[0];
+  QGemmOutput o = output_of(p, out_type_, bias != nullptr ? bias->as<int32_t>() : nullptr, act_);
+  o.row_stride = cout;
+  o.col_stride = 1;
+  QGemmA a;
+  a.is_signed = x_type_ == DType::kInt8;
+  a.zero_points = &a_zp;
+  if (unit_window(g)) {
+    a.data = x.data;
+    a.lda = cin;
+    o.c = y.data;
+    qgemm(ctx, n * oh * ow, a, packed_[0], o, ctx.scratch);
+    return;
+  }
+  for (int64_t img = 0; img < n; ++img) {
+    const std::byte* xi = static_cast<const std::byte*>(x.data) + img * ih * iw * cin;
+    point_at_nhwc(xi, ih, iw, ow, g, cin, static_cast<std::byte>(a_zp), a);
+    o.c = static_cast<std::byte*>(y.data) + static_cast<int64_t>(esize) * img * oh * ow * cout;
+    qgemm(ctx, oh * ow, a, packed_[0], o, ctx.scratch);
+  }
+}
+
+namespace {
+
+// acc[c] = sum over the taps t of src[t][c] * w[t * channels + c], for c < channels: one output
+// pixel of a channels-last depthwise convolution (src[t]: the input pixel under tap t, or a
+// row of zero points outside the input). Per ISA: bytes widen straight to int32 lanes (one
+// shuffle per lane group) and multiply by int32 filters; the compilers' own code for this
+// (vector extensions) widened byte by byte.
+template <typename T>
+void depthwise_pixel_generic(int32_t* __restrict acc, const T* const* __restrict src, int64_t taps,
+                             const int32_t* __restrict w, int64_t channels, int64_t c = 0) {
+  for (; c < channels; ++c) {
+    int32_t a = 0;
+    for (int64_t t = 0; t < taps; ++t) a += static_cast<int32_t>(src[t][c]) * w[t * channels + c];
+    acc[c] = a;
+  }
+}
+
+template <typename T>
+__attribute__((target("avx2"))) void depthwise_pixel_avx2(int32_t* __restrict acc, const T* const* __restrict src,
+                                                           int64_t taps, const int32_t* __restrict w, int64_t channels) {
+  int64_t c = 0;
+  for (; c + 16 <= channels; c += 16) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
+    for (int64_t t = 0; t < taps; ++t) {
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src[t] + c));
+      const __m256i x0 = std::is_signed_v<T> ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+      const __m128i hi = _mm_unpackhi_epi64(b, b);
+      const __m256i x1 = std::is_signed_v<T> ? _mm256_cvtepi8_epi32(hi) : _mm256_cvtepu8_epi32(hi);
+      const int32_t* wt = w + t * channels + c;
+      a0 = _mm256_add_epi32(a0, _mm256_mullo_epi32(x0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wt))));
+      a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(x1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wt + 8))));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + c), a0);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + c + 8), a1);
+  }
+  depthwise_pixel_generic(acc, src, taps, w, channels, c);
+}
+
+template <typename T>
+__attribute__((target("avx512f,avx512bw"))) void depthwise_pixel_avx512(int32_t* __restrict acc,
+                                                                         const T* const* __restrict src, int64_t taps,
+                                                                         const int32_t* __restrict w, int64_t channels) {
+  int64_t c = 0;
+  for (; c + 16 <= channels; c += 16) {
+    __m512i a = _mm512_setzero_si512();
+    for (int64_t t = 0; t < taps; ++t) {
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src[t] + c));
+      const __m512i x = std::is_signed_v<T> ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
+      a = _mm512_add_epi32(a, _mm512_mullo_epi32(x, _mm512_loadu_si512(w + t * channels + c)));
+    }
+    _mm512_storeu_si512(acc + c, a);
+  }
+  depthwise_pixel_generic(acc, src, taps, w, channels, c);
+}
+
+template <typename T>
+using DepthwisePixel = void (*)(int32_t*, const T* const*, int64_t, const int32_t*, int64_t);
+
+// The widest variant this machine runs (TETHER_ISA caps it).
+template <typename T>
+DepthwisePixel<T> depthwise_pixel_for_isa() {
+  const util::CpuFeatures& f = util::cpu_features();
+  if (f.avx512) return depthwise_pixel_avx512<T>;
+  if (f.avx2) return depthwise_pixel_avx2<T>;
+  return [](int32_t* acc, const T* const* src, int64_t taps, const int32_t* w, int64_t channels) {
+    depthwise_pixel_generic(acc, src, taps, w, channels);
+  };
+}
+
+// y[c] = the requantized acc[c] + bias[c] - zero * sums[c] (see QGemmOutput), or that sum for
+// int32. Rounding half to even as a float add of 1.5 * 2^23 and its subtraction (exact for
+// |v| <= 2^22, which the clamp ensures), so that the loop vectorizes.
+template <typename Y>
+TETHER_MULTIVERSION void store_pixel(const int32_t* __restrict acc, const int32_t* __restrict sums, int32_t zero,
+                                     const int32_t* __restrict bias, const float* __restrict scale, bool per_channel,
+                                     float lo, float hi, int32_t y_zero, int64_t channels, Y* __restrict y) {
+  constexpr float kRound = 12582912.0f;
+  for (int64_t c = 0; c < channels; ++c) {
+    const int32_t s = acc[c] - zero * sums[c] + (bias != nullptr ? bias[c] : 0);
+    if constexpr (std::is_same_v<Y, int32_t>) {
+      y[c] = s;
+    } else {
+      float v = static_cast<float>(s) * (per_channel ? scale[c] : scale[0]);
+      v = v > lo ? v : lo;
+      v = v < hi ? v : hi;
+      v = (v + kRound) - kRound;
+      y[c] = static_cast<Y>(static_cast<int32_t>(v) + y_zero);
+    }
+  }
+}
+
+}  // namespace
+
+void IntegerConvKernel::depthwise_nhwc(const RunContext& ctx, const View& x, View& y, const ConvGeometry& g,
+                                       const Params& p, const View* bias) const {
+  const int64_t ih = x.dims[1], iw = x.dims[2], oh = y.dims[1], ow = y.dims[2], c = y.dims[3];
+  const int64_t kh = g.kernel[0], kw = g.kernel[1], taps = kh * kw;
+  const int32_t xz = p.a_zp[0];
+  const QGemmOutput o = output_of(p, out_type_, nullptr, act_);
+  const float lo = static_cast<float>(o.lo - o.zero_point), hi = static_cast<float>(o.hi - o.zero_point);
+  const int32_t* b = bias != nullptr ? bias->as<int32_t>() : nullptr;
+  // Taps outside the input read a pixel of zero points: a product the filter sums then cancel.
+  std::byte* zeros = ctx.scratch;
+  std::memset(zeros, static_cast<int>(static_cast<uint8_t>(xz)), static_cast<size_t>(c));
+  const int64_t slot = round64(c * 4 + taps * 8);
+  const bool is_signed = x_type_ == DType::kInt8;
+  static const DepthwisePixel<int8_t> pixel_s8 = depthwise_pixel_for_isa<int8_t>();
+  static const DepthwisePixel<uint8_t> pixel_u8 = depthwise_pixel_for_isa<uint8_t>();
+  auto rows = [&](int thread, int64_t r0, int64_t r1) {
+    std::byte* base = ctx.scratch + round64(c) + thread * slot;
+    auto* acc = reinterpret_cast<int32_t*>(base);
+    auto* src = reinterpret_cast<const std::byte**>(base + c * 4);
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t img = r / oh, oy = r % oh;
+      const std::byte* xi = static_cast<const std::byte*>(x.data) + img * ih * iw * c;
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        for (int64_t i = 0; i < kh; ++i) {
+          const int64_t iy = oy * g.strides[0] - g.pad_begin[0] + i * g.dilations[0];
+          for (int64_t j = 0; j < kw; ++j) {
+            const int64_t ix = ox * g.strides[1] - g.pad_begin[1] + j * g.dilations[1];
+            src[i * kw + j] = iy >= 0 && iy < ih && ix >= 0 && ix < iw ? xi + (iy * iw + ix) * c : zeros;
+          }
+        }
+        const int32_t* w = dw_weights32_.data();
+        if (is_signed) pixel_s8(acc, reinterpret_cast<const int8_t* const*>(src), taps, w, c);
+        else pixel_u8(acc, reinterpret_cast<const uint8_t* const*>(src), taps, w, c);
+        const int64_t at = (r * ow + ox) * c;
+        switch (out_type_) {
+          case DType::kInt32:
+            store_pixel(acc, dw_sums_.data(), xz, b, o.scale, o.scale_per_column, lo, hi, o.zero_point, c, y.as<int32_t>() + at);
+            break;
+          case DType::kInt8:
+            store_pixel(acc, dw_sums_.data(), xz, b, o.scale, o.scale_per_column, lo, hi, o.zero_point, c, y.as<int8_t>() + at);
+            break;
+          default:
+            store_pixel(acc, dw_sums_.data(), xz, b, o.scale, o.scale_per_column, lo, hi, o.zero_point, c, y.as<uint8_t>() + at);
+            break;
+        }
+      }
+    }
+  };
+  const int64_t total = x.dims[0] * oh;
+  if (ctx.pool == nullptr) rows(0, 0, total);
+  else ctx.pool->parallel_for_indexed(total, 1, rows);
 }
 
 // ---- QLinearAdd (ai.tether) ---------------------------------------------------------------------
@@ -854,6 +1110,20 @@ std::string integer_check(const KernelInit& init) {
   if (s.bias >= 0 && init.node.input(static_cast<size_t>(s.bias)) != nullptr &&
       init.input_dtype(static_cast<size_t>(s.bias)) != DType::kInt32)
     return "the bias is " + type_text(init.input_dtype(static_cast<size_t>(s.bias))) + "; it must be int32";
+  if (channels_last(init.node)) {
+    const ir::Shape& x = init.input_types[0].shape();
+    const ir::Tensor* w = init.constant(static_cast<size_t>(s.b));
+    if (!x.has_rank() || x.rank() != 4)
+      return "channels_last takes a 4-D X [N, H, W, C], got " + (x.has_rank() ? x.to_string() : std::string("unknown rank"));
+    if (w == nullptr || w->rank() != 4)
+      return "channels_last takes constant 4-D weights";
+    for (size_t i = static_cast<size_t>(s.a_scale); i < init.node.inputs().size(); ++i)
+      if (static_cast<int>(i) != s.b && init.node.input(i) != nullptr && init.constant(i) == nullptr)
+        return "channels_last takes constant scales, zero points and bias; input " + std::to_string(i) + " is not";
+    const int64_t group = init.node.attr_int("group", 1);
+    if (group != 1 && !(group == w->dims()[0] && w->dims()[1] == 1))
+      return "channels_last runs group 1 or depthwise convolutions, not group " + std::to_string(group);
+  }
   return "";
 }
 

@@ -3,8 +3,10 @@
 // ConstantOfShape, Range. Kernels work on any fixed-size element type.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "engine/cpu/cpu.h"
+#include "util/multiversion.h"
 
 namespace tether::engine::cpu {
 
@@ -37,6 +39,72 @@ std::unique_ptr<Kernel> size_kernel(const KernelInit&) {
   });
 }
 
+// transpose_2d on elements of type T, in 16 x 16 blocks. Local sizes and restrict pointers: a
+// byte store may alias anything, so loops over captured values would reload them on every element.
+template <typename T>
+TETHER_MULTIVERSION void transpose_block(const T* __restrict src, int64_t src_ld, T* __restrict dst, int64_t dst_ld,
+                                         int64_t rows, int64_t cols) {
+  constexpr int64_t kB = 16;
+  for (int64_t r0 = 0; r0 < rows; r0 += kB) {
+    const int64_t r1 = std::min(rows, r0 + kB);
+    for (int64_t c0 = 0; c0 < cols; c0 += kB) {
+      const int64_t c1 = std::min(cols, c0 + kB);
+      for (int64_t c = c0; c < c1; ++c)
+        for (int64_t r = r0; r < r1; ++r) dst[c * dst_ld + r] = src[r * src_ld + c];
+    }
+  }
+}
+
+// A permutation as [batch, rows, cols] -> [batch, cols, rows] of merged dims, when it is one
+// (after merging dims that stay neighbours and dropping dims of size 1).
+struct Batched2d {
+  int64_t batch = 1, rows = 1, cols = 1;
+};
+
+std::optional<Batched2d> batched_2d(const std::vector<int64_t>& dims, const std::vector<int64_t>& perm) {
+  // Input dims in output order, as runs of consecutive input axes.
+  std::vector<std::pair<int64_t, int64_t>> runs;  // (first input axis, size)
+  int64_t last = -2;
+  for (int64_t a : perm) {
+    const int64_t size = dims[static_cast<size_t>(a)];
+    if (size == 1) continue;
+    if (!runs.empty() && a == last + 1) runs.back().second *= size;
+    else runs.emplace_back(a, size);
+    last = a;
+  }
+  // Positions of the runs in input order.
+  std::vector<size_t> order(runs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t i, size_t j) { return runs[i].first < runs[j].first; });
+  Batched2d b;
+  if (runs.size() == 2 && order[0] == 1) {
+    b.rows = runs[1].second;
+    b.cols = runs[0].second;
+    return b;
+  }
+  if (runs.size() == 3 && order[0] == 0 && order[1] == 2 && order[2] == 1) {
+    b.batch = runs[0].second;
+    b.rows = runs[2].second;
+    b.cols = runs[1].second;
+    return b;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void transpose_2d(const std::byte* src, int64_t src_ld, std::byte* dst, int64_t dst_ld, int64_t rows, int64_t cols,
+                  size_t esize) {
+  switch (esize) {
+    case 1: transpose_block(reinterpret_cast<const uint8_t*>(src), src_ld, reinterpret_cast<uint8_t*>(dst), dst_ld, rows, cols); break;
+    case 2: transpose_block(reinterpret_cast<const uint16_t*>(src), src_ld, reinterpret_cast<uint16_t*>(dst), dst_ld, rows, cols); break;
+    case 4: transpose_block(reinterpret_cast<const uint32_t*>(src), src_ld, reinterpret_cast<uint32_t*>(dst), dst_ld, rows, cols); break;
+    default: transpose_block(reinterpret_cast<const uint64_t*>(src), src_ld, reinterpret_cast<uint64_t*>(dst), dst_ld, rows, cols); break;
+  }
+}
+
+namespace {
+
 std::unique_ptr<Kernel> transpose_kernel(const KernelInit& init) {
   std::vector<int64_t> perm = init.node.attr_ints("perm");
   return make_kernel([perm](const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) {
@@ -44,10 +112,29 @@ std::unique_ptr<Kernel> transpose_kernel(const KernelInit& init) {
     std::vector<int64_t> p = perm;
     if (p.empty())
       for (size_t i = x.rank(); i-- > 0;) p.push_back(static_cast<int64_t>(i));
+    const size_t esize = elem_bytes(x.dtype);
+    if (esize == 1 || esize == 2 || esize == 4 || esize == 8) {
+      if (std::optional<Batched2d> b = batched_2d(x.dims, p)) {
+        // Each batch a [rows, cols] -> [cols, rows] transpose, in bands of 64 rows.
+        constexpr int64_t kBand = 64;
+        const int64_t bands = (b->rows + kBand - 1) / kBand, plane = b->rows * b->cols * static_cast<int64_t>(esize);
+        const auto* src = x.as<std::byte>();
+        auto* dst = out[0].as<std::byte>();
+        const auto e = static_cast<int64_t>(esize);
+        parallel(ctx, b->batch * bands, 1, [&](int64_t t0, int64_t t1) {
+          for (int64_t t = t0; t < t1; ++t) {
+            const int64_t i = t / bands, r0 = t % bands * kBand, r1 = std::min(b->rows, r0 + kBand);
+            transpose_2d(src + i * plane + r0 * b->cols * e, b->cols, dst + i * plane + r0 * e, b->rows, r1 - r0, b->cols,
+                         esize);
+          }
+        });
+        return;
+      }
+    }
     const std::vector<int64_t> xs = strides_of(x.dims);
     std::vector<int64_t> src_strides(p.size());  // stride in x of each output dim
     for (size_t d = 0; d < p.size(); ++d) src_strides[d] = xs[static_cast<size_t>(p[d])];
-    const size_t size = elem_bytes(x.dtype);
+    const size_t size = esize;
     const auto& od = out[0].dims;
     const int64_t inner = od.empty() ? 1 : od.back();
     const int64_t inner_stride = src_strides.empty() ? 1 : src_strides.back();
