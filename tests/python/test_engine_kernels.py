@@ -762,3 +762,20 @@ def test_max_pool_matches_onnxruntime_and_skips_nan(spatial, kernel, strides, pa
     x[1, 2] = np.nan  # a plane that is all NaN
     got = run_tether(model, {"x": x})[0]
     np.testing.assert_array_equal(got, max_pool_reference(x, kernel, strides, pads, ref.shape[2:]))
+
+
+@pytest.mark.parametrize("shape, perm", [
+    ((1, 3, 17, 19), (0, 2, 3, 1)),      # NCHW -> NHWC: one [C, HW] plane
+    ((2, 33, 5, 7), (0, 3, 1, 2)),       # NHWC -> NCHW on a batch of two
+    ((3, 1, 70, 65), (0, 2, 1, 3)),      # a size-1 axis between: a batched [70, 65] transpose
+    ((130, 67), (1, 0)),
+    ((4, 5, 6, 7), (0, 1, 3, 2)),
+    ((2, 3, 4, 5), (2, 0, 3, 1)),        # no batched 2-D form: the general path
+])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.float32, np.int64])
+def test_transpose_equals_numpy(shape, perm, dtype):
+    """Transpose on the permutations that reduce to [batch, rows, cols] -> [batch, cols, rows]
+    (the blocked path) and on one that does not, for each element size, against numpy."""
+    x = (np.arange(np.prod(shape)) % 251).astype(dtype).reshape(shape)
+    model = node_model("Transpose", ["x"], {"x": x}, perm=list(perm))
+    assert_matches(run_tether(model, {"x": x})[0], np.ascontiguousarray(x.transpose(perm)), f"{shape} {perm}")

@@ -88,6 +88,11 @@ def test_onnxruntime_qdq_model_fuses_and_matches_onnxruntime(float_model, tmp_pa
     while producer.op_type == "Transpose":
         producer = next(n for n in opt_nodes if producer.inputs[0] in n.outputs)
     assert producer.op_type == "QLinearConv"
+    # From the first convolution to the last, the chain runs channels last: the convolutions, the
+    # residual QLinearAdd and the MaxPool, with one Transpose at each end.
+    last = [n for n in opt_nodes if dict(n.attributes).get("channels_last") == 1]
+    assert sorted(n.op_type for n in last) == ["MaxPool"] + ["QLinearConv"] * 4, [(n.op_type, n.name) for n in opt_nodes]
+    assert ("ai.tether", "QLinearAdd") in ops and sum(op == "Transpose" for _, op in ops) == 2, ops
     # Each fused node keeps the names it replaces (layer-wise parity maps it back by them).
     opt = onnx.load_from_string(tt.optimize(tt.load(str(dst))).to_bytes())
     fused_from = {n.name: {p.key: p.value for p in n.metadata_props}.get("tether.fused_from", "")
@@ -248,3 +253,27 @@ def test_residual_add_between_qdq_is_one_node_equal_to_the_nodes_it_replaces(typ
     want = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     for threads in (1, 2):
         np.testing.assert_array_equal(tt.compile(tt.load(model), threads=threads).run(feeds)["y"], want)
+
+
+def test_kept_integer_values_keep_their_layout(float_model, tmp_path):
+    """A value kept for an observer (compile(keep=...)) stays NCHW: the node that writes it is
+    not made channels last, and what is captured equals the unoptimized run's integers."""
+    from onnxruntime.quantization import QuantType
+
+    dst = tmp_path / "qdq.onnx"
+    _ort_qdq(float_model, dst, True, QuantType.QUInt8)
+    model = tt.load(str(dst))
+    # Every QuantizeLinear output of a convolution: the integer outputs the QDQ pass fuses into.
+    convs = [s for s in tt.compile(model, optimize=False)._core.steps() if s["op_type"] == "Conv"]
+    quantized = [s["outputs"][0] for s in tt.compile(model, optimize=False)._core.steps()
+                 if s["op_type"] == "QuantizeLinear" and any(s["inputs"][0] in c["outputs"] for c in convs)]
+    assert quantized
+    x = _images(np.random.default_rng(5), 1)[0]
+    _, reference = tt.compile(model, optimize=False, threads=1)._core.run_capture({"x": x}, [])
+    kept = tt.compile(model, threads=1, keep=quantized)
+    _, captured = kept._core.run_capture({"x": x}, quantized)
+    reference, captured = dict(reference), dict(captured)
+    for name in quantized:
+        assert captured[name].shape == reference[name].shape, name
+        # The fused convolution requantizes once where the unfused run rounds in float: one step.
+        assert np.abs(captured[name].astype(np.int32) - reference[name].astype(np.int32)).max() <= 1, name

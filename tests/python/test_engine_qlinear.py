@@ -269,6 +269,57 @@ def test_qlinear_conv_equals_numpy_and_onnxruntime(case, x_type, w_type, y_type,
     np.testing.assert_array_equal(got, run_ort(model, {"x": x}))
 
 
+def _dequantized_conv_model(inputs: dict[str, np.ndarray], attrs: dict) -> bytes:
+    """QLinearConv (every parameter constant) whose output a DequantizeLinear reads: the conv's
+    output is no graph output, so tether's passes may run it channels last."""
+    const = tuple(k for k in inputs if k != "x")
+    conv = helper.make_node("QLinearConv", list(inputs), ["q"], name="conv", **attrs)
+    dq = helper.make_node("DequantizeLinear", ["q", "y_scale", "y_zero_point"], ["y"], name="dq")
+    inits = [numpy_helper.from_array(inputs[k], k) for k in const]
+    graph = helper.make_graph([conv, dq], "g", [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(inputs["x"].dtype), inputs["x"].shape)],
+                              [helper.make_tensor_value_info("y", helper.TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10).SerializeToString()
+
+
+CHANNELS_LAST_CASES = CONV_CASES + [
+    ((1, 35, 9, 9), (35, 1, 3, 3), {"group": 35, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ((2, 40, 6, 7), (40, 1, 3, 3), {"group": 40, "pads": [0, 1, 2, 1], "dilations": [2, 1]}),
+    ((1, 17, 6, 6), (48, 17, 1, 1), {"strides": [2, 2]}),
+    ((1, 3, 15, 15), (8, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),
+]
+
+
+@pytest.mark.parametrize("case", CHANNELS_LAST_CASES, ids=lambda c: f"{c[0]}-{c[1]}-{sorted(c[2])}")
+@pytest.mark.parametrize("x_type, w_type, zero", [(U8, I8, "low"), (U8, I8, "high"), (I8, I8, "random"), (U8, U8, "random")])
+def test_qlinear_conv_channels_last_equals_numpy_and_onnxruntime(case, x_type, w_type, zero):
+    """A QLinearConv read by another node runs channels last (group 1 and depthwise): the same
+    integers as the oracle and onnxruntime, zero points at the ends of the range."""
+    x_shape, w_shape, attrs = case
+    rng = np.random.default_rng(6)
+    m = w_shape[0]
+    x, w = rand_q(rng, x_type, x_shape), rand_q(rng, w_type, w_shape)
+    x_scale = np.array(0.05, np.float32)
+    w_scale = rng.uniform(0.002, 0.02, m).astype(np.float32)
+    w_zp = np.zeros(m, w_type) if w_type == I8 else zp_of(w_type, "random", rng, m)
+    k = w_shape[1] * w_shape[2] * w_shape[3]
+    y_scale = np.array(0.05 * 0.01 * np.sqrt(k) * 40, np.float32)
+    bias = rng.integers(-5000, 5000, m).astype(np.int32)
+    inputs = {"x": x, "x_scale": x_scale, "x_zero_point": zp_of(x_type, zero, rng), "w": w, "w_scale": w_scale,
+              "w_zero_point": w_zp, "y_scale": y_scale, "y_zero_point": zp_of(x_type, zero, rng), "B": bias}
+    model = _dequantized_conv_model(inputs, attrs)
+    strides, pads, dil, group = conv_attrs_resolved(x_shape, w_shape, attrs)
+    sums = conv_sums(x.astype(np.int64) - int(inputs["x_zero_point"]), w.astype(np.int64) - w_zp.reshape(-1, 1, 1, 1).astype(np.int64),
+                     strides, pads, dil, group) + bias.reshape(1, -1, 1, 1)
+    q = np.moveaxis(requantize(np.moveaxis(sums, 1, -1), out_scale(x_scale, w_scale, y_scale), inputs["y_zero_point"]), -1, 1)
+    want = ((q.astype(np.int32) - int(inputs["y_zero_point"])).astype(np.float32) * y_scale).astype(np.float32)
+    conv = next(n for n in tt.optimize(tt.load(model)).nodes if n.op_type == "QLinearConv")
+    runs_last = group == 1 or (group == m and w_shape[1] == 1)
+    assert (conv.domain, dict(conv.attributes).get("channels_last", 0)) == (("ai.tether", 1) if runs_last else ("", 0))
+    for threads in (1, 2):
+        np.testing.assert_array_equal(run_tether(model, {"x": x}, threads), want)
+    np.testing.assert_array_equal(run_tether(model, {"x": x}), run_ort(model, {"x": x}))
+
+
 def test_qlinear_conv_1d_and_runtime_weights():
     rng = np.random.default_rng(6)
     x, w = rand_q(rng, U8, (2, 3, 17)), rand_q(rng, I8, (4, 3, 5))

@@ -2,7 +2,8 @@
 // FusedConv, FusedGemm and FusedMatMul compute what their ONNX op computes, then a bias
 // (FusedMatMul) or a summand of the output's own shape (FusedConv's optional fourth input,
 // a residual Add), and an activation; their shapes are the ONNX op's. QLinearConv and
-// QLinearMatMul (from the QDQ pass) are the ONNX ops with an activation and a bias.
+// QLinearMatMul (from the QDQ pass) are the ONNX ops with an activation and a bias;
+// QLinearConv and MaxPool with channels_last = 1 read and write [N, spatial..., C].
 #include "ops/infer_context.h"
 
 namespace tether::ops {
@@ -19,6 +20,7 @@ constexpr char kGemm[] = "Gemm";
 constexpr char kMatMul[] = "MatMul";
 constexpr char kQLinearConv[] = "QLinearConv";
 constexpr char kQLinearMatMul[] = "QLinearMatMul";
+constexpr char kMaxPool[] = "MaxPool";
 
 // FusedConv(X, W, B, Sum): Conv's shape; Sum, when present, is added without broadcasting, so
 // it must have the output's type and every dim that both know must agree.
@@ -66,6 +68,8 @@ void register_fused(Registry& r) {
   r.add("QLinearConv", as_onnx<kQLinearConv>, "ai.tether");
   r.add("QLinearMatMul", as_onnx<kQLinearMatMul>, "ai.tether");
   r.add("QLinearAdd", qlinear_add, "ai.tether");
+  // MaxPool of 8-bit tensors channels last (channels_last = 1; passes/channels_last.cc).
+  r.add("MaxPool", as_onnx<kMaxPool>, "ai.tether");
 }
 
 }  // namespace tether::ops

@@ -70,17 +70,31 @@ Dim window_out(const InferContext& ctx, const Window& w, size_t i, const Dim& in
   return Dim(out);
 }
 
+// ai.tether QLinearConv and MaxPool with channels_last = 1 read X [N, spatial..., C] and write
+// Y alike; their shapes are the ONNX op's on the channels-first view of X.
+bool channels_last(const InferContext& ctx) {
+  return ctx.node().domain() == "ai.tether" && ctx.attr_int("channels_last", 0) != 0;
+}
+
+// X's shape as the ONNX op sees it: [N, C, spatial...] (moved from [N, spatial..., C] when last).
+Shape channels_first_view(const InferContext& ctx, bool last) {
+  const Shape& x = ctx.input_shape(0);
+  if (!last || !x.has_rank()) return x;
+  if (x.rank() < 3) ctx.fail("input must have rank >= 3 (N, spatial..., C), got " + x.to_string());
+  std::vector<Dim> d = {x[0], x[x.rank() - 1]};
+  for (size_t i = 1; i + 1 < x.rank(); ++i) d.push_back(x[i]);
+  return Shape(std::move(d));
+}
+
+// [N, C, spatial...] output dims as the op writes them.
+Shape output_layout(std::vector<Dim> out, bool last) {
+  if (last) std::rotate(out.begin() + 1, out.begin() + 2, out.end());
+  return Shape(std::move(out));
+}
+
 void conv(InferContext& ctx) {
-  // ai.tether QLinearConv with channels_last = 1 reads X [N, spatial..., C] and writes Y alike;
-  // its shape is Conv's on the channels-first view.
-  const bool last = ctx.node().domain() == "ai.tether" && ctx.attr_int("channels_last", 0) != 0;
-  Shape x = ctx.input_shape(0);
-  if (last && x.has_rank()) {
-    if (x.rank() < 3) ctx.fail("input must have rank >= 3 (N, spatial..., C), got " + x.to_string());
-    std::vector<Dim> d = {x[0], x[x.rank() - 1]};
-    for (size_t i = 1; i + 1 < x.rank(); ++i) d.push_back(x[i]);
-    x = Shape(std::move(d));
-  }
+  const bool last = channels_last(ctx);
+  const Shape x = channels_first_view(ctx, last);
   // QLinearConv takes (x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point).
   const bool qlinear = ctx.node().op_type() == "QLinearConv";
   const Shape& w = ctx.input_shape(qlinear ? 3 : 1);
@@ -114,8 +128,7 @@ void conv(InferContext& ctx) {
              std::to_string(group) + " groups");
   Window win = window(ctx, kernel);
   for (size_t i = 0; i < k; ++i) out.push_back(known[i] ? window_out(ctx, win, i, x[i + 2]) : Dim());
-  if (last) std::rotate(out.begin() + 1, out.begin() + 2, out.end());
-  ctx.set_output(0, dt, Shape(std::move(out)));
+  ctx.set_output(0, dt, output_layout(std::move(out), last));
 }
 
 void conv_transpose(InferContext& ctx) {
@@ -187,7 +200,8 @@ void conv_transpose(InferContext& ctx) {
 }
 
 void pool(InferContext& ctx) {
-  const Shape& x = ctx.input_shape(0);
+  const bool last = channels_last(ctx);
+  const Shape x = channels_first_view(ctx, last);
   const DType dt = ctx.input_dtype(0);
   if (!x.has_rank()) {
     ctx.set_output(0, dt, Shape());
@@ -201,7 +215,7 @@ void pool(InferContext& ctx) {
   Window win = window(ctx, kernel);
   std::vector<Dim> out{x[0], x[1]};
   for (size_t i = 0; i < kernel.size(); ++i) out.push_back(window_out(ctx, win, i, x[i + 2]));
-  Shape shape(std::move(out));
+  Shape shape = output_layout(std::move(out), last);
   ctx.set_output(0, dt, shape);
   ctx.set_output(1, DType::kInt64, shape);  // MaxPool's Indices
 }

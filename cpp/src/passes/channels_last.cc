@@ -3,7 +3,8 @@
 // QLinearConv transposes its input in and its output back. This pass gives 2-D QLinearConv
 // nodes (group 1 or depthwise, constant parameters) the ai.tether form with channels_last = 1,
 // X and Y [N, H, W, C], between a Transpose to channels last and one back; moves QLinearAdd
-// nodes whose two operands both come back from channels last to channels last too; then drops
+// nodes whose two operands both come back from channels last, and 8-bit MaxPool nodes whose
+// input does, to channels last too (ai.tether MaxPool, channels_last = 1); then drops
 // each pair of Transposes that undo each other. A chain of integer convolutions and residual
 // adds then runs channels last from its first node to its last, with one Transpose at each end.
 //
@@ -87,13 +88,18 @@ void convert_conv(ir::Model& model, ir::Node* n) {
   output_last(g, c);
 }
 
-// QLinearAdd of two operands that both come back from channels last, whose output the caller
-// does not read.
-bool add_convertible(const ir::Node& n) {
-  if (n.domain() != "ai.tether" || n.op_type() != "QLinearAdd" || n.inputs().size() != 8) return false;
+bool from_channels_last(const ir::Value* v) { return v != nullptr && is_transpose(v->producer(), kToFirst); }
+
+// QLinearAdd of two operands that both come back from channels last, or an 8-bit MaxPool of
+// one (no indices), whose output the caller does not read.
+bool follows(const ir::Node& n) {
   if (!rank4(n.output(0)) || is_any_output(*n.output(0))) return false;
-  return n.input(0) != nullptr && is_transpose(n.input(0)->producer(), kToFirst) && n.input(3) != nullptr &&
-         is_transpose(n.input(3)->producer(), kToFirst);
+  if (n.domain() == "ai.tether" && n.op_type() == "QLinearAdd")
+    return n.inputs().size() == 8 && from_channels_last(n.input(0)) && from_channels_last(n.input(3));
+  if (is_onnx(n, "MaxPool"))
+    return n.outputs().size() == 1 && is_8bit(n.output(0)->type().dtype()) && n.attr_int("storage_order", 0) == 0 &&
+           from_channels_last(n.input(0));
+  return false;
 }
 
 // Readers of Transpose(to last) of Transpose(to first) of v read v.
@@ -124,9 +130,15 @@ int channels_last_integer_convs(ir::Model& model) {
   if (converted == 0) return 0;
   g.sort_topologically();
   for (ir::Node* n : g.topological_order()) {
-    if (!add_convertible(*n)) continue;
-    n->set_input(0, n->input(0)->producer()->input(0));
-    n->set_input(3, n->input(3)->producer()->input(0));
+    if (!follows(*n)) continue;
+    if (is_onnx(*n, "MaxPool")) {
+      std::vector<ir::Attribute> attributes = n->attributes();
+      attributes.push_back(ir::Attribute::i("channels_last", 1));
+      n = replace_chain(g, {n}, "MaxPool", "ai.tether", {n->input(0)->producer()->input(0)}, attributes);
+    } else {
+      n->set_input(0, n->input(0)->producer()->input(0));
+      n->set_input(3, n->input(3)->producer()->input(0));
+    }
     output_last(g, n);
     ++converted;
   }

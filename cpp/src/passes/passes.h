@@ -55,7 +55,8 @@ int fuse_qdq(ir::Model& model);
 
 /// 2-D QLinearConv nodes (group 1 or depthwise, constant parameters) become ai.tether
 /// QLinearConv with channels_last = 1 between Transposes, QLinearAdd nodes between two of them
-/// follow, and Transposes that undo each other go (see channels_last.cc). Values that are
+/// and 8-bit MaxPool nodes after one follow, and Transposes that undo each other go (see
+/// channels_last.cc). Values that are
 /// graph outputs or kept keep their layout. Returns the number of nodes made channels last.
 int channels_last_integer_convs(ir::Model& model);
 

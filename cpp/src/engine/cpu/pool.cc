@@ -302,10 +302,50 @@ void int_max_pool(const RunContext& ctx, const View& x, View& y, const ConvGeome
   });
 }
 
+// y[c] = max(y[c], x[c]) for c < n.
+template <typename T>
+TETHER_MULTIVERSION void max_into(T* __restrict y, const T* __restrict x, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) y[c] = x[c] > y[c] ? x[c] : y[c];
+}
+
+// The same on channels-last 2-D tensors (ai.tether MaxPool, channels_last = 1): x [N, H, W, C],
+// y [N, OH, OW, C]; each output pixel the maximum of its window's pixels, run over channels.
+template <typename T>
+void int_max_pool_nhwc(const RunContext& ctx, const View& x, View& y, const ConvGeometry& g) {
+  const int64_t ih = x.dims[1], iw = x.dims[2], c = x.dims[3], oh = y.dims[1], ow = y.dims[2];
+  parallel(ctx, x.dims[0] * oh, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t img = r / oh, oy = r % oh;
+      const T* xi = x.as<T>() + img * ih * iw * c;
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        T* yp = y.as<T>() + (r * ow + ox) * c;
+        std::fill(yp, yp + c, std::numeric_limits<T>::lowest());
+        for (int64_t i = 0; i < g.kernel[0]; ++i) {
+          const int64_t iy = oy * g.strides[0] - g.pad_begin[0] + i * g.dilations[0];
+          if (iy < 0 || iy >= ih) continue;
+          for (int64_t j = 0; j < g.kernel[1]; ++j) {
+            const int64_t ix = ox * g.strides[1] - g.pad_begin[1] + j * g.dilations[1];
+            if (ix >= 0 && ix < iw) max_into(yp, xi + (iy * iw + ix) * c, c);
+          }
+        }
+      }
+    }
+  });
+}
+
 class IntMaxPoolKernel final : public Kernel {
  public:
-  explicit IntMaxPoolKernel(const KernelInit& init) : node_(init.node) {}
+  explicit IntMaxPoolKernel(const KernelInit& init)
+      : node_(init.node), nhwc_(init.node.domain() == "ai.tether" && init.node.attr_int("channels_last", 0) != 0) {}
   void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
+    if (nhwc_) {
+      const std::vector<int64_t> xd = {in[0].dims[0], in[0].dims[3], in[0].dims[1], in[0].dims[2]};
+      const std::vector<int64_t> yd = {out[0].dims[0], out[0].dims[3], out[0].dims[1], out[0].dims[2]};
+      const ConvGeometry g = conv_geometry(node_, xd, xd, yd, false);
+      if (in[0].dtype == DType::kInt8) int_max_pool_nhwc<int8_t>(ctx, in[0], out[0], g);
+      else int_max_pool_nhwc<uint8_t>(ctx, in[0], out[0], g);
+      return;
+    }
     const ConvGeometry g = conv_geometry(node_, in[0].dims, in[0].dims, out[0].dims, false);
     if (in[0].dtype == DType::kInt8) int_max_pool<int8_t>(ctx, in[0], out[0], g);
     else int_max_pool<uint8_t>(ctx, in[0], out[0], g);
@@ -313,6 +353,7 @@ class IntMaxPoolKernel final : public Kernel {
 
  private:
   const ir::Node& node_;
+  bool nhwc_;
 };
 
 bool int8_max_pool(const KernelInit& init) {
@@ -339,6 +380,16 @@ void register_pool(KernelRegistry& r) {
           return std::make_unique<PoolKernel>(i, PoolKind::kMax);
         },
         maxpool_check);
+  // Channels last, 2-D, 8-bit (passes/channels_last.cc writes it between integer convolutions).
+  r.add("MaxPool", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<IntMaxPoolKernel>(i); },
+        [](const KernelInit& i) -> std::string {
+          if (!int8_max_pool(i)) return "channels-last MaxPool runs int8 and uint8 tensors";
+          const ir::Shape& x = i.input_types[0].shape();
+          if (i.node.attr_int("channels_last", 0) == 0 || !x.has_rank() || x.rank() != 4)
+            return "ai.tether MaxPool takes channels_last = 1 and a 4-D X [N, H, W, C]";
+          return maxpool_check(i);
+        },
+        "ai.tether");
   r.add("AveragePool",
         [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<PoolKernel>(i, PoolKind::kAverage); },
         float_only);

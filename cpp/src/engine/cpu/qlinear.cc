@@ -43,6 +43,25 @@ std::string dims_text(const std::vector<int64_t>& dims) {
   return s + "]";
 }
 
+// memcpy for the short runs of an im2col gather: runs up to 32 bytes as two fixed-size,
+// possibly overlapping copies (inlined moves, where a call to memcpy costs more than the copy).
+inline void copy_bytes(std::byte* dst, const std::byte* src, int64_t n) {
+  if (n > 32) {
+    std::memcpy(dst, src, static_cast<size_t>(n));
+  } else if (n >= 16) {
+    std::memcpy(dst, src, 16);
+    std::memcpy(dst + n - 16, src + n - 16, 16);
+  } else if (n >= 8) {
+    std::memcpy(dst, src, 8);
+    std::memcpy(dst + n - 8, src + n - 8, 8);
+  } else if (n >= 4) {
+    std::memcpy(dst, src, 4);
+    std::memcpy(dst + n - 4, src + n - 4, 4);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+  }
+}
+
 // Where each input of the four ops sits.
 struct Slots {
   int a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp, bias;
@@ -759,13 +778,20 @@ class IntegerConvKernel final : public Kernel {
     a.rows = [=](const RunContext&, int64_t o0, int64_t count, void* out) {
       auto* dst = static_cast<std::byte*>(out);
       int64_t oy = o0 / ow, ox = o0 % ow;
+      const int64_t run = kw * channels;  // one window row, when dw == 1 and it lies inside
       for (int64_t r = 0; r < count; ++r) {
         const int64_t y0 = oy * sh - ph, x0 = ox * sw - pw;
+        const bool row_inside = dw == 1 && x0 >= 0 && x0 + kw <= iw;
         for (int64_t i = 0; i < kh; ++i) {
           const int64_t iy = y0 + i * dh;
+          if (row_inside && iy >= 0 && iy < ih) {
+            copy_bytes(dst, src + (iy * iw + x0) * channels, run);
+            dst += run;
+            continue;
+          }
           for (int64_t j = 0; j < kw; ++j, dst += channels) {
             const int64_t ix = x0 + j * dw;
-            if (iy >= 0 && iy < ih && ix >= 0 && ix < iw) std::memcpy(dst, src + (iy * iw + ix) * channels, static_cast<size_t>(channels));
+            if (iy >= 0 && iy < ih && ix >= 0 && ix < iw) copy_bytes(dst, src + (iy * iw + ix) * channels, channels);
             else std::memset(dst, static_cast<int>(pad), static_cast<size_t>(channels));
           }
         }
