@@ -185,6 +185,48 @@ def test_dynamic_quantized_transformer_runs_like_onnxruntime(tmp_path):
         got = tt.compile(str(dst), threads=threads).run({"x": x})["y"]
         # The same integer products; what differs is float rounding in LayerNorm and Softmax.
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+    # Each MatMulInteger -> Cast -> Mul (-> Add) is one node.
+    ops = _fused_ops(dst)
+    assert ("ai.tether", "MatMulIntegerToFloat") in ops and ("", "MatMulInteger") not in ops and ("", "Cast") not in ops, ops
+
+
+class _Mlp(torch.nn.Module):
+    def __init__(self, act: str) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(48, 96), torch.nn.Linear(96, 20, bias=False)
+        self.act = {"relu": torch.nn.ReLU(), "gelu": torch.nn.GELU(), "none": torch.nn.Identity()}[act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.act(self.a(x)))
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu", "none"])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_dynamic_matmul_chain_fuses_and_equals_the_unfused_nodes(tmp_path, act, per_channel):
+    """quantize_dynamic's MatMulInteger -> Cast -> Mul -> Add (-> activation) becomes one
+    MatMulIntegerToFloat whose outputs equal the unfused nodes' bit for bit (the same float
+    operations in the same order), with and without bias and per-column weight scales."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    torch.manual_seed(1)
+    src, dst = tmp_path / "mlp.onnx", tmp_path / "mlp.int8.onnx"
+    torch.onnx.export(_Mlp(act).eval(), (torch.randn(3, 7, 48),), str(src), input_names=["x"], output_names=["y"],
+                      opset_version=20, dynamo=False, dynamic_axes={"x": {0: "n"}})
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=per_channel)
+    fused = [n for n in tt.optimize(tt.load(str(dst))).nodes if n.op_type == "MatMulIntegerToFloat"]
+    assert len(fused) == 2 and len(fused[0].inputs) == 6 and len(fused[1].inputs) == 5, [(n.name, n.inputs) for n in fused]
+    if act != "none":
+        assert dict(fused[0].attributes)["activation"] == {"relu": "Relu", "gelu": "Gelu"}[act]
+    x = np.random.default_rng(8).standard_normal((5, 7, 48)).astype(np.float32)
+    plain = tt.compile(str(dst), optimize=False).run({"x": x})["y"]
+    for threads in (1, 2):
+        got = tt.compile(str(dst), threads=threads).run({"x": x})["y"]
+        if act == "gelu":  # the epilogue's erf and the Gelu kernel's may round apart
+            np.testing.assert_allclose(got, plain, rtol=1e-6, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(got, plain)
+    want = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * float(np.abs(want).max()))
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])

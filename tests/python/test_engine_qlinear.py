@@ -375,6 +375,34 @@ def test_unsupported_types_are_refused_at_compile_time():
         tt.compile(tt.load(model))
 
 
+def _to_float_model(scale: np.ndarray, bias: np.ndarray | None) -> bytes:
+    """ai.tether MatMulIntegerToFloat(a, b, scale, a_zero_point, b_zero_point[, bias]) with b [6, 4]."""
+    names = ["a", "b", "scale", "a_zero_point", "b_zero_point"] + (["bias"] if bias is not None else [])
+    inits = [numpy_helper.from_array(np.ones((6, 4), I8), "b"), numpy_helper.from_array(scale, "scale"),
+             numpy_helper.from_array(np.array(0, U8), "a_zero_point"), numpy_helper.from_array(np.array(0, I8), "b_zero_point")]
+    if bias is not None:
+        inits.append(numpy_helper.from_array(bias, "bias"))
+    node = helper.make_node("MatMulIntegerToFloat", names, ["y"], name="mm", domain="ai.tether")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", helper.TensorProto.UINT8, [3, 6])],
+                              [helper.make_tensor_value_info("y", helper.TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("ai.tether", 1)],
+                             ir_version=10).SerializeToString()
+
+
+def test_matmul_integer_to_float_equals_numpy_and_refuses_bad_parameters():
+    a = np.arange(18, dtype=U8).reshape(3, 6)
+    scale, bias = np.array([0.5, 0.25, 2.0, 1.0], np.float32), np.array([1, -1, 0, 3], np.float32)
+    got = run_tether(_to_float_model(scale, bias), {"a": a})
+    want = (a.astype(np.int32) @ np.ones((6, 4), np.int32)).astype(np.float32) * scale + bias
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(tt.Error, match=r"mm.*scale has shape \[3\], expected one value or \[4\]"):
+        run_tether(_to_float_model(scale[:3], bias), {"a": a})
+    with pytest.raises(tt.Error, match=r"mm.*bias has shape \[2\], expected \[4\]"):
+        run_tether(_to_float_model(scale, bias[:2]), {"a": a})
+    with pytest.raises(tt.Error, match=r"mm.*scale is float16; it must be float32"):
+        run_tether(_to_float_model(scale.astype(np.float16), None), {"a": a})
+
+
 # ---- every instruction set ------------------------------------------------------------------------
 
 

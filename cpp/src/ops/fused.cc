@@ -3,7 +3,8 @@
 // (FusedMatMul) or a summand of the output's own shape (FusedConv's optional fourth input,
 // a residual Add), and an activation; their shapes are the ONNX op's. QLinearConv and
 // QLinearMatMul (from the QDQ pass) are the ONNX ops with an activation and a bias;
-// QLinearConv and MaxPool with channels_last = 1 read and write [N, spatial..., C].
+// QLinearConv and MaxPool with channels_last = 1 read and write [N, spatial..., C];
+// MatMulIntegerToFloat is MatMulInteger -> Cast -> Mul (-> Add) (-> activation) as one node.
 #include "ops/infer_context.h"
 
 namespace tether::ops {
@@ -57,6 +58,13 @@ void qlinear_add(InferContext& ctx) {
   ctx.set_output(0, ctx.input_dtype(7), a);
 }
 
+// MatMulIntegerToFloat(A, B, scale, a_zero_point, b_zero_point, bias): MatMulInteger's shape,
+// float32 (the sums times scale, plus bias, then the activation).
+void matmul_integer_to_float(InferContext& ctx) {
+  registry().find("", "MatMulInteger")(ctx);
+  ctx.set_output(0, DType::kFloat32, ctx.outputs()[0].shape());
+}
+
 }  // namespace
 
 void register_fused(Registry& r) {
@@ -68,6 +76,7 @@ void register_fused(Registry& r) {
   r.add("QLinearConv", as_onnx<kQLinearConv>, "ai.tether");
   r.add("QLinearMatMul", as_onnx<kQLinearMatMul>, "ai.tether");
   r.add("QLinearAdd", qlinear_add, "ai.tether");
+  r.add("MatMulIntegerToFloat", matmul_integer_to_float, "ai.tether");
   // MaxPool of 8-bit tensors channels last (channels_last = 1; passes/channels_last.cc).
   r.add("MaxPool", as_onnx<kMaxPool>, "ai.tether");
 }

@@ -91,7 +91,8 @@ std::optional<Producer> producer_of(ir::Value& v) {
     if (is_onnx(*p, op)) return Producer{{p}, std::string("Fused") + op, p->inputs(), p->attributes(), {}};
   // A fused node from an earlier rewrite (MatMul + Add) that has no activation yet.
   if (p->domain() == "ai.tether" && p->attr_string("activation", "").empty() &&
-      (p->op_type() == "FusedConv" || p->op_type() == "FusedGemm" || p->op_type() == "FusedMatMul"))
+      (p->op_type() == "FusedConv" || p->op_type() == "FusedGemm" || p->op_type() == "FusedMatMul" ||
+       p->op_type() == "MatMulIntegerToFloat"))
     return Producer{{p}, p->op_type(), p->inputs(), p->attributes(), {}};
   if (std::optional<MatMulBias> m = match_matmul_bias(*p))
     return Producer{{m->matmul, m->add}, "FusedMatMul", {m->matmul->input(0), m->matmul->input(1)}, {}, m};

@@ -14,6 +14,8 @@ std::string optimize(ir::Model& model) {
   ops::infer_shapes(model);
   report << "pass fold_constants: " << fold_constants(model) << " nodes folded into initializers\n";
   report << "pass fuse_qdq: " << fuse_qdq(model) << " DequantizeLinear -> op -> QuantizeLinear patterns fused\n";
+  report << "pass fuse_matmul_integer_to_float: " << fuse_matmul_integer_to_float(model)
+         << " MatMulInteger -> Cast -> Mul chains fused\n";
   report << "pass channels_last_integer_convs: " << channels_last_integer_convs(model)
          << " integer nodes made channels last\n";
   report << "pass fold_conv_batchnorm: " << fold_conv_batchnorm(g) << " BatchNormalization nodes folded\n";

@@ -60,6 +60,11 @@ int fuse_qdq(ir::Model& model);
 /// graph outputs or kept keep their layout. Returns the number of nodes made channels last.
 int channels_last_integer_convs(ir::Model& model);
 
+/// MatMulInteger (constant 2-D B) -> Cast(float) -> Mul(scale: one value or one per column)
+/// (-> Add of a constant bias per column), each read by the next alone, becomes one ai.tether
+/// MatMulIntegerToFloat (see integer_matmul.cc). Returns the number of chains fused.
+int fuse_matmul_integer_to_float(ir::Model& model);
+
 // optimize() (tether/passes.h) runs them in order: identities, shape inference, constant
 // folding, Conv+BN, MatMul+Add, Conv+Add, activation fusion, dead code.
 

@@ -73,10 +73,15 @@ constexpr Slots kMatMulInteger{0, -1, 2, 1, -1, 3, -1, -1, -1, "a", "b"};
 constexpr Slots kQLinearMatMul{0, 1, 2, 3, 4, 5, 6, 7, 8, "a", "b"};  // bias: ai.tether only
 constexpr Slots kConvInteger{0, -1, 2, 1, -1, 3, -1, -1, -1, "x", "w"};
 constexpr Slots kQLinearConv{0, 1, 2, 3, 4, 5, 6, 7, 8, "x", "w"};
+// ai.tether MatMulIntegerToFloat(A, B, scale, a_zero_point, b_zero_point, bias): MatMulInteger,
+// then float(sum) * scale + bias and an activation (see kFloatScale and kFloatBias).
+constexpr Slots kMatMulIntegerToFloat{0, -1, 3, 1, -1, 4, -1, -1, -1, "a", "b"};
+constexpr size_t kFloatScale = 2, kFloatBias = 5;
 
 const Slots& slots_of(const ir::Node& n) {
   const std::string& op = n.op_type();
   return op == "MatMulInteger" ? kMatMulInteger
+         : op == "MatMulIntegerToFloat" ? kMatMulIntegerToFloat
          : op == "QLinearMatMul" ? kQLinearMatMul
          : op == "ConvInteger"   ? kConvInteger
                                  : kQLinearConv;
@@ -246,7 +251,9 @@ class IntegerMatMulKernel final : public Kernel {
         b_type_(init.input_dtype(static_cast<size_t>(s_.b))),
         out_type_(init.output_dtype(0)),
         threads_(init.threads),
-        act_(QActivation::of(init.node)) {
+        to_float_(init.node.op_type() == "MatMulIntegerToFloat"),
+        act_(to_float_ ? QActivation{} : QActivation::of(init.node)),
+        float_act_(to_float_ ? Epilogue::from_node(init.node) : Epilogue{}) {
     bool all = false;
     std::vector<View> c = constant_views(init, all);
     const ir::Tensor* b = init.constant(static_cast<size_t>(s_.b));
@@ -304,6 +311,7 @@ class IntegerMatMulKernel final : public Kernel {
       throw ArgumentError(name_ + ": the bias has shape " + dims_text(bias->dims) + ", expected [" + std::to_string(n) +
                           "] (one int32 per column of b)");
     QGemmOutput o = output_of(p, out_type_, bias != nullptr ? bias->as<int32_t>() : nullptr, act_);
+    if (to_float_) to_float(in, n, o);
     o.row_stride = n;
     o.col_stride = 1;
     std::byte* scratch = ctx.scratch;
@@ -335,11 +343,32 @@ class IntegerMatMulKernel final : public Kernel {
   }
 
  private:
+  // MatMulIntegerToFloat's epilogue: float(sum) * scale (one value or one per column), plus the
+  // float bias per column, then the activation: what Cast, Mul, Add and the activation compute.
+  void to_float(const std::vector<View>& in, int64_t n, QGemmOutput& o) const {
+    const View& scale = in[kFloatScale];
+    if (scale.numel() != 1 && scale.numel() != n)
+      throw ArgumentError(name_ + ": scale has shape " + dims_text(scale.dims) + ", expected one value or [" +
+                          std::to_string(n) + "] (one per column of b)");
+    o.kind = QGemmOutput::Kind::kFloat32;
+    o.scale = scale.as<float>();
+    o.scale_per_column = scale.numel() > 1;
+    if (present(in, kFloatBias)) {
+      if (in[kFloatBias].numel() != n)
+        throw ArgumentError(name_ + ": bias has shape " + dims_text(in[kFloatBias].dims) + ", expected [" +
+                            std::to_string(n) + "] (one per column of b)");
+      o.float_bias = in[kFloatBias].as<float>();
+    }
+    o.act = float_act_;
+  }
+
   std::string name_;
   Slots s_;
   DType a_type_, b_type_, out_type_;
   int threads_;
+  bool to_float_;
   QActivation act_;
+  Epilogue float_act_;
   QPackedB packed_;
   bool has_packed_ = false;
 };
@@ -1156,6 +1185,15 @@ std::string integer_check(const KernelInit& init) {
 std::unique_ptr<Kernel> make_matmul(const KernelInit& i) { return std::make_unique<IntegerMatMulKernel>(i); }
 std::unique_ptr<Kernel> make_conv(const KernelInit& i) { return std::make_unique<IntegerConvKernel>(i); }
 
+std::string integer_to_float_check(const KernelInit& init) {
+  if (std::string why = integer_check(init); !why.empty()) return why;
+  for (size_t i : {kFloatScale, kFloatBias})
+    if (init.node.input(i) != nullptr && init.input_dtype(i) != DType::kFloat32)
+      return std::string(i == kFloatScale ? "scale" : "bias") + " is " + type_text(init.input_dtype(i)) + "; it must be float32";
+  if (init.output_dtype(0) != DType::kFloat32) return "the output is " + type_text(init.output_dtype(0)) + "; it must be float32";
+  return "";
+}
+
 }  // namespace
 
 void register_qlinear(KernelRegistry& r) {
@@ -1166,6 +1204,7 @@ void register_qlinear(KernelRegistry& r) {
   // The QDQ pass's forms: the ONNX op plus an activation (and QLinearMatMul a bias).
   r.add("QLinearMatMul", make_matmul, integer_check, "ai.tether");
   r.add("QLinearConv", make_conv, integer_check, "ai.tether");
+  r.add("MatMulIntegerToFloat", make_matmul, integer_to_float_check, "ai.tether");
   r.add("QLinearAdd", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QLinearAddKernel>(i); },
         qlinear_add_check, "ai.tether");
 }
