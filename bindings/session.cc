@@ -104,6 +104,7 @@ void register_session(pyb::module_& m) {
     d["avx2"] = f.avx2;
     d["avx512"] = f.avx512;
     d["avx512_vnni"] = f.avx512_vnni;
+    d["amx_int8"] = f.amx_int8;
     d["avx_vnni"] = f.avx_vnni;
     d["gemm_kernel"] = engine::cpu::gemm_isa().name;
     d["int8_gemm_kernel"] = engine::cpu::qgemm_isa_name(engine::cpu::qgemm_isa());

@@ -132,9 +132,10 @@ def compile(  # noqa: A001 - the public name mirrors the lifecycle: load, compil
 
 def cpu_info() -> dict[str, Any]:
     """What tether's CPU engine found on this machine: CPU model (``brand``), the widest
-    instruction set its kernels use (``isa``: avx512, avx2 or generic), feature flags, the
-    float GEMM micro-kernel chosen (``gemm_kernel``), the integer one (``int8_gemm_kernel``,
-    for quantized models) and the number of physical cores.
+    instruction set its kernels use (``isa``: avx512, avx2 or generic), feature flags (among
+    them ``amx_int8``: AMX tiles for integer products), the float GEMM micro-kernel chosen
+    (``gemm_kernel``), the integer one (``int8_gemm_kernel``, for quantized models) and the
+    number of physical cores. ``TETHER_ISA=avx512|avx2|generic`` caps what is used.
 
     Example:
         >>> tt.cpu_info()["isa"]                      # doctest: +SKIP

@@ -406,20 +406,23 @@ def test_matmul_integer_to_float_equals_numpy_and_refuses_bad_parameters():
 # ---- every instruction set ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("isa", ["generic", "avx2"])
+@pytest.mark.parametrize("isa", ["generic", "avx2", "avx512"])
 def test_every_case_above_under_each_isa(isa):
-    """The cases above again with the integer kernels capped at `isa` (the native ones run above)."""
+    """The cases above again with the integer kernels capped at `isa` (the native ones, AMX
+    where the CPU has it, run above)."""
     import os
     import subprocess
     import sys
 
     if isa == "avx2" and not tt.cpu_info()["avx2"]:
         pytest.skip("this CPU has no AVX2, so the AVX2 kernels cannot run here")
+    if isa == "avx512" and not tt.cpu_info()["amx_int8"]:
+        pytest.skip("this CPU has no AMX: the AVX-512 kernels are the native ones, run above")
     env = {**os.environ, "TETHER_ISA": isa}
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k",
                         "not under_each_isa"], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-3000:]
     probe = subprocess.run([sys.executable, "-c", "import tether; print(tether.cpu_info()['int8_gemm_kernel'])"], env=env,
                            capture_output=True, text=True, check=True)
-    assert probe.stdout.strip().endswith(f"__{isa}"), probe.stdout
+    assert probe.stdout.strip().endswith({"avx512": "__avx512vnni"}.get(isa, f"__{isa}")), probe.stdout
     assert " passed" in r.stdout.splitlines()[-1] and "failed" not in r.stdout.splitlines()[-1]

@@ -1,6 +1,8 @@
 #include "util/cpu_features.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -27,12 +29,18 @@ CpuFeatures detect() {
   const bool avx2 = (b >> 5) & 1;
   const bool f512 = (b >> 16) & 1, dq = (b >> 17) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
   const bool vnni512 = (c >> 11) & 1;
+  const bool amx_tile = (d >> 24) & 1, amx_int8 = (d >> 25) & 1;
   __cpuid_count(7, 1, a, b, c, d);
   const bool avx_vnni = (a >> 4) & 1;
   f.avx2 = avx && avx2 && fma && ymm_state;
   f.avx512 = f.avx2 && f512 && dq && bw && vl && zmm_state;
   f.avx512_vnni = f.avx512 && vnni512;
   f.avx_vnni = f.avx2 && avx_vnni;
+  // AMX: the OS saves tile state (XCR0 bits 17 and 18) and grants this process the tile data
+  // (Linux asks for it once: arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, feature 18).
+  constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+  f.amx_int8 = f.avx512_vnni && amx_tile && amx_int8 && (xcr0 & 0x60000) == 0x60000 &&
+               syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
 
   char brand[49] = {};
   unsigned regs[12];
@@ -45,6 +53,7 @@ CpuFeatures detect() {
 
   if (const char* cap = std::getenv("TETHER_ISA")) {
     const std::string s = cap;
+    if (s == "avx512" || s == "avx2" || s == "generic") f.amx_int8 = false;
     if (s == "avx2" || s == "generic") {
       // AVX2 alone: the VEX VNNI extension goes too, so that the plain AVX2 kernels run.
       f.avx512 = f.avx512_vnni = f.avx_vnni = false;

@@ -10,12 +10,14 @@ struct CpuFeatures {
   bool avx512 = false;    ///< AVX-512 F, BW, DQ and VL, with the OS saving ZMM state
   bool avx512_vnni = false;
   bool avx_vnni = false;
+  bool amx_int8 = false;  ///< AMX tiles and their int8 products, with the OS's leave to use them
   std::string brand;      ///< the CPU's model string
 };
 
-/// The features of this machine. Setting the environment variable TETHER_ISA to "avx2" or
-/// "generic" caps what tether uses (for tests and comparisons); it never enables more. Under
-/// "avx2" only AVX2 and FMA remain (no AVX-512, no AVX-VNNI).
+/// The features of this machine. Setting the environment variable TETHER_ISA to "avx512",
+/// "avx2" or "generic" caps what tether uses (for tests and comparisons); it never enables
+/// more. Under "avx512" AMX goes; under "avx2" only AVX2 and FMA remain (no AVX-512, no
+/// AVX-VNNI, no AMX).
 const CpuFeatures& cpu_features();
 
 /// "avx512", "avx2" or "generic": the widest instruction set tether's kernels use here.

@@ -62,6 +62,37 @@ void normalize_rows(const RunContext& ctx, const float* x, float* y, int64_t row
   });
 }
 
+// One row of a LayerNormalization whose scale and bias (or no bias) cover the whole row:
+// y = float((x - mean) * inv_std) * scale + bias, the statistics in double over eight lanes
+// (the loops vectorize; one running sum would not). Returns mean and inv_std.
+TETHER_MULTIVERSION void layer_norm_row(const float* __restrict x, float* __restrict y, int64_t n, double eps,
+                                        const float* __restrict scale, const float* __restrict bias, double& mean_out,
+                                        double& inv_out) {
+  constexpr int kLanes = 8;
+  double s[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) s[j] += x[i + j];
+  double sum = 0;
+  for (; i < n; ++i) sum += x[i];
+  for (double v : s) sum += v;
+  const double mean = n > 0 ? sum / static_cast<double>(n) : 0.0;
+  double q[kLanes] = {};
+  for (i = 0; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) q[j] += (x[i + j] - mean) * (x[i + j] - mean);
+  double sq = 0;
+  for (; i < n; ++i) sq += (x[i] - mean) * (x[i] - mean);
+  for (double v : q) sq += v;
+  const double inv = 1.0 / std::sqrt((n > 0 ? sq / static_cast<double>(n) : 0.0) + eps);
+  if (bias != nullptr) {
+    for (i = 0; i < n; ++i) y[i] = static_cast<float>((x[i] - mean) * inv) * scale[i] + bias[i];
+  } else {
+    for (i = 0; i < n; ++i) y[i] = static_cast<float>((x[i] - mean) * inv) * scale[i];
+  }
+  mean_out = mean;
+  inv_out = inv;
+}
+
 std::unique_ptr<Kernel> layer_norm(const KernelInit& init) {
   const int64_t axis = init.node.attr_int("axis", -1);
   const double eps = init.node.attr_float("epsilon", 1e-5f);
@@ -77,6 +108,18 @@ std::unique_ptr<Kernel> layer_norm(const KernelInit& init) {
     const int64_t ns = scale.numel(), nb = bias ? bias->numel() : 1;
     float* mean = out.size() > 1 && out[1].data ? out[1].as<float>() : nullptr;
     float* inv = out.size() > 2 && out[2].data ? out[2].as<float>() : nullptr;
+    if (ns == size && (bias == nullptr || nb == size)) {
+      parallel(ctx, rows, 1, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          double m = 0, v = 0;
+          layer_norm_row(x.as<float>() + r * size, out[0].as<float>() + r * size, size, eps, scale.as<float>(),
+                         bias != nullptr ? bias->as<float>() : nullptr, m, v);
+          if (mean != nullptr) mean[r] = static_cast<float>(m);
+          if (inv != nullptr) inv[r] = static_cast<float>(v);
+        }
+      });
+      return;
+    }
     normalize_rows(
         ctx, x.as<float>(), out[0].as<float>(), rows, size, eps,
         [&](int64_t, int64_t i, float v) {

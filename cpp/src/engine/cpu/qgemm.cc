@@ -59,6 +59,9 @@ void qs8_gemm_epilogue__generic(const int32_t* acc, int64_t ld, int64_t rows, in
   tile_epilogue(acc, ld, rows, cols, terms, out, i0, j0);
 }
 
+// AMX reads the same panels as the 12x32 AVX-512 kernel (4 depths by 32 columns per step),
+// 16 steps (64 depths) per tile load.
+constexpr QGemmIsa kAmx{"amx", 32, 32, 4, false, qs8_gemm_32x32__amx, qs8_gemm_epilogue__avx512, 16};
 constexpr QGemmIsa kAvx512Vnni{"avx512vnni", 12, 32, 4, false, qs8_gemm_12x32__avx512vnni, qs8_gemm_epilogue__avx512};
 constexpr QGemmIsa kAvxVnni{"avxvnni", 6, 16, 4, false, qs8_gemm_6x16__avxvnni, qs8_gemm_epilogue__avx2};
 constexpr QGemmIsa kAvx256Vnni{"avx256vnni", 6, 16, 4, false, qs8_gemm_6x16__avx256vnni, qs8_gemm_epilogue__avx512};
@@ -67,13 +70,14 @@ constexpr QGemmIsa kGeneric{"generic", kGenericMr, kGenericNr, 1, false, qs8_gem
                             qs8_gemm_epilogue__generic};
 
 // The driver's tile of raw sums holds MR x NR int32, and the epilogue takes rows of NR.
-constexpr int kMaxTile = 12 * 32;
+constexpr int kMaxTile = 32 * 32;
 constexpr bool fits(const QGemmIsa& isa) { return isa.mr * isa.nr <= kMaxTile && isa.nr <= kEpilogueMaxCols; }
-static_assert(fits(kAvx512Vnni) && fits(kAvxVnni) && fits(kAvx256Vnni) && fits(kAvx2) && fits(kGeneric));
+static_assert(fits(kAmx) && fits(kAvx512Vnni) && fits(kAvxVnni) && fits(kAvx256Vnni) && fits(kAvx2) && fits(kGeneric));
 
 std::vector<const QGemmIsa*> runnable() {
   const util::CpuFeatures& f = util::cpu_features();
   std::vector<const QGemmIsa*> isas;
+  if (f.amx_int8) isas.push_back(&kAmx);
   if (f.avx512_vnni) isas.push_back(&kAvx512Vnni);
   if (f.avx_vnni) isas.push_back(&kAvxVnni);
   if (f.avx512_vnni) isas.push_back(&kAvx256Vnni);  // after AVX-VNNI: the same kernel, EVEX encoded
@@ -92,7 +96,10 @@ int64_t round64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
 int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
 // Depth steps of `isa` for depth k, and bytes of one panel of packed B.
-int64_t groups_of(const QGemmIsa& isa, int64_t k) { return (k + isa.group - 1) / isa.group; }
+int64_t groups_of(const QGemmIsa& isa, int64_t k) {
+  const int64_t steps = (k + isa.group - 1) / isa.group;
+  return (steps + isa.step_multiple - 1) / isa.step_multiple * isa.step_multiple;
+}
 int64_t panel_bytes(const QGemmIsa& isa, int64_t k) { return groups_of(isa, k) * isa.group * isa.nr; }
 // Bytes of one row of A as the kernel reads it.
 int64_t a_row_bytes(const QGemmIsa& isa, int64_t k) { return groups_of(isa, k) * isa.group * (isa.a_wide ? 2 : 1); }
@@ -276,7 +283,7 @@ struct Call {
 // them runs in the scratch qgemm_scratch_bytes asked for.
 int64_t per_thread_bytes(int64_t m, int64_t n, int64_t k) {
   int64_t bytes = 0;
-  for (const QGemmIsa* isa : {&kAvx512Vnni, &kAvxVnni, &kAvx256Vnni, &kAvx2, &kGeneric})
+  for (const QGemmIsa* isa : {&kAmx, &kAvx512Vnni, &kAvxVnni, &kAvx256Vnni, &kAvx2, &kGeneric})
     bytes = std::max(bytes, Scratch(*isa, m, n, k).total);
   return bytes;
 }
@@ -321,7 +328,7 @@ void qgemm_block(const Call& call, int64_t t0, int64_t t1, int64_t p0, int64_t p
   const uint32_t zb = static_cast<uint32_t>(call.b.zero_points()[0]);
   const uint8_t flip = call.a.is_signed ? 0x80 : 0x00;
   const int32_t za_shift = call.a.is_signed ? 128 : 0;
-  const bool in_place = !call.a.is_signed && !isa.a_wide && k % isa.group == 0;
+  const bool in_place = !call.a.is_signed && !isa.a_wide && groups_of(isa, k) * isa.group == k;
   const int64_t panel_size = panel_bytes(isa, k), groups = groups_of(isa, k), row_bytes = a_row_bytes(isa, k);
   const auto* panels = static_cast<const std::byte*>(call.b.data());
   alignas(64) int32_t acc[kMaxTile];

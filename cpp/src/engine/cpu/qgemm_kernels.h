@@ -42,16 +42,18 @@ using QTileEpilogue = void (*)(const int32_t* acc, int64_t ld, int64_t rows, int
 /// values, column c's values for depth [g * group, g * group + group) at ((g * NR) + c) *
 /// group; depth past k is zero. Values are int8. Panels lie one after another.
 struct QGemmIsa {
-  const char* isa;  ///< "avx512vnni", "avxvnni", "avx256vnni", "avx2", "generic"
+  const char* isa;  ///< "amx", "avx512vnni", "avxvnni", "avx256vnni", "avx2", "generic"
   int mr;
   int nr;
   int group;  ///< depth per packed step: 4 for vpdpbusd, 2 for vpmaddwd, 1
   bool a_wide;  ///< A as int16
   QMicroKernel kernel;
   QTileEpilogue epilogue;
+  int step_multiple = 1;  ///< the packed depth is a whole number of this many steps (AMX: 16)
 };
 
 // Micro-kernels and epilogues, one file per ISA, compiled with that ISA's flags alone.
+void qs8_gemm_32x32__amx(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows);
 void qs8_gemm_12x32__avx512vnni(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows);
 void qs8_gemm_6x16__avxvnni(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows);
 void qs8_gemm_6x16__avx256vnni(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows);

@@ -146,6 +146,11 @@ std::unique_ptr<Kernel> transpose_kernel(const KernelInit& init) {
           src += (rem % od[d]) * src_strides[d];
           rem /= od[d];
         }
+        if (inner_stride == 1) {  // the last axis stays last: one run per row
+          std::memcpy(out[0].as<std::byte>() + r * inner * static_cast<int64_t>(size),
+                      x.as<std::byte>() + src * static_cast<int64_t>(size), static_cast<size_t>(inner) * size);
+          continue;
+        }
         for (int64_t i = 0; i < inner; ++i)
           copy_elem(out[0].as<std::byte>(), r * inner + i, x.as<std::byte>(), src + i * inner_stride, size);
       }
