@@ -162,16 +162,27 @@ std::unique_ptr<Kernel> group_norm(const KernelInit& init) {
   });
 }
 
-// Softmax (or LogSoftmax) of one contiguous row: max, exponentials, sum, scale.
+// Softmax (or LogSoftmax) of one contiguous row: max, exponentials, sum, scale. The max and
+// the sum run over 16 lanes, the exponentials in a loop of their own: a single running
+// reduction keeps compilers from vectorising (it would fix the order of the float adds).
 TETHER_MULTIVERSION
-void softmax_row(const float* x, float* y, int64_t len, bool log) {
+void softmax_row(const float* __restrict x, float* __restrict y, int64_t len, bool log) {
+  constexpr int kLanes = 16;
+  float lane[kLanes];
+  for (float& v : lane) v = -INFINITY;
+  int64_t j = 0;
+  for (; j + kLanes <= len; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) lane[l] = x[j + l] > lane[l] ? x[j + l] : lane[l];
   float m = -INFINITY;
-  for (int64_t j = 0; j < len; ++j) m = x[j] > m ? x[j] : m;
+  for (; j < len; ++j) m = x[j] > m ? x[j] : m;
+  for (float v : lane) m = v > m ? v : m;
+  for (j = 0; j < len; ++j) y[j] = util::fast_exp(x[j] - m);
+  for (float& v : lane) v = 0.0f;
+  for (j = 0; j + kLanes <= len; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) lane[l] += y[j + l];
   float sum = 0.0f;
-  for (int64_t j = 0; j < len; ++j) {
-    y[j] = util::fast_exp(x[j] - m);
-    sum += y[j];
-  }
+  for (; j < len; ++j) sum += y[j];
+  for (float v : lane) sum += v;
   if (log) {
     const float log_sum = std::log(sum);
     for (int64_t j = 0; j < len; ++j) y[j] = x[j] - m - log_sum;

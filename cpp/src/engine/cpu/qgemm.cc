@@ -111,6 +111,14 @@ const QGemmIsa& qgemm_isa() {
   return *isa;
 }
 
+const QGemmIsa& qgemm_isa_for(int64_t k, bool a_in_place) {
+  static const std::vector<const QGemmIsa*> isas = runnable();
+  const QGemmIsa& first = *isas.front();
+  if (&first != &kAmx || k >= 64 || !a_in_place) return first;
+  const QGemmIsa& next = *isas[1];
+  return k % next.group == 0 ? next : first;
+}
+
 std::vector<const QGemmIsa*> qgemm_isas() { return runnable(); }
 
 std::string qgemm_isa_name(const QGemmIsa& isa) {

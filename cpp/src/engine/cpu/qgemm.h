@@ -24,9 +24,13 @@ namespace tether::engine::cpu {
 
 struct QGemmIsa;
 
-/// The integer GEMM micro-kernel for this machine (avx512 VNNI, AVX-VNNI, AVX2, generic; see
-/// util::cpu_features, which TETHER_ISA caps).
+/// The integer GEMM micro-kernel for this machine (AMX, avx512 VNNI, AVX-VNNI, AVX2, generic;
+/// see util::cpu_features, which TETHER_ISA caps).
 const QGemmIsa& qgemm_isa();
+/// The kernel for a product of depth k: qgemm_isa(), except that AMX (which pads the depth to
+/// whole tiles of 64 and so copies A) gives way to the next kernel when k < 64 and A could be
+/// read in place (uint8 rows of a depth the next kernel reads unpadded).
+const QGemmIsa& qgemm_isa_for(int64_t k, bool a_in_place);
 /// Every integer GEMM kernel this machine can run, the chosen one first (for tests).
 std::vector<const QGemmIsa*> qgemm_isas();
 /// The kernel's name, "qs8_gemm_<MR>x<NR>__<isa>".

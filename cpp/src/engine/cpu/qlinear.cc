@@ -267,7 +267,7 @@ class IntegerMatMulKernel final : public Kernel {
       check_count<ModelError>(name_, (std::string(s_.b_name) + "_zero_point").c_str(), static_cast<int64_t>(z.size()),
                               b->dims()[1], "per column of b");
       packed_ = QPackedB::pack(b->raw_data(), b_type_ == DType::kInt8, b->dims()[0], b->dims()[1], b->dims()[1], 1,
-                               z.data(), z.size() > 1);
+                               z.data(), z.size() > 1, qgemm_isa_for(b->dims()[0], a_type_ == DType::kUInt8));
       has_packed_ = true;
     }
   }
@@ -607,7 +607,11 @@ class IntegerConvKernel final : public Kernel {
           src = reordered.data();
         }
         const int32_t* zg = z.size() > 1 ? z.data() + gi * cg : z.data();
-        packed_.push_back(QPackedB::pack(src, w_type_ == DType::kInt8, k, cg, 1, k, zg, z.size() > 1));
+        // A is read in place by a 1x1 convolution of stride 1 without padding (channels last).
+        const bool unit = channels_last_ && taps == 1 && node_.attr_ints("strides", {1, 1}) == std::vector<int64_t>{1, 1} &&
+                          node_.attr_ints("pads", {0, 0, 0, 0}) == std::vector<int64_t>{0, 0, 0, 0};
+        packed_.push_back(QPackedB::pack(src, w_type_ == DType::kInt8, k, cg, 1, k, zg, z.size() > 1,
+                                         qgemm_isa_for(k, unit && x_type_ == DType::kUInt8)));
       }
     }
   }
@@ -621,7 +625,7 @@ class IntegerConvKernel final : public Kernel {
     const View& y = out[0];
     if (nhwc_) {
       const int64_t c = y.dims.back(), taps = w.numel() / (w.dims[0] * w.dims[1]);
-      if (is_depthwise()) return round64(c) + threads_ * round64(c * 4 + taps * 8);
+      if (is_depthwise()) return dw_shared_bytes(c, in[0].dims[2]) + threads_ * dw_nhwc_slot_bytes(taps, w.dims[2]);
       const ConvGeometry g = conv_geometry(node_, channels_first(in[0].dims), w.dims, channels_first(y.dims), false);
       const int64_t positions = unit_window(g) ? y.numel() / c : y.dims[1] * y.dims[2];
       return qgemm_scratch_bytes(positions, c, w.numel() / c, threads_);
@@ -736,6 +740,11 @@ class IntegerConvKernel final : public Kernel {
     int64_t plane_bytes, bytes;
   };
   static int64_t round64(int64_t b) { return (b + 63) / 64 * 64; }
+  // Channels-last depthwise scratch shared by the threads: a pixel of zero points, then the
+  // int32 corrections and float scales of every channel.
+  static int64_t dw_shared_bytes(int64_t c, int64_t iw = 0) { return round64(c) + 2 * round64(4 * c) + round64(iw * c); }
+  // One thread's: the taps' input pixels, then the window's input rows.
+  static int64_t dw_nhwc_slot_bytes(int64_t taps, int64_t kh) { return round64((taps + kh) * 8); }
   static DwPlane dw_plane(const View& y, const ConvGeometry& g) {
     DwPlane d;
     d.phase = phase_plane(y.dims[2], y.dims[3], g.kernel[0], g.kernel[1], g.strides[0], g.strides[1], g.dilations[0],
@@ -911,148 +920,235 @@ void IntegerConvKernel::run_nhwc(const RunContext& ctx, const View& x, View& y, 
 
 namespace {
 
-// acc[c] = sum over the taps t of src[t][c] * w[t * channels + c], for c < channels: one output
-// pixel of a channels-last depthwise convolution (src[t]: the input pixel under tap t, or a
-// row of zero points outside the input). Per ISA: bytes widen straight to int32 lanes (one
-// shuffle per lane group) and multiply by int32 filters; the compilers' own code for this
-// (vector extensions) widened byte by byte.
-template <typename T>
-void depthwise_pixel_generic(int32_t* __restrict acc, const T* const* __restrict src, int64_t taps,
-                             const int32_t* __restrict w, int64_t channels, int64_t c = 0) {
-  for (; c < channels; ++c) {
-    int32_t a = 0;
-    for (int64_t t = 0; t < taps; ++t) a += static_cast<int32_t>(src[t][c]) * w[t * channels + c];
-    acc[c] = a;
+// One output pixel of a channels-last depthwise convolution, for every channel c:
+//   s = sum over the taps t of src[t][c] * w[t * channels + c] + corr[c]
+//   y[c] = round_half_even(clamp(float(s) * scale[c], lo, hi)) + y_zero
+// src[t] is the input pixel under tap t (a pixel of zero points outside the input: the filter
+// sums in corr, -x_zero * sum(w) + bias, cancel it), so s is the sum of QLinearConv less its
+// zero points, and y its requantization as QGemmOutput defines it. Per ISA, the sums stay in
+// registers through the requantization; bytes widen straight to int32 lanes.
+// The across geometry of a row of output pixels (depthwise_row_*).
+struct DwRow {
+  int64_t kh, kw, sw, dw, pw;
+  int64_t ox0, ox1;  // the pixels whose windows lie inside the input across
+};
+
+struct DwPixel {
+  int64_t taps, channels;
+  const int32_t* w;      // [taps][channels]
+  const int32_t* corr;   // [channels]
+  const float* scale;    // [channels]
+  float lo, hi;
+  int32_t y_zero;
+};
+
+template <typename T, typename Y>
+void depthwise_pixel_generic(const DwPixel& p, const T* const* __restrict src, Y* __restrict y, int64_t c = 0) {
+  for (; c < p.channels; ++c) {
+    int32_t s = p.corr[c];
+    for (int64_t t = 0; t < p.taps; ++t) s += static_cast<int32_t>(src[t][c]) * p.w[t * p.channels + c];
+    float v = static_cast<float>(s) * p.scale[c];
+    v = v > p.lo ? v : p.lo;
+    v = v < p.hi ? v : p.hi;
+    y[c] = static_cast<Y>(static_cast<int32_t>(std::nearbyint(v)) + p.y_zero);
   }
 }
 
-template <typename T>
-__attribute__((target("avx2"))) void depthwise_pixel_avx2(int32_t* __restrict acc, const T* const* __restrict src,
-                                                           int64_t taps, const int32_t* __restrict w, int64_t channels) {
+template <typename T, typename Y>
+__attribute__((target("avx2"))) void depthwise_pixel_avx2(const DwPixel& p, const T* const* __restrict src,
+                                                           Y* __restrict y) {
+  const __m256 lo = _mm256_set1_ps(p.lo), hi = _mm256_set1_ps(p.hi);
+  const __m256i zero = _mm256_set1_epi32(p.y_zero);
   int64_t c = 0;
-  for (; c + 16 <= channels; c += 16) {
-    __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
-    for (int64_t t = 0; t < taps; ++t) {
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src[t] + c));
-      const __m256i x0 = std::is_signed_v<T> ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
-      const __m128i hi = _mm_unpackhi_epi64(b, b);
-      const __m256i x1 = std::is_signed_v<T> ? _mm256_cvtepi8_epi32(hi) : _mm256_cvtepu8_epi32(hi);
-      const int32_t* wt = w + t * channels + c;
-      a0 = _mm256_add_epi32(a0, _mm256_mullo_epi32(x0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wt))));
-      a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(x1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wt + 8))));
+  for (; c + 8 <= p.channels; c += 8) {
+    __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.corr + c));
+    for (int64_t t = 0; t < p.taps; ++t) {
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src[t] + c));
+      const __m256i x = std::is_signed_v<T> ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+      a = _mm256_add_epi32(a, _mm256_mullo_epi32(x, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.w + t * p.channels + c))));
     }
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + c), a0);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + c + 8), a1);
+    __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(a), _mm256_loadu_ps(p.scale + c));
+    v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+    const __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(v), zero);  // MXCSR: round half to even
+    // Eight int32 in the output's range to eight bytes.
+    const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    const __m128i w8 = std::is_signed_v<Y> ? _mm_packs_epi16(w16, w16) : _mm_packus_epi16(w16, w16);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(y + c), w8);
   }
-  depthwise_pixel_generic(acc, src, taps, w, channels, c);
+  depthwise_pixel_generic(p, src, y, c);
 }
 
-template <typename T>
-__attribute__((target("avx512f,avx512bw"))) void depthwise_pixel_avx512(int32_t* __restrict acc,
-                                                                         const T* const* __restrict src, int64_t taps,
-                                                                         const int32_t* __restrict w, int64_t channels) {
-  int64_t c = 0;
-  for (; c + 16 <= channels; c += 16) {
-    __m512i a = _mm512_setzero_si512();
-    for (int64_t t = 0; t < taps; ++t) {
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src[t] + c));
+template <typename T, typename Y>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void depthwise_pixel_avx512(const DwPixel& p, const T* const* __restrict src,
+                                                                         Y* __restrict y) {
+  const __m512 lo = _mm512_set1_ps(p.lo), hi = _mm512_set1_ps(p.hi);
+  const __m512i zero = _mm512_set1_epi32(p.y_zero);
+  for (int64_t c = 0; c < p.channels; c += 16) {
+    const __mmask16 m = p.channels - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (p.channels - c)) - 1);
+    __m512i a = _mm512_maskz_loadu_epi32(m, p.corr + c);
+    for (int64_t t = 0; t < p.taps; ++t) {
+      const __m128i b = _mm_maskz_loadu_epi8(m, src[t] + c);
       const __m512i x = std::is_signed_v<T> ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
-      a = _mm512_add_epi32(a, _mm512_mullo_epi32(x, _mm512_loadu_si512(w + t * channels + c)));
+      a = _mm512_add_epi32(a, _mm512_mullo_epi32(x, _mm512_maskz_loadu_epi32(m, p.w + t * p.channels + c)));
     }
-    _mm512_storeu_si512(acc + c, a);
+    __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), _mm512_maskz_loadu_ps(m, p.scale + c));
+    v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+    const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(v), zero);  // MXCSR: round half to even
+    if constexpr (std::is_signed_v<Y>) _mm512_mask_cvtsepi32_storeu_epi8(y + c, m, q);
+    else _mm512_mask_cvtusepi32_storeu_epi8(y + c, m, q);
   }
-  depthwise_pixel_generic(acc, src, taps, w, channels, c);
 }
 
-template <typename T>
-using DepthwisePixel = void (*)(int32_t*, const T* const*, int64_t, const int32_t*, int64_t);
+// Output pixels [ox0, ox1) of one output row whose windows lie inside the input across
+// (above and below, rows[i] is input row oy * sh - ph + i * dh, or a row of zero points):
+// the pixel loop runs inside each block of 16 channels, reading each tap at a fixed offset.
+// kKh x kKw fixed (3 x 3: the filter stays in registers across the row), or 0 x 0: any size.
+template <typename T, typename Y, int kKh, int kKw>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void depthwise_row_avx512_k(const DwPixel& p, const DwRow& r,
+                                                                                  const T* const* __restrict rows,
+                                                                                  Y* __restrict y) {
+  const __m512 lo = _mm512_set1_ps(p.lo), hi = _mm512_set1_ps(p.hi);
+  const __m512i zero = _mm512_set1_epi32(p.y_zero);
+  const int64_t ch = p.channels, kh = kKh ? kKh : r.kh, kw = kKw ? kKw : r.kw;
+  const int64_t step = r.sw * ch, tap_step = r.dw * ch, ox0 = r.ox0, ox1 = r.ox1;
+  for (int64_t c = 0; c < ch; c += 16) {
+    const __mmask16 m = ch - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (ch - c)) - 1);
+    const __m512i corr = _mm512_maskz_loadu_epi32(m, p.corr + c);
+    const __m512 scale = _mm512_maskz_loadu_ps(m, p.scale + c);
+    __m512i wk[kKh * kKw > 0 ? kKh * kKw : 1];
+    if constexpr (kKh * kKw > 0)
+      for (int t = 0; t < kKh * kKw; ++t) wk[t] = _mm512_maskz_loadu_epi32(m, p.w + t * ch + c);
+    const T* base[kKh > 0 ? kKh : 1];
+    if constexpr (kKh > 0)
+      for (int i = 0; i < kKh; ++i) base[i] = rows[i] + (ox0 * r.sw - r.pw) * ch + c;
+    Y* out = y + ox0 * ch + c;
+    for (int64_t ox = ox0; ox < ox1; ++ox, out += ch) {
+      __m512i a = corr;
+      if constexpr (kKh * kKw > 0) {
+        for (int i = 0; i < kKh; ++i)
+          for (int j = 0; j < kKw; ++j) {
+            const __m128i b = _mm_maskz_loadu_epi8(m, base[i] + j * tap_step);
+            const __m512i x = std::is_signed_v<T> ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
+            a = _mm512_add_epi32(a, _mm512_mullo_epi32(x, wk[i * kKw + j]));
+          }
+        for (int i = 0; i < kKh; ++i) base[i] += step;
+      } else {
+        const int64_t at = (ox * r.sw - r.pw) * ch + c;
+        for (int64_t i = 0; i < kh; ++i) {
+          const T* row = rows[i] + at;
+          const int32_t* w = p.w + i * kw * ch + c;
+          for (int64_t j = 0; j < kw; ++j) {
+            const __m128i b = _mm_maskz_loadu_epi8(m, row + j * tap_step);
+            const __m512i x = std::is_signed_v<T> ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
+            a = _mm512_add_epi32(a, _mm512_mullo_epi32(x, _mm512_maskz_loadu_epi32(m, w + j * ch)));
+          }
+        }
+      }
+      __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), scale);
+      v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+      const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(v), zero);
+      if constexpr (std::is_signed_v<Y>) _mm512_mask_cvtsepi32_storeu_epi8(out, m, q);
+      else _mm512_mask_cvtusepi32_storeu_epi8(out, m, q);
+    }
+  }
+}
+
+template <typename T, typename Y>
+void depthwise_row_avx512(const DwPixel& p, const DwRow& r, const T* const* rows, Y* y) {
+  if (r.kh == 3 && r.kw == 3) depthwise_row_avx512_k<T, Y, 3, 3>(p, r, rows, y);
+  else depthwise_row_avx512_k<T, Y, 0, 0>(p, r, rows, y);
+}
+
+template <typename T, typename Y>
+using DepthwisePixel = void (*)(const DwPixel&, const T* const*, Y*);
+template <typename T, typename Y>
+using DepthwiseRow = void (*)(const DwPixel&, const DwRow&, const T* const*, Y*);
 
 // The widest variant this machine runs (TETHER_ISA caps it).
-template <typename T>
-DepthwisePixel<T> depthwise_pixel_for_isa() {
+template <typename T, typename Y>
+DepthwisePixel<T, Y> depthwise_pixel_for_isa() {
   const util::CpuFeatures& f = util::cpu_features();
-  if (f.avx512) return depthwise_pixel_avx512<T>;
-  if (f.avx2) return depthwise_pixel_avx2<T>;
-  return [](int32_t* acc, const T* const* src, int64_t taps, const int32_t* w, int64_t channels) {
-    depthwise_pixel_generic(acc, src, taps, w, channels);
-  };
+  if (f.avx512) return depthwise_pixel_avx512<T, Y>;
+  if (f.avx2) return depthwise_pixel_avx2<T, Y>;
+  return [](const DwPixel& p, const T* const* src, Y* y) { depthwise_pixel_generic(p, src, y); };
 }
 
-// y[c] = the requantized acc[c] + bias[c] - zero * sums[c] (see QGemmOutput), or that sum for
-// int32. Rounding half to even as a float add of 1.5 * 2^23 and its subtraction (exact for
-// |v| <= 2^22, which the clamp ensures), so that the loop vectorizes.
-template <typename Y>
-TETHER_MULTIVERSION void store_pixel(const int32_t* __restrict acc, const int32_t* __restrict sums, int32_t zero,
-                                     const int32_t* __restrict bias, const float* __restrict scale, bool per_channel,
-                                     float lo, float hi, int32_t y_zero, int64_t channels, Y* __restrict y) {
-  constexpr float kRound = 12582912.0f;
-  for (int64_t c = 0; c < channels; ++c) {
-    const int32_t s = acc[c] - zero * sums[c] + (bias != nullptr ? bias[c] : 0);
-    if constexpr (std::is_same_v<Y, int32_t>) {
-      y[c] = s;
-    } else {
-      float v = static_cast<float>(s) * (per_channel ? scale[c] : scale[0]);
-      v = v > lo ? v : lo;
-      v = v < hi ? v : hi;
-      v = (v + kRound) - kRound;
-      y[c] = static_cast<Y>(static_cast<int32_t>(v) + y_zero);
-    }
-  }
-}
-
-}  // namespace
-
-void IntegerConvKernel::depthwise_nhwc(const RunContext& ctx, const View& x, View& y, const ConvGeometry& g,
-                                       const Params& p, const View* bias) const {
+template <typename T, typename Y>
+void depthwise_nhwc_run(const RunContext& ctx, const View& x, View& y, const ConvGeometry& g, const DwPixel& pixel,
+                        const std::byte* zeros, const std::byte* zero_row, int64_t slot) {
+  static const DepthwisePixel<T, Y> kernel = depthwise_pixel_for_isa<T, Y>();
+  static const DepthwiseRow<T, Y> row_kernel =
+      util::cpu_features().avx512 ? depthwise_row_avx512<T, Y> : DepthwiseRow<T, Y>{nullptr};
   const int64_t ih = x.dims[1], iw = x.dims[2], oh = y.dims[1], ow = y.dims[2], c = y.dims[3];
-  const int64_t kh = g.kernel[0], kw = g.kernel[1], taps = kh * kw;
-  const int32_t xz = p.a_zp[0];
-  const QGemmOutput o = output_of(p, out_type_, nullptr, act_);
-  const float lo = static_cast<float>(o.lo - o.zero_point), hi = static_cast<float>(o.hi - o.zero_point);
-  const int32_t* b = bias != nullptr ? bias->as<int32_t>() : nullptr;
-  // Taps outside the input read a pixel of zero points: a product the filter sums then cancel.
-  std::byte* zeros = ctx.scratch;
-  std::memset(zeros, static_cast<int>(static_cast<uint8_t>(xz)), static_cast<size_t>(c));
-  const int64_t slot = round64(c * 4 + taps * 8);
-  const bool is_signed = x_type_ == DType::kInt8;
-  static const DepthwisePixel<int8_t> pixel_s8 = depthwise_pixel_for_isa<int8_t>();
-  static const DepthwisePixel<uint8_t> pixel_u8 = depthwise_pixel_for_isa<uint8_t>();
+  const int64_t kh = g.kernel[0], kw = g.kernel[1];
+  // Output columns whose windows lie inside the input across: ox * sw - pw >= 0 and
+  // ox * sw - pw + (kw - 1) * dw < iw.
+  DwRow across{kh, kw, g.strides[1], g.dilations[1], g.pad_begin[1], 0, 0};
+  across.ox0 = std::min(ow, (g.pad_begin[1] + g.strides[1] - 1) / g.strides[1]);
+  const int64_t last = iw - 1 - (kw - 1) * g.dilations[1] + g.pad_begin[1];  // ox * sw <= last
+  across.ox1 = last < 0 ? across.ox0 : std::max(across.ox0, std::min(ow, last / g.strides[1] + 1));
   auto rows = [&](int thread, int64_t r0, int64_t r1) {
-    std::byte* base = ctx.scratch + round64(c) + thread * slot;
-    auto* acc = reinterpret_cast<int32_t*>(base);
-    auto* src = reinterpret_cast<const std::byte**>(base + c * 4);
+    auto* src = reinterpret_cast<const T**>(ctx.scratch + thread * slot);
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t img = r / oh, oy = r % oh;
-      const std::byte* xi = static_cast<const std::byte*>(x.data) + img * ih * iw * c;
+      const T* xi = x.as<T>() + img * ih * iw * c;
+      if (row_kernel != nullptr && across.ox1 > across.ox0) {
+        // Rows of the window (a row of zero points outside the input), then the inside run.
+        const T** in_rows = src + kh * kw;
+        for (int64_t i = 0; i < kh; ++i) {
+          const int64_t iy = oy * g.strides[0] - g.pad_begin[0] + i * g.dilations[0];
+          in_rows[i] = iy >= 0 && iy < ih ? xi + iy * iw * c : reinterpret_cast<const T*>(zero_row);
+        }
+        row_kernel(pixel, across, in_rows, y.as<Y>() + r * ow * c);
+      }
       for (int64_t ox = 0; ox < ow; ++ox) {
+        if (row_kernel != nullptr && ox >= across.ox0 && ox < across.ox1) continue;
         for (int64_t i = 0; i < kh; ++i) {
           const int64_t iy = oy * g.strides[0] - g.pad_begin[0] + i * g.dilations[0];
           for (int64_t j = 0; j < kw; ++j) {
             const int64_t ix = ox * g.strides[1] - g.pad_begin[1] + j * g.dilations[1];
-            src[i * kw + j] = iy >= 0 && iy < ih && ix >= 0 && ix < iw ? xi + (iy * iw + ix) * c : zeros;
+            src[i * kw + j] = iy >= 0 && iy < ih && ix >= 0 && ix < iw ? xi + (iy * iw + ix) * c
+                                                                       : reinterpret_cast<const T*>(zeros);
           }
         }
-        const int32_t* w = dw_weights32_.data();
-        if (is_signed) pixel_s8(acc, reinterpret_cast<const int8_t* const*>(src), taps, w, c);
-        else pixel_u8(acc, reinterpret_cast<const uint8_t* const*>(src), taps, w, c);
-        const int64_t at = (r * ow + ox) * c;
-        switch (out_type_) {
-          case DType::kInt32:
-            store_pixel(acc, dw_sums_.data(), xz, b, o.scale, o.scale_per_column, lo, hi, o.zero_point, c, y.as<int32_t>() + at);
-            break;
-          case DType::kInt8:
-            store_pixel(acc, dw_sums_.data(), xz, b, o.scale, o.scale_per_column, lo, hi, o.zero_point, c, y.as<int8_t>() + at);
-            break;
-          default:
-            store_pixel(acc, dw_sums_.data(), xz, b, o.scale, o.scale_per_column, lo, hi, o.zero_point, c, y.as<uint8_t>() + at);
-            break;
-        }
+        kernel(pixel, src, y.as<Y>() + (r * ow + ox) * c);
       }
     }
   };
   const int64_t total = x.dims[0] * oh;
   if (ctx.pool == nullptr) rows(0, 0, total);
   else ctx.pool->parallel_for_indexed(total, 1, rows);
+}
+
+}  // namespace
+
+void IntegerConvKernel::depthwise_nhwc(const RunContext& ctx, const View& x, View& y, const ConvGeometry& g,
+                                       const Params& p, const View* bias) const {
+  const int64_t c = y.dims[3], taps = g.kernel[0] * g.kernel[1];
+  const int32_t xz = p.a_zp[0];
+  const QGemmOutput o = output_of(p, out_type_, nullptr, act_);
+  // Shared, written once per run: a pixel of zero points, the sums' corrections, the scales.
+  std::byte* zeros = ctx.scratch;
+  auto* corr = reinterpret_cast<int32_t*>(zeros + round64(c));
+  auto* scale = reinterpret_cast<float*>(zeros + round64(c) + round64(4 * c));
+  std::memset(zeros, static_cast<int>(static_cast<uint8_t>(xz)), static_cast<size_t>(c));
+  for (int64_t ch = 0; ch < c; ++ch) {
+    const uint32_t b = bias != nullptr ? static_cast<uint32_t>(bias->as<int32_t>()[ch]) : 0u;
+    corr[ch] = static_cast<int32_t>(b - static_cast<uint32_t>(xz) * static_cast<uint32_t>(dw_sums_[static_cast<size_t>(ch)]));
+    scale[ch] = o.scale[o.scale_per_column ? ch : 0];
+  }
+  DwPixel pixel{taps, c, dw_weights32_.data(), corr, scale, static_cast<float>(o.lo - o.zero_point),
+                static_cast<float>(o.hi - o.zero_point), o.zero_point};
+  // A whole input row of zero points, for window rows above and below the input.
+  std::byte* zero_row = zeros + dw_shared_bytes(c, 0);
+  std::memset(zero_row, static_cast<int>(static_cast<uint8_t>(xz)), static_cast<size_t>(x.dims[2] * c));
+  const RunContext per_thread{ctx.pool, zeros + dw_shared_bytes(c, x.dims[2])};
+  const int64_t slot = dw_nhwc_slot_bytes(taps, g.kernel[0]);
+  const bool s8 = x_type_ == DType::kInt8, y8 = out_type_ == DType::kInt8;
+  if (s8 && y8) depthwise_nhwc_run<int8_t, int8_t>(per_thread, x, y, g, pixel, zeros, zero_row, slot);
+  else if (s8) depthwise_nhwc_run<int8_t, uint8_t>(per_thread, x, y, g, pixel, zeros, zero_row, slot);
+  else if (y8) depthwise_nhwc_run<uint8_t, int8_t>(per_thread, x, y, g, pixel, zeros, zero_row, slot);
+  else depthwise_nhwc_run<uint8_t, uint8_t>(per_thread, x, y, g, pixel, zeros, zero_row, slot);
 }
 
 // ---- QLinearAdd (ai.tether) ---------------------------------------------------------------------
