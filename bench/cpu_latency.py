@@ -275,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     info = tt.cpu_info()
     machine = (
         f"{info['brand'] or platform.processor()}, {info['physical_cores']} physical cores, "
-        f"ISA {info['isa']} (GEMM kernel {info['gemm_kernel']}), ~{cpu_ghz():.2f} GHz; "
+        f"ISA {info['isa']} (GEMM kernel {info['gemm_kernel']}, integer GEMM kernel {info['int8_gemm_kernel']}), "
+        f"~{cpu_ghz():.2f} GHz; "
         f"onnxruntime {ort.__version__}, tether {tt.__version__}"
     )
     print(f"machine: {machine}")

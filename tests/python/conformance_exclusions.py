@@ -239,9 +239,6 @@ _GROUPS: dict[str, list[str]] = {
         "test_resize_downsample_scales_cubic_align_corners",
         "test_resize_downsample_scales_linear_align_corners",
     ],
-    'MaxPool on uint8: the CPU engine pools float32 only': [
-        "test_maxpool_2d_uint8",
-    ],
     'MaxPool indices in column-major order (storage_order=1) are not implemented': [
         "test_maxpool_with_argmax_2d_precomputed_strides",
     ],

@@ -319,3 +319,34 @@ def test_kept_integer_values_keep_their_layout(float_model, tmp_path):
         assert captured[name].shape == reference[name].shape, name
         # The fused convolution requantizes once where the unfused run rounds in float: one step.
         assert np.abs(captured[name].astype(np.int32) - reference[name].astype(np.int32)).max() <= 1, name
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("same", [True, False])
+def test_concat_between_qdq_runs_on_the_integers_when_the_parameters_match(dtype, same):
+    """DQ(a), DQ(b) -> Concat -> Q with one scale and zero point everywhere: Concat of the
+    integers, equal to onnxruntime's; with another scale on one input it stays in float."""
+    zp = np.array(3 if dtype == np.uint8 else -5, dtype)
+    inits = [numpy_helper.from_array(np.array(0.1, np.float32), "s"), numpy_helper.from_array(zp, "z"),
+             numpy_helper.from_array(np.array(0.1 if same else 0.2, np.float32), "s2")]
+    nodes = [helper.make_node("DequantizeLinear", ["aq", "s", "z"], ["af"], name="dqa"),
+             helper.make_node("DequantizeLinear", ["bq", "s2", "z"], ["bf"], name="dqb"),
+             helper.make_node("Concat", ["af", "bf"], ["c"], name="cat", axis=1),
+             helper.make_node("QuantizeLinear", ["c", "s", "z"], ["y"], name="q")]
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("aq", t, [2, 3, 5]),
+                                           helper.make_tensor_value_info("bq", t, [2, 4, 5])],
+                              [helper.make_tensor_value_info("y", t, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9).SerializeToString()
+    ops = [n.op_type for n in tt.optimize(tt.load(model)).nodes]
+    assert ops == (["Concat"] if same else ["DequantizeLinear", "DequantizeLinear", "Concat", "QuantizeLinear"]), ops
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(9)
+    feeds = {"aq": rng.integers(info.min, info.max + 1, (2, 3, 5)).astype(dtype),
+             "bq": rng.integers(info.min, info.max + 1, (2, 4, 5)).astype(dtype)}
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = tt.compile(tt.load(model)).run(feeds)["y"]
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, want)

@@ -6,8 +6,9 @@
 // sums and requantizes them once, instead of dequantizing both operands, computing in float
 // and quantizing again. Between them, DequantizeLinear -> MaxPool / Reshape / Transpose /
 // Flatten / Squeeze / Unsqueeze / Slice -> QuantizeLinear with the same scale and zero point on
-// both sides becomes the op on the integer tensor, and a residual Add of two dequantized
-// tensors (-> Relu) -> QuantizeLinear one ai.tether QLinearAdd.
+// both sides becomes the op on the integer tensor (Concat likewise when all its inputs share
+// the output's parameters), and a residual Add of two dequantized tensors (-> Relu) ->
+// QuantizeLinear one ai.tether QLinearAdd.
 //
 // The activations fold into the output's clamp: Q(Relu(v)) is Q(v) clamped below at the zero
 // point, Q(Clip(v, a, b)) is Q(v) clamped to [Q(a), Q(b)], because rounding is monotone.
@@ -198,6 +199,30 @@ bool fuse_data_movement(ir::Graph& g, ir::Node* op) {
   return true;
 }
 
+// Concat(DequantizeLinear(x_1), ..., DequantizeLinear(x_n)) -> QuantizeLinear, every x_i of the
+// output's type with the output's scale and zero point (the same constants), becomes Concat of
+// the integer tensors: each element is then dequantized and quantized with one scale, which
+// gives it back.
+bool fuse_concat(ir::Graph& g, ir::Node* op) {
+  if (!is_onnx(*op, "Concat") || op->inputs().empty() || op->output(0) == nullptr) return false;
+  ir::Value* y = op->output(0);
+  if (y->uses().size() != 1 || is_any_output(*y)) return false;
+  ir::Node* q = y->uses()[0].node;
+  if (!is_onnx(*q, "QuantizeLinear") || q->input(0) != y || q->inputs().size() < 3 || q->input(2) == nullptr ||
+      q->attr_int("block_size", 0) != 0)
+    return false;
+  std::vector<ir::Value*> inputs;
+  for (ir::Value* in : op->inputs()) {
+    std::optional<Dq> x = in != nullptr ? dq_of(in) : std::nullopt;
+    if (!x || !scalar_8bit(*x) || x->zero == nullptr || !same_constant(q->input(1), x->scale) ||
+        !same_constant(q->input(2), x->zero))
+      return false;
+    inputs.push_back(x->q);
+  }
+  replace_chain(g, {op, q}, "Concat", "", inputs, op->attributes());
+  return true;
+}
+
 // Same rank and every dim provably equal.
 bool same_shape(const ir::Value& a, const ir::Value& b) {
   const ir::Shape& x = a.type().shape();
@@ -293,12 +318,14 @@ int fuse_qdq(ir::Model& model) {
   }
   // Then the element-moving ops between them (their QuantizeLinear is later in the order, and
   // no candidate is another's QuantizeLinear).
-  std::vector<ir::Node*> movers, adds;
+  std::vector<ir::Node*> movers, concats, adds;
   for (ir::Node* op : g.topological_order()) {
     if (moves_elements(*op)) movers.push_back(op);
+    if (is_onnx(*op, "Concat")) concats.push_back(op);
     if (is_onnx(*op, "Add")) adds.push_back(op);
   }
   for (ir::Node* op : movers) fused += fuse_data_movement(g, op) ? 1 : 0;
+  for (ir::Node* op : concats) fused += fuse_concat(g, op) ? 1 : 0;
   for (ir::Node* op : adds) fused += fuse_add(model, op) ? 1 : 0;
   return fused;
 }

@@ -58,8 +58,54 @@ void qs8_gemm_12x32__avx512vnni(int64_t groups, const void* a, int64_t lda, cons
   kByRows[rows - 1](groups, static_cast<const uint8_t*>(a), lda, static_cast<const int8_t*>(b), acc);
 }
 
+namespace {
+
+// The requantizing epilogue in registers, for the common tile: int8 / uint8 output stored in
+// rows (col_stride 1), zero points that need no product terms (B's uniform, A's per tensor).
+// Per 16 columns: the sums plus the column and row terms, float, times the scale, clamped,
+// rounded half to even by vcvtps2dq (the default rounding mode; the same integer as
+// tile_epilogue's float rounding for |v| < 2^22), plus the zero point, narrowed to bytes
+// (in range after the clamp, so the saturating narrow is exact).
+template <typename T, bool kPerColumn>
+void requantize_rows(const int32_t* acc, int64_t ld, int64_t rows, int64_t cols, const QTileTerms& t,
+                     const QGemmOutput& out, int64_t i0, int64_t j0) {
+  const __m512 lo = _mm512_set1_ps(static_cast<float>(out.lo - out.zero_point));
+  const __m512 hi = _mm512_set1_ps(static_cast<float>(out.hi - out.zero_point));
+  const __m512i zero = _mm512_set1_epi32(out.zero_point);
+  const float* scale = out.scale + (kPerColumn ? j0 : 0);
+  T* c = static_cast<T*>(out.c) + i0 * out.row_stride + j0;
+  for (int64_t q = 0; q < cols; q += 16) {
+    const __mmask16 m = cols - q >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (cols - q)) - 1);
+    const __m512i col = _mm512_maskz_loadu_epi32(m, t.col_add + q);
+    const __m512 sc = kPerColumn ? _mm512_maskz_loadu_ps(m, scale + q) : _mm512_set1_ps(scale[0]);
+    for (int64_t r = 0; r < rows; ++r) {
+      const __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_maskz_loadu_epi32(m, acc + r * ld + q), col),
+                                         _mm512_set1_epi32(t.row_add[r]));
+      __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(s), sc);
+      v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+      const __m512i y = _mm512_add_epi32(_mm512_cvtps_epi32(v), zero);
+      if constexpr (std::is_signed_v<T>) _mm512_mask_cvtsepi32_storeu_epi8(c + r * out.row_stride + q, m, y);
+      else _mm512_mask_cvtusepi32_storeu_epi8(c + r * out.row_stride + q, m, y);
+    }
+  }
+}
+
+}  // namespace
+
 void qs8_gemm_epilogue__avx512(const int32_t* acc, int64_t ld, int64_t rows, int64_t cols, const QTileTerms& terms,
                                const QGemmOutput& out, int64_t i0, int64_t j0) {
+  const bool bytes = out.kind == QGemmOutput::Kind::kInt8 || out.kind == QGemmOutput::Kind::kUInt8;
+  if (bytes && out.col_stride == 1 && terms.products == 0) {
+    const bool s8 = out.kind == QGemmOutput::Kind::kInt8;
+    if (out.scale_per_column) {
+      if (s8) requantize_rows<int8_t, true>(acc, ld, rows, cols, terms, out, i0, j0);
+      else requantize_rows<uint8_t, true>(acc, ld, rows, cols, terms, out, i0, j0);
+    } else {
+      if (s8) requantize_rows<int8_t, false>(acc, ld, rows, cols, terms, out, i0, j0);
+      else requantize_rows<uint8_t, false>(acc, ld, rows, cols, terms, out, i0, j0);
+    }
+    return;
+  }
   tile_epilogue(acc, ld, rows, cols, terms, out, i0, j0);
 }
 
