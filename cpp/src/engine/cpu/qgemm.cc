@@ -236,8 +236,13 @@ void convert_rows(const uint8_t* __restrict src, int64_t lda, int64_t rows, int6
       sums[i] = static_cast<int32_t>(sum);
     } else {
       uint8_t* __restrict out = dst + i * ldp;
-      for (int64_t p = 0; p < k; ++p) out[p] = row[p] ^ flip;
-      for (int64_t p = k; p < kpad; ++p) out[p] = 0;
+      if (flip == 0) {  // uint8 rows: copies (loops of a few dozen bytes cost more than the calls)
+        std::memcpy(out, row, static_cast<size_t>(k));
+        std::memset(out + k, 0, static_cast<size_t>(kpad - k));
+      } else {
+        for (int64_t p = 0; p < k; ++p) out[p] = row[p] ^ flip;
+        for (int64_t p = k; p < kpad; ++p) out[p] = 0;
+      }
       sums[i] = static_cast<int32_t>(byte_sum(out, k));
     }
   }
