@@ -350,3 +350,34 @@ def test_concat_between_qdq_runs_on_the_integers_when_the_parameters_match(dtype
     got = tt.compile(tt.load(model)).run(feeds)["y"]
     assert got.dtype == dtype
     np.testing.assert_array_equal(got, want)
+
+
+def test_onnxruntime_qoperator_model_runs_channels_last_and_matches_onnxruntime(float_model, tmp_path):
+    """quantize_static's QOperator format (QLinearConv, com.microsoft QLinearAdd and QGemm):
+    tether runs it, its convolutions and residual adds channels last, within one output step of
+    onnxruntime (whose QLinearAdd rounds with fixed-point multipliers)."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    rng = np.random.default_rng(1)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.batches = iter({"x": x} for x in _images(rng, 8))
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    dst = tmp_path / "qop.onnx"
+    quantize_static(str(float_model), str(dst), Reader(), quant_format=QuantFormat.QOperator, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    written = {(n.domain, n.op_type) for n in onnx.load(str(dst)).graph.node}
+    assert {("com.microsoft", "QLinearAdd"), ("com.microsoft", "QGemm"), ("com.microsoft", "QLinearGlobalAveragePool"),
+            ("", "QLinearConv")} <= written, written
+    nodes = tt.optimize(tt.load(str(dst))).nodes
+    assert sum(dict(n.attributes).get("channels_last") == 1 for n in nodes) >= 4
+    ref = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"])
+    for threads in (1, 2):
+        sess = tt.compile(str(dst), threads=threads)
+        for x in _images(np.random.default_rng(3), 4):
+            got, want = sess.run({"x": x})["y"], ref.run(None, {"x": x})[0]
+            assert np.abs(got - want).max() <= 0.05 * np.abs(want).max() + 1e-6

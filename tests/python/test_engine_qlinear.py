@@ -403,6 +403,128 @@ def test_matmul_integer_to_float_equals_numpy_and_refuses_bad_parameters():
         run_tether(_to_float_model(scale.astype(np.float16), None), {"a": a})
 
 
+# ---- onnxruntime's QOperator contrib ops (com.microsoft) ----------------------------------------------
+
+
+def ms_model(op: str, inputs: dict[str, np.ndarray | None], const: tuple[str, ...], out_type: type, **attrs) -> bytes:
+    names = [k if v is not None else "" for k, v in inputs.items()]
+    graph_inputs = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+                    for k, v in inputs.items() if v is not None and k not in const]
+    inits = [numpy_helper.from_array(v, k) for k, v in inputs.items() if v is not None and k in const]
+    node = helper.make_node(op, names, ["y"], name="n", domain="com.microsoft", **attrs)
+    out = helper.make_tensor_value_info("y", helper.np_dtype_to_tensor_dtype(np.dtype(out_type)), None)
+    graph = helper.make_graph([node], "g", graph_inputs, [out], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)],
+                             ir_version=10).SerializeToString()
+
+
+def _quantize(v: np.ndarray, scale: np.float32, zp: np.ndarray) -> np.ndarray:
+    info = np.iinfo(zp.dtype)
+    return np.clip(np.rint(v / scale) + int(zp), info.min, info.max).astype(zp.dtype)
+
+
+@pytest.mark.parametrize("dtype", [U8, I8])
+@pytest.mark.parametrize("shapes", [((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (1, 3, 1)), ((5, 1), (1, 7)), ((4, 6), ())],
+                         ids=str)
+@pytest.mark.parametrize("zero_points", [True, False])
+def test_ms_qlinear_add_broadcasts_like_the_unfused_nodes(dtype, shapes, zero_points):
+    """com.microsoft QLinearAdd: (A - a_zp) * a_scale + (B - b_zp) * b_scale quantized with
+    C's parameters in float32, as DequantizeLinear -> Add -> QuantizeLinear compute it, with
+    broadcasting and omitted zero points; within one step of onnxruntime's fixed-point kernel."""
+    rng = np.random.default_rng(10)
+    a, b = rand_q(rng, dtype, shapes[0]), rand_q(rng, dtype, shapes[1])
+    za, zb, zc = (zp_of(dtype, "random", rng) for _ in range(3)) if zero_points else (np.array(0, dtype),) * 3
+    sa, sb, sc = np.float32(0.03), np.float32(0.05), np.float32(0.07)
+    inputs = {"a": a, "a_scale": np.array(sa), "a_zero_point": za if zero_points else None, "b": b,
+              "b_scale": np.array(sb), "b_zero_point": zb if zero_points else None, "c_scale": np.array(sc),
+              "c_zero_point": zc if zero_points else None}
+    if not zero_points:
+        del inputs["c_zero_point"]
+    model = ms_model("QLinearAdd", inputs, ("a_scale", "a_zero_point", "b_scale", "b_zero_point", "c_scale", "c_zero_point"),
+                     dtype)
+    fa = ((a.astype(np.int32) - int(za)).astype(np.float32) * sa).astype(np.float32)
+    fb = ((b.astype(np.int32) - int(zb)).astype(np.float32) * sb).astype(np.float32)
+    want = _quantize((fa + fb).astype(np.float32), sc, zc)
+    got = run_tether(model, {"a": a, "b": b}, 2)
+    np.testing.assert_array_equal(got, want)
+    if zero_points:  # onnxruntime's type inference refuses the node without them
+        theirs = run_ort(model, {"a": a, "b": b})
+        assert np.abs(got.astype(np.int32) - theirs.astype(np.int32)).max() <= 1
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("output", ["uint8", "float"])
+@pytest.mark.parametrize("bias", ["column", "scalar", None])
+def test_ms_qgemm_equals_numpy_and_onnxruntime(trans_b, per_column, output, bias):
+    """com.microsoft QGemm: (A - a_zp)(B - b_zp) + C with the output scale a_scale * b_scale[j]
+    (/ y_scale, requantized when y_scale is given), transB and per-column B parameters."""
+    rng = np.random.default_rng(11)
+    m, k, n = 13, 37, 21
+    a, w = rand_q(rng, U8, (m, k)), rand_q(rng, I8, (k, n))
+    a_scale, w_scale = np.array(0.02, np.float32), rng.uniform(0.001, 0.01, n if per_column else ()).astype(np.float32)
+    w_zp = np.zeros(n if per_column else (), I8)
+    c = {"column": rng.integers(-3000, 3000, n).astype(np.int32), "scalar": np.array(123, np.int32), None: None}[bias]
+    inputs = {"a": a, "a_scale": a_scale, "a_zero_point": np.array(7, U8), "b": np.ascontiguousarray(w.T) if trans_b else w,
+              "b_scale": w_scale, "b_zero_point": w_zp, "C": c}
+    if output == "uint8":
+        inputs.update({"y_scale": np.array(0.4, np.float32), "y_zero_point": np.array(120, U8)})
+    model = ms_model("QGemm", inputs, tuple(x for x in inputs if x != "a"), U8 if output == "uint8" else np.float32,
+                     transB=trans_b)
+    sums = (a.astype(np.int64) - 7) @ w.astype(np.int64) + (c.astype(np.int64) if c is not None else 0)
+    scale = (a_scale * np.broadcast_to(w_scale, (n,))).astype(np.float32)
+    if output == "uint8":
+        want = requantize(sums, (scale / np.float32(0.4)).astype(np.float32), inputs["y_zero_point"])
+    else:
+        want = (sums.astype(np.float32) * scale).astype(np.float32)
+    got = run_tether(model, {"a": a}, 2)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, run_ort(model, {"a": a}))
+
+
+@pytest.mark.parametrize("dtype", [U8, I8])
+@pytest.mark.parametrize("channels_last", [0, 1])
+def test_ms_qlinear_global_average_pool_equals_numpy_and_onnxruntime(dtype, channels_last):
+    """com.microsoft QLinearGlobalAveragePool: (sum - count * x_zp) * x_scale / (y_scale * count),
+    requantized; NCHW and channels last, against a numpy oracle and within one step of
+    onnxruntime."""
+    rng = np.random.default_rng(13)
+    shape = (2, 5, 7, 33) if channels_last else (2, 33, 5, 7)
+    x = rand_q(rng, dtype, shape)
+    inputs = {"x": x, "x_scale": np.array(0.05, np.float32), "x_zero_point": zp_of(dtype, "random", rng),
+              "y_scale": np.array(0.03, np.float32), "y_zero_point": zp_of(dtype, "random", rng)}
+    model = ms_model("QLinearGlobalAveragePool", inputs, ("x_scale", "x_zero_point", "y_scale", "y_zero_point"), dtype,
+                     channels_last=channels_last)
+    axes = (1, 2) if channels_last else (2, 3)
+    count = shape[axes[0]] * shape[axes[1]]
+    s = x.astype(np.int64).sum(axis=axes, keepdims=True) - count * int(inputs["x_zero_point"])
+    scale = np.float32(0.05) / (np.float32(0.03) * np.float32(count))
+    info = np.iinfo(dtype)
+    z = int(inputs["y_zero_point"])
+    v = np.clip(s.astype(np.float32) * scale, np.float32(info.min - z), np.float32(info.max - z))
+    want = (np.rint(v) + z).astype(dtype)
+    got = run_tether(model, {"x": x}, 2)
+    np.testing.assert_array_equal(got, want)
+    assert np.abs(got.astype(np.int32) - run_ort(model, {"x": x}).astype(np.int32)).max() <= 1
+
+
+@pytest.mark.parametrize("attrs, drop, message", [
+    ({"transA": 1}, (), "transA = 1 is not supported"),
+    ({"alpha": 0.5}, (), "alpha other than 1 is not supported"),
+    ({}, ("y_zero_point",), "y_scale and y_zero_point must be given together"),
+])
+def test_ms_qgemm_refuses_what_it_does_not_run(attrs, drop, message):
+    rng = np.random.default_rng(12)
+    inputs = {"a": rand_q(rng, U8, (6, 4) if attrs.get("transA") else (4, 6)), "a_scale": np.array(0.1, np.float32), "a_zero_point": np.array(0, U8),
+              "b": rand_q(rng, I8, (6, 4)), "b_scale": np.array(0.1, np.float32), "b_zero_point": np.array(0, I8),
+              "C": None, "y_scale": np.array(0.2, np.float32), "y_zero_point": np.array(0, U8)}
+    for d in drop:
+        inputs[d] = None
+    model = ms_model("QGemm", inputs, tuple(x for x in inputs if x != "a"), np.float32 if drop else U8, **attrs)
+    with pytest.raises(tt.Error, match=rf"n.*{message}"):
+        tt.compile(tt.load(model))
+
+
 # ---- every instruction set ------------------------------------------------------------------------
 
 

@@ -65,6 +65,59 @@ void matmul_integer_to_float(InferContext& ctx) {
   ctx.set_output(0, DType::kFloat32, ctx.outputs()[0].shape());
 }
 
+// com.microsoft QLinearAdd(A, A_scale, A_zero_point?, B, B_scale, B_zero_point?, C_scale,
+// C_zero_point?), as onnxruntime's QOperator format writes it: A and B broadcast; C has A's type.
+void ms_qlinear_add(InferContext& ctx) {
+  if (ctx.num_inputs() < 7 || ctx.num_inputs() > 8)
+    ctx.fail("takes 7 or 8 inputs (A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point), got " +
+             std::to_string(ctx.num_inputs()));
+  ctx.set_output(0, ctx.input_dtype(0), broadcast_shapes(ctx, {ctx.input_shape(0), ctx.input_shape(3)}));
+}
+
+// com.microsoft QGemm(A, a_scale, a_zero_point, B, b_scale, b_zero_point, C?, y_scale?,
+// y_zero_point?): Gemm's [M, N]; the output is float32 without y_scale, else y_zero_point's type.
+void ms_qgemm(InferContext& ctx) {
+  if (ctx.num_inputs() < 6 || ctx.num_inputs() > 9)
+    ctx.fail("takes 6 to 9 inputs (A, a_scale, a_zero_point, B, b_scale, b_zero_point, C, y_scale, y_zero_point), got " +
+             std::to_string(ctx.num_inputs()));
+  const Shape& a = ctx.input_shape(0);
+  const Shape& b = ctx.input_shape(3);
+  const DType dt = ctx.has_input(8) ? ctx.input_dtype(8) : DType::kFloat32;
+  if (!a.has_rank() || !b.has_rank()) {
+    ctx.set_output(0, dt, Shape({Dim(), Dim()}));
+    return;
+  }
+  if (a.rank() != 2 || b.rank() != 2)
+    ctx.fail("A and B must be 2-D, got ranks " + std::to_string(a.rank()) + " and " + std::to_string(b.rank()));
+  const bool ta = ctx.attr_int("transA", 0) != 0, tb = ctx.attr_int("transB", 0) != 0;
+  const Dim& ka = a[ta ? 0 : 1];
+  const Dim& kb = b[tb ? 1 : 0];
+  if (ka.is_known() && kb.is_known() && ka.value() != kb.value())
+    ctx.fail("inner dims differ: A is " + a.to_string() + (ta ? " (transA)" : "") + " and B is " + b.to_string() +
+             (tb ? " (transB)" : ""));
+  ctx.set_output(0, dt, Shape({a[ta ? 1 : 0], b[tb ? 0 : 1]}));
+}
+
+// com.microsoft QLinearGlobalAveragePool(X, x_scale, x_zero_point, y_scale, y_zero_point):
+// the spatial dims become 1 ([N, C, 1, ...], or [N, 1, ..., C] with channels_last = 1).
+void ms_qlinear_global_average_pool(InferContext& ctx) {
+  if (ctx.num_inputs() != 5) ctx.fail("takes 5 inputs (X, x_scale, x_zero_point, y_scale, y_zero_point), got " +
+                                      std::to_string(ctx.num_inputs()));
+  const Shape& x = ctx.input_shape(0);
+  if (!x.has_rank()) {
+    ctx.set_output(0, ctx.input_dtype(0), Shape());
+    return;
+  }
+  if (x.rank() < 3) ctx.fail("X must have rank >= 3, got " + x.to_string());
+  const bool last = ctx.attr_int("channels_last", 0) != 0;
+  std::vector<Dim> d;
+  for (size_t i = 0; i < x.rank(); ++i) {
+    const bool channel = last ? i + 1 == x.rank() : i == 1;
+    d.push_back(i == 0 || channel ? x[i] : Dim(1));
+  }
+  ctx.set_output(0, ctx.input_dtype(0), Shape(std::move(d)));
+}
+
 }  // namespace
 
 void register_fused(Registry& r) {
@@ -77,6 +130,10 @@ void register_fused(Registry& r) {
   r.add("QLinearMatMul", as_onnx<kQLinearMatMul>, "ai.tether");
   r.add("QLinearAdd", qlinear_add, "ai.tether");
   r.add("MatMulIntegerToFloat", matmul_integer_to_float, "ai.tether");
+  // onnxruntime's contrib ops of its QOperator format.
+  r.add("QLinearAdd", ms_qlinear_add, "com.microsoft");
+  r.add("QGemm", ms_qgemm, "com.microsoft");
+  r.add("QLinearGlobalAveragePool", ms_qlinear_global_average_pool, "com.microsoft");
   // MaxPool of 8-bit tensors channels last (channels_last = 1; passes/channels_last.cc).
   r.add("MaxPool", as_onnx<kMaxPool>, "ai.tether");
 }

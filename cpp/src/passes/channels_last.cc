@@ -3,7 +3,8 @@
 // QLinearConv transposes its input in and its output back. This pass gives 2-D QLinearConv
 // nodes (group 1 or depthwise, constant parameters) the ai.tether form with channels_last = 1,
 // X and Y [N, H, W, C], between a Transpose to channels last and one back; moves QLinearAdd
-// nodes whose two operands both come back from channels last, and 8-bit MaxPool nodes whose
+// nodes (ai.tether, or com.microsoft on operands of one shape) whose two operands both come
+// back from channels last, and 8-bit MaxPool nodes whose
 // input does, to channels last too (ai.tether MaxPool, channels_last = 1); then drops
 // each pair of Transposes that undo each other. A chain of integer convolutions and residual
 // adds then runs channels last from its first node to its last, with one Transpose at each end.
@@ -88,6 +89,13 @@ void convert_conv(ir::Model& model, ir::Node* n) {
   output_last(g, c);
 }
 
+bool same_static_shape(const ir::Shape& a, const ir::Shape& b) {
+  if (!a.is_static() || !b.is_static() || a.rank() != b.rank()) return false;
+  for (size_t i = 0; i < a.rank(); ++i)
+    if (a[i].value() != b[i].value()) return false;
+  return true;
+}
+
 bool from_channels_last(const ir::Value* v) { return v != nullptr && is_transpose(v->producer(), kToFirst); }
 
 // QLinearAdd of two operands that both come back from channels last, or an 8-bit MaxPool of
@@ -96,6 +104,10 @@ bool follows(const ir::Node& n) {
   if (!rank4(n.output(0)) || is_any_output(*n.output(0))) return false;
   if (n.domain() == "ai.tether" && n.op_type() == "QLinearAdd")
     return n.inputs().size() == 8 && from_channels_last(n.input(0)) && from_channels_last(n.input(3));
+  // onnxruntime's QOperator form broadcasts: only operands of one shape follow.
+  if (n.domain() == "com.microsoft" && n.op_type() == "QLinearAdd")
+    return n.inputs().size() >= 7 && from_channels_last(n.input(0)) && from_channels_last(n.input(3)) &&
+           same_static_shape(n.input(0)->type().shape(), n.input(3)->type().shape());
   if (is_onnx(n, "MaxPool"))
     return n.outputs().size() == 1 && is_8bit(n.output(0)->type().dtype()) && n.attr_int("storage_order", 0) == 0 &&
            from_channels_last(n.input(0));

@@ -77,11 +77,15 @@ constexpr Slots kQLinearConv{0, 1, 2, 3, 4, 5, 6, 7, 8, "x", "w"};
 // then float(sum) * scale + bias and an activation (see kFloatScale and kFloatBias).
 constexpr Slots kMatMulIntegerToFloat{0, -1, 3, 1, -1, 4, -1, -1, -1, "a", "b"};
 constexpr size_t kFloatScale = 2, kFloatBias = 5;
+// com.microsoft QGemm(A, a_scale, a_zero_point, B, b_scale, b_zero_point, C, y_scale,
+// y_zero_point): QLinearMatMul with an int32 bias C and a float output when y_scale is absent.
+constexpr Slots kQGemm{0, 1, 2, 3, 4, 5, 7, 8, 6, "a", "b"};
 
 const Slots& slots_of(const ir::Node& n) {
   const std::string& op = n.op_type();
   return op == "MatMulInteger" ? kMatMulInteger
          : op == "MatMulIntegerToFloat" ? kMatMulIntegerToFloat
+         : op == "QGemm" ? kQGemm
          : op == "QLinearMatMul" ? kQLinearMatMul
          : op == "ConvInteger"   ? kConvInteger
                                  : kQLinearConv;
@@ -252,24 +256,47 @@ class IntegerMatMulKernel final : public Kernel {
         out_type_(init.output_dtype(0)),
         threads_(init.threads),
         to_float_(init.node.op_type() == "MatMulIntegerToFloat"),
+        qgemm_(init.node.op_type() == "QGemm"),
+        qgemm_float_(qgemm_ && init.node.input(7) == nullptr),
+        trans_b_(init.node.op_type() == "QGemm" && init.node.attr_int("transB", 0) != 0),
         act_(to_float_ ? QActivation{} : QActivation::of(init.node)),
         float_act_(to_float_ ? Epilogue::from_node(init.node) : Epilogue{}) {
     bool all = false;
     std::vector<View> c = constant_views(init, all);
     const ir::Tensor* b = init.constant(static_cast<size_t>(s_.b));
-    const int64_t n = b != nullptr && b->rank() >= 2 ? b->dims().back() : kUnknown;
+    // B is [K, N], or [N, K] under QGemm's transB.
+    const int64_t n = b != nullptr && b->rank() >= 2 ? b->dims()[trans_b_ ? 0 : b->rank() - 1] : kUnknown;
     // Checked now when constant: a bad scale or zero point is the model's fault, found before any run.
-    if (all) read_params<ModelError>(name_, s_, c, s_.y_scale < 0 ? kUnknown : -1, n, "per column of b");
+    if (all) params<ModelError>(c, s_.y_scale < 0 ? kUnknown : -1, n);
     if (b != nullptr && b->rank() == 2 && (init.node.input(static_cast<size_t>(s_.b_zp)) == nullptr ||
                                            init.constant(static_cast<size_t>(s_.b_zp)) != nullptr)) {
       const View* zp = has(c, s_.b_zp) ? &c[static_cast<size_t>(s_.b_zp)] : nullptr;
       const std::vector<int32_t> z = zero_points(zp);
-      check_count<ModelError>(name_, (std::string(s_.b_name) + "_zero_point").c_str(), static_cast<int64_t>(z.size()),
-                              b->dims()[1], "per column of b");
-      packed_ = QPackedB::pack(b->raw_data(), b_type_ == DType::kInt8, b->dims()[0], b->dims()[1], b->dims()[1], 1,
-                               z.data(), z.size() > 1, qgemm_isa_for(b->dims()[0], a_type_ == DType::kUInt8));
+      const int64_t k = b->dims()[trans_b_ ? 1 : 0];
+      check_count<ModelError>(name_, (std::string(s_.b_name) + "_zero_point").c_str(), static_cast<int64_t>(z.size()), n,
+                              "per column of b");
+      packed_ = QPackedB::pack(b->raw_data(), b_type_ == DType::kInt8, k, n, trans_b_ ? 1 : n, trans_b_ ? k : 1, z.data(),
+                               z.size() > 1, qgemm_isa_for(k, a_type_ == DType::kUInt8));
       has_packed_ = true;
     }
+  }
+
+  // The parameters; QGemm without y_scale has a float output scaled by a_scale * b_scale[j].
+  template <typename Err>
+  Params params(const std::vector<View>& in, int64_t rows, int64_t cols) const {
+    if (!qgemm_float_) return read_params<Err>(name_, s_, in, rows, cols, "per column of b");
+    Slots zps = s_;
+    zps.y_scale = -1;
+    Params p = read_params<Err>(name_, zps, in, rows, cols, "per column of b");
+    const View& as = in[static_cast<size_t>(s_.a_scale)];
+    const View& bs = in[static_cast<size_t>(s_.b_scale)];
+    check_scale<Err>(name_, as, "a_scale");
+    check_scale<Err>(name_, bs, "b_scale");
+    if (as.numel() != 1) throw Err(name_ + ": a_scale has " + std::to_string(as.numel()) + " elements, expected 1");
+    check_count<Err>(name_, "b_scale", bs.numel(), cols, "per column of b");
+    p.scale.resize(static_cast<size_t>(bs.numel()));
+    for (size_t j = 0; j < p.scale.size(); ++j) p.scale[j] = scale_at(as, 0) * scale_at(bs, static_cast<int64_t>(j));
+    return p;
   }
 
   bool packs_input(size_t i) const override { return has_packed_ && static_cast<int>(i) == s_.b; }
@@ -277,7 +304,8 @@ class IntegerMatMulKernel final : public Kernel {
   int64_t scratch_bytes(const std::vector<View>& in, const std::vector<View>&) const override {
     const View& a = in[static_cast<size_t>(s_.a)];
     const View& b = in[static_cast<size_t>(s_.b)];
-    const int64_t k = b.rank() == 1 ? b.dims[0] : b.dims[b.rank() - 2], n = b.rank() == 1 ? 1 : b.dims.back();
+    int64_t k = b.rank() == 1 ? b.dims[0] : b.dims[b.rank() - 2], n = b.rank() == 1 ? 1 : b.dims.back();
+    if (trans_b_) std::swap(k, n);
     const int64_t rows = a.rank() >= 2 ? a.numel() / std::max<int64_t>(k, 1) : 1;
     return qgemm_scratch_bytes(rows, n, k, threads_) + (has_packed_ ? 0 : QPackedB::bytes_needed(k, n) + 64);
   }
@@ -286,12 +314,13 @@ class IntegerMatMulKernel final : public Kernel {
     const View& av = in[static_cast<size_t>(s_.a)];
     const View& bv = in[static_cast<size_t>(s_.b)];
     std::vector<int64_t> ad = av.dims, bd = has_packed_ ? std::vector<int64_t>{packed_.k(), packed_.n()} : bv.dims;
+    if (trans_b_ && !has_packed_) std::swap(bd[0], bd[1]);
     if (ad.size() == 1) ad.insert(ad.begin(), 1);
     if (bd.size() == 1) bd.push_back(1);
     const int64_t m = ad[ad.size() - 2], k = ad.back(), n = bd.back();
     TETHER_CHECK(bd[bd.size() - 2] == k, "MatMulInteger inner dims differ");
     // A per-row zero point of a has one value per row of a (ONNX: "per-row quantization").
-    const Params p = read_params<ArgumentError>(name_, s_, in, s_.y_scale < 0 ? m : -1, n, "per column of b");
+    const Params p = params<ArgumentError>(in, s_.y_scale < 0 ? m : -1, n);
     const std::vector<int64_t> a_batch(ad.begin(), ad.end() - 2), b_batch(bd.begin(), bd.end() - 2);
     const std::vector<int64_t> batch = broadcast_dims({&a_batch, &b_batch});
     int64_t batches = 1;
@@ -307,11 +336,18 @@ class IntegerMatMulKernel final : public Kernel {
     };
     const size_t esize = elem_bytes(out_type_);
     const View* bias = has(in, s_.bias) ? &in[static_cast<size_t>(s_.bias)] : nullptr;
-    if (bias != nullptr && bias->numel() != n)
+    const bool scalar_c = qgemm_;  // QGemm's C: one int32 per column, or one value
+    if (bias != nullptr && bias->numel() != n && !(scalar_c && bias->numel() == 1))
       throw ArgumentError(name_ + ": the bias has shape " + dims_text(bias->dims) + ", expected [" + std::to_string(n) +
-                          "] (one int32 per column of b)");
+                          "] (one int32 per column of b)" + (scalar_c ? " or one value" : ""));
     QGemmOutput o = output_of(p, out_type_, bias != nullptr ? bias->as<int32_t>() : nullptr, act_);
+    if (bias != nullptr) o.bias_per_column = bias->numel() == n;
     if (to_float_) to_float(in, n, o);
+    if (qgemm_float_) {
+      o.kind = QGemmOutput::Kind::kFloat32;
+      o.scale = p.scale.data();
+      o.scale_per_column = p.scale.size() > 1;
+    }
     o.row_stride = n;
     o.col_stride = 1;
     std::byte* scratch = ctx.scratch;
@@ -329,7 +365,8 @@ class IntegerMatMulKernel final : public Kernel {
       QPackedB packed = packed_;
       if (!has_packed_) {
         const auto* b = static_cast<const std::byte*>(bv.data) + offset(bi, sb) * k * n;
-        packed = QPackedB::pack_into(pack_space, b, b_type_ == DType::kInt8, k, n, n, 1, p.b_zp.data(), p.b_zp.size() > 1);
+        packed = QPackedB::pack_into(pack_space, b, b_type_ == DType::kInt8, k, n, trans_b_ ? 1 : n, trans_b_ ? k : 1,
+                                     p.b_zp.data(), p.b_zp.size() > 1);
       }
       QGemmA a;
       a.data = static_cast<const std::byte*>(av.data) + offset(bi, sa) * m * k;
@@ -367,6 +404,9 @@ class IntegerMatMulKernel final : public Kernel {
   DType a_type_, b_type_, out_type_;
   int threads_;
   bool to_float_;
+  bool qgemm_;        // com.microsoft QGemm
+  bool qgemm_float_;  // QGemm without y_scale: float output
+  bool trans_b_;      // QGemm's transB: B is [N, K]
   QActivation act_;
   Epilogue float_act_;
   QPackedB packed_;
@@ -1182,15 +1222,17 @@ class QLinearAddKernel final : public Kernel {
 
   void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
     for (size_t i : {1u, 2u, 4u, 5u, 6u, 7u})
-      if (in[i].numel() != 1)
+      if (present(in, i) && in[i].numel() != 1)
         throw ArgumentError(name_ + ": input " + std::to_string(i) + " has " + std::to_string(in[i].numel()) +
                             " elements, expected 1 (QLinearAdd's parameters are per tensor)");
     check_scale<ArgumentError>(name_, in[1], "a_scale");
     check_scale<ArgumentError>(name_, in[4], "b_scale");
     check_scale<ArgumentError>(name_, in[6], "y_scale");
-    TETHER_CHECK(in[0].numel() == in[3].numel() && in[0].numel() == out[0].numel(), "QLinearAdd: sizes differ");
+
     const float sa = scale_at(in[1], 0), sb = scale_at(in[4], 0), sy = scale_at(in[6], 0);
-    const int32_t za = zero_points(&in[2])[0], zb = zero_points(&in[5])[0], zy = zero_points(&in[7])[0];
+    // com.microsoft QLinearAdd may omit its zero points (C's is its eighth input, A's and B's in between).
+    auto zp = [&](size_t i) { return zero_points(present(in, i) ? &in[i] : nullptr)[0]; };
+    const int32_t za = zp(2), zb = zp(5), zy = zp(7);
     const bool i8 = types_[2] == DType::kInt8;
     float lo = static_cast<float>((i8 ? -128 : 0) - zy), hi = static_cast<float>((i8 ? 127 : 255) - zy);
     if (act_.kind == QActivation::Kind::kRelu) lo = std::max(lo, 0.0f);  // Q(Relu(v)) = max(Q(v), zy)
@@ -1202,8 +1244,33 @@ class QLinearAddKernel final : public Kernel {
       const A* a = in[0].as<A>();
       const B* b = in[3].as<B>();
       Y* y = out[0].as<Y>();
-      parallel(ctx, n, 1 << 14, [&](int64_t i0, int64_t i1) {
-        add_run<A, B, Y>(a + i0, b + i0, y + i0, i1 - i0, sa, za, sb, zb, sy, zy, lo, hi);
+      if (in[0].numel() == n && in[3].numel() == n) {
+        parallel(ctx, n, 1 << 14, [&](int64_t i0, int64_t i1) {
+          add_run<A, B, Y>(a + i0, b + i0, y + i0, i1 - i0, sa, za, sb, zb, sy, zy, lo, hi);
+        });
+        return;
+      }
+      // Broadcast (com.microsoft QLinearAdd): rows of the output's last dim, each with the
+      // offsets of its a and b elements; a run where both step by one, else one at a time.
+      const std::vector<int64_t>& yd = out[0].dims;
+      const std::vector<int64_t> sa_ = broadcast_strides(in[0].dims, yd), sb_ = broadcast_strides(in[3].dims, yd);
+      const int64_t last = yd.empty() ? 1 : yd.back(), rows = last == 0 ? 0 : n / last;
+      const int64_t la = sa_.empty() ? 0 : sa_.back(), lb = sb_.empty() ? 0 : sb_.back();
+      parallel(ctx, rows, 1, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          int64_t oa = 0, ob = 0, rest = r;
+          for (size_t d = yd.size() - 1; d-- > 0;) {
+            oa += (rest % yd[d]) * sa_[d];
+            ob += (rest % yd[d]) * sb_[d];
+            rest /= yd[d];
+          }
+          if (la == 1 && lb == 1) {
+            add_run<A, B, Y>(a + oa, b + ob, y + r * last, last, sa, za, sb, zb, sy, zy, lo, hi);
+          } else {
+            for (int64_t i = 0; i < last; ++i)
+              add_run<A, B, Y>(a + oa + i * la, b + ob + i * lb, y + r * last + i, 1, sa, za, sb, zb, sy, zy, lo, hi);
+          }
+        }
       });
     };
     auto with_y = [&](auto a0, auto b0) {
@@ -1226,7 +1293,7 @@ class QLinearAddKernel final : public Kernel {
 
 std::string qlinear_add_check(const KernelInit& init) {
   for (size_t i : {0u, 3u})
-    if (!is_8bit(init.input_dtype(i)) || init.input_dtype(i + 2) != init.input_dtype(i))
+    if (!is_8bit(init.input_dtype(i)) || (init.node.input(i + 2) != nullptr && init.input_dtype(i + 2) != init.input_dtype(i)))
       return "input " + std::to_string(i) + " is " + type_text(init.input_dtype(i)) + " with a zero point of " +
              type_text(init.input_dtype(i + 2)) + "; QLinearAdd runs int8 and uint8 with zero points of their type";
   for (size_t i : {1u, 4u, 6u})
@@ -1234,6 +1301,65 @@ std::string qlinear_add_check(const KernelInit& init) {
       return "input " + std::to_string(i) + " (a scale) is " + type_text(init.input_dtype(i)) + "; expected float32";
   if (!is_8bit(init.output_dtype(0))) return "y is " + type_text(init.output_dtype(0)) + "; expected int8 or uint8";
   if (QActivation::of(init.node).kind == QActivation::Kind::kClip) return "QLinearAdd applies Relu only";
+  return "";
+}
+
+// ---- QLinearGlobalAveragePool (com.microsoft) ----------------------------------------------------
+
+// The mean of each channel's positions, requantized: s = sum(x) - count * x_zp (exact int64),
+// y = round_half_even(clamp(float(s) * (x_scale / (y_scale * count)), lo - y_zp, hi - y_zp)) + y_zp.
+class QLinearGlobalAveragePoolKernel final : public Kernel {
+ public:
+  explicit QLinearGlobalAveragePoolKernel(const KernelInit& init)
+      : name_(init.node.describe()), last_(init.node.attr_int("channels_last", 0) != 0),
+        types_{init.input_dtype(0), init.output_dtype(0)} {}
+
+  void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
+    for (size_t i : {1u, 2u, 3u, 4u})
+      if (present(in, i) && in[i].numel() != 1)
+        throw ArgumentError(name_ + ": input " + std::to_string(i) + " has " + std::to_string(in[i].numel()) +
+                            " elements, expected 1 (the parameters are per tensor)");
+    check_scale<ArgumentError>(name_, in[1], "x_scale");
+    check_scale<ArgumentError>(name_, in[3], "y_scale");
+    const View& x = in[0];
+    const int64_t n = x.dims[0], c = last_ ? x.dims.back() : x.dims[1];
+    const int64_t count = n * c == 0 ? 0 : x.numel() / (n * c);
+    const int32_t xz = zero_points(present(in, 2) ? &in[2] : nullptr)[0];
+    const int32_t yz = zero_points(present(in, 4) ? &in[4] : nullptr)[0];
+    const float scale = scale_at(in[1], 0) / (scale_at(in[3], 0) * static_cast<float>(count));
+    const bool y8 = types_[1] == DType::kInt8;
+    const float lo = static_cast<float>((y8 ? -128 : 0) - yz), hi = static_cast<float>((y8 ? 127 : 255) - yz);
+    auto value = [&](int64_t img, int64_t ch, int64_t i) -> int64_t {
+      const int64_t at = last_ ? (img * count + i) * c + ch : (img * c + ch) * count + i;
+      return types_[0] == DType::kInt8 ? x.as<int8_t>()[at] : x.as<uint8_t>()[at];
+    };
+    parallel(ctx, n * c, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t img = p / c, ch = p % c;
+        int64_t sum = 0;
+        for (int64_t i = 0; i < count; ++i) sum += value(img, ch, i);
+        float v = static_cast<float>(sum - count * xz) * scale;
+        v = std::min(std::max(v, lo), hi);
+        const int32_t q = static_cast<int32_t>(std::nearbyint(v)) + yz;
+        if (y8) out[0].as<int8_t>()[p] = static_cast<int8_t>(q);
+        else out[0].as<uint8_t>()[p] = static_cast<uint8_t>(q);
+      }
+    });
+  }
+
+ private:
+  std::string name_;
+  bool last_;
+  std::array<DType, 2> types_;
+};
+
+std::string qlinear_gap_check(const KernelInit& init) {
+  if (!is_8bit(init.input_dtype(0)) || init.output_dtype(0) != init.input_dtype(0))
+    return "X is " + type_text(init.input_dtype(0)) + " and Y " + type_text(init.output_dtype(0)) +
+           "; QLinearGlobalAveragePool runs int8 and uint8, Y of X's type";
+  for (size_t i : {1u, 3u})
+    if (init.input_dtype(i) != DType::kFloat32 && init.input_dtype(i) != DType::kFloat16)
+      return "input " + std::to_string(i) + " (a scale) is " + type_text(init.input_dtype(i)) + "; expected float32";
   return "";
 }
 
@@ -1281,6 +1407,29 @@ std::string integer_check(const KernelInit& init) {
 std::unique_ptr<Kernel> make_matmul(const KernelInit& i) { return std::make_unique<IntegerMatMulKernel>(i); }
 std::unique_ptr<Kernel> make_conv(const KernelInit& i) { return std::make_unique<IntegerConvKernel>(i); }
 
+std::string qgemm_check(const KernelInit& init) {
+  if (init.node.attr_int("transA", 0) != 0) return "transA = 1 is not supported (A must be [M, K])";
+  if (init.node.attr_float("alpha", 1.0f) != 1.0f) return "alpha other than 1 is not supported";
+  if ((init.node.input(7) == nullptr) != (init.node.input(8) == nullptr))
+    return "y_scale and y_zero_point must be given together (a quantized output) or both omitted (a float output)";
+  if (init.node.input(6) != nullptr) {
+    const ir::Shape& c = init.input_types[6].shape();
+    if (init.input_dtype(6) != DType::kInt32) return "C is " + type_text(init.input_dtype(6)) + "; it must be int32";
+    if (c.has_rank() && c.rank() == 2 && !(c[0].is_known() && c[0].value() == 1))
+      return "C of shape " + c.to_string() + " is not supported (one value, [N] or [1, N])";
+  }
+  if (init.node.input(7) == nullptr) {
+    Slots s = kQGemm;
+    for (int slot : {s.a, s.b})
+      if (!is_8bit(init.input_dtype(static_cast<size_t>(slot))))
+        return std::string(slot == s.a ? "a" : "b") + " is " + type_text(init.input_dtype(static_cast<size_t>(slot))) +
+               "; the cpu engine runs 8-bit integer products (int8, uint8)";
+    if (init.output_dtype(0) != DType::kFloat32) return "the output is " + type_text(init.output_dtype(0)) + "; expected float32";
+    return "";
+  }
+  return integer_check(init);
+}
+
 std::string integer_to_float_check(const KernelInit& init) {
   if (std::string why = integer_check(init); !why.empty()) return why;
   for (size_t i : {kFloatScale, kFloatBias})
@@ -1301,6 +1450,14 @@ void register_qlinear(KernelRegistry& r) {
   r.add("QLinearMatMul", make_matmul, integer_check, "ai.tether");
   r.add("QLinearConv", make_conv, integer_check, "ai.tether");
   r.add("MatMulIntegerToFloat", make_matmul, integer_to_float_check, "ai.tether");
+  // onnxruntime's QOperator format: com.microsoft QLinearAdd (broadcasting, optional zero
+  // points; the float arithmetic of DequantizeLinear -> Add -> QuantizeLinear) and QGemm.
+  r.add("QLinearAdd", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QLinearAddKernel>(i); },
+        qlinear_add_check, "com.microsoft");
+  r.add("QGemm", make_matmul, qgemm_check, "com.microsoft");
+  r.add("QLinearGlobalAveragePool",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QLinearGlobalAveragePoolKernel>(i); },
+        qlinear_gap_check, "com.microsoft");
   r.add("QLinearAdd", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QLinearAddKernel>(i); },
         qlinear_add_check, "ai.tether");
 }
