@@ -193,3 +193,30 @@ def test_constant_node_output_that_is_also_read_by_a_node():
     for optimize in (False, True):
         out = tt.compile(tt.load(model), optimize=optimize).run({"x": x})
         assert np.array_equal(out["y"], x + c) and np.array_equal(out["c"], c)
+
+
+def test_reshape_shares_its_input_bytes_and_keeps_them_alive():
+    """A Reshape between intermediates is placed on its input's bytes (no copy, no second
+    buffer), and the input stays intact while both are read later."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    shape = [4, 64, 32]
+    nodes = [helper.make_node("Relu", ["x"], ["a"]),
+             helper.make_node("Reshape", ["a", "s1"], ["b"]),
+             helper.make_node("Sigmoid", ["b"], ["c"]),
+             helper.make_node("Reshape", ["c", "s0"], ["d"]),
+             helper.make_node("Tanh", ["a"], ["e"]),  # reads a after b's and d's steps
+             helper.make_node("Add", ["d", "e"], ["y"])]
+    inits = [numpy_helper.from_array(np.array([4, 2048], np.int64), "s1"),
+             numpy_helper.from_array(np.array(shape, np.int64), "s0")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    sess = tt.compile(tt.load(model.SerializeToString()), threads=1)
+    got = sess.run({"x": x})["y"]
+    a = np.maximum(x, 0)
+    np.testing.assert_allclose(got, 1 / (1 + np.exp(-a)) + np.tanh(a), rtol=1e-5, atol=1e-6)
+    # a, b (its bytes), c, d (c's bytes), e: three buffers of 32 KiB live at most, not five.
+    m = sess.memory()
+    assert m["intermediate_bytes"] == 3 * x.nbytes, m

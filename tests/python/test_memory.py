@@ -86,3 +86,4 @@ def test_aligned_external_weights_are_mapped_not_copied(tmp_path):
     assert anon <= 0.05 * WEIGHT_BYTES, anon / MIB  # even after reading every page of them
     assert m["after"]["VmHWM"] - m["before"]["VmHWM"] <= 0.05 * WEIGHT_BYTES
     assert m["checksum"] == float(w[::4096].sum())
+

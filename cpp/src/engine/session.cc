@@ -202,6 +202,14 @@ bool is_shape_slot(const ir::Node& n, size_t i) {
   return false;
 }
 
+// Ops whose CPU kernel copies its input's bytes unchanged (and skips the copy when its output
+// is its input's buffer).
+bool keeps_bytes(const ir::Node& n) {
+  if (!(n.domain().empty() || n.domain() == "ai.onnx")) return false;
+  const std::string& op = n.op_type();
+  return op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze" || op == "Identity";
+}
+
 }  // namespace
 
 // A session input is a shape tensor when its values reach a shape slot (directly, or through
@@ -435,16 +443,40 @@ std::shared_ptr<Plan> CpuSession::make_plan(const std::vector<const ir::Tensor*>
     for (int in : steps_[s].inputs)
       if (in >= 0) last[static_cast<size_t>(in)] = std::max(last[static_cast<size_t>(in)], static_cast<int>(s));
   }
+  // A Reshape (or Flatten, Squeeze, Unsqueeze, Identity: ops that keep the bytes) from an arena
+  // value to an arena value shares its input's bytes: the output goes at the input's offset,
+  // the input lives as long as either, and the kernel, seeing one buffer, copies nothing.
+  std::vector<int> alias(values_.size(), -1);
+  for (const Step& step : steps_) {
+    if (step.node == nullptr || !keeps_bytes(*step.node) || step.inputs.empty() || step.outputs.size() != 1) continue;
+    const int in = step.inputs[0], out = step.outputs[0];
+    if (in < 0 || out < 0 || values_[static_cast<size_t>(in)].slot != Slot::kArena ||
+        values_[static_cast<size_t>(out)].slot != Slot::kArena || first[static_cast<size_t>(in)] < 0 ||
+        values_[static_cast<size_t>(in)].value->type().dtype() != values_[static_cast<size_t>(out)].value->type().dtype() ||
+        ir::checked_num_elements(plan->dims[static_cast<size_t>(in)]) !=
+            ir::checked_num_elements(plan->dims[static_cast<size_t>(out)]))
+      continue;
+    int root = in;
+    while (alias[static_cast<size_t>(root)] >= 0) root = alias[static_cast<size_t>(root)];
+    alias[static_cast<size_t>(out)] = root;
+    last[static_cast<size_t>(root)] = std::max(last[static_cast<size_t>(root)], last[static_cast<size_t>(out)]);
+  }
   std::vector<Lifetime> lifetimes;
   std::vector<size_t> placed;
   for (size_t i = 0; i < values_.size(); ++i) {
-    if (values_[i].slot != Slot::kArena || first[i] < 0) continue;
+    if (values_[i].slot != Slot::kArena || first[i] < 0 || alias[i] >= 0) continue;
     const auto bytes = ir::storage_bytes(values_[i].value->type().dtype(), ir::checked_num_elements(plan->dims[i]).value_or(0));
     lifetimes.push_back({bytes.value_or(0), first[i], last[i]});
     placed.push_back(i);
   }
   ArenaPlan arena = plan_arena(lifetimes);
   for (size_t k = 0; k < placed.size(); ++k) plan->offsets[placed[k]] = arena.offsets[k];
+  for (size_t i = 0; i < values_.size(); ++i) {
+    int root = alias[i];
+    if (root < 0) continue;
+    while (alias[static_cast<size_t>(root)] >= 0) root = alias[static_cast<size_t>(root)];
+    plan->offsets[i] = plan->offsets[static_cast<size_t>(root)];
+  }
   plan->arena_bytes = arena.arena_bytes;
   plan->intermediate_bytes = arena.sum_bytes;
 
