@@ -61,7 +61,8 @@ void qs8_gemm_epilogue__generic(const int32_t* acc, int64_t ld, int64_t rows, in
 
 // AMX reads the same panels as the 12x32 AVX-512 kernel (4 depths by 32 columns per step),
 // 16 steps (64 depths) per tile load.
-constexpr QGemmIsa kAmx{"amx", 32, 32, 4, false, qs8_gemm_32x32__amx, qs8_gemm_epilogue__avx512, 16};
+constexpr QGemmIsa kAmx{"amx",  32, 32, 4, false, qs8_gemm_32x32__amx, qs8_gemm_epilogue__avx512, 16,
+                        qs8_gemm_32x32__amx_prepare};
 constexpr QGemmIsa kAvx512Vnni{"avx512vnni", 12, 32, 4, false, qs8_gemm_12x32__avx512vnni, qs8_gemm_epilogue__avx512};
 constexpr QGemmIsa kAvxVnni{"avxvnni", 6, 16, 4, false, qs8_gemm_6x16__avxvnni, qs8_gemm_epilogue__avx2};
 constexpr QGemmIsa kAvx256Vnni{"avx256vnni", 6, 16, 4, false, qs8_gemm_6x16__avx256vnni, qs8_gemm_epilogue__avx512};
@@ -345,6 +346,9 @@ void qgemm_block(const Call& call, int64_t t0, int64_t t1, int64_t p0, int64_t p
   const int64_t panel_size = panel_bytes(isa, k), groups = groups_of(isa, k), row_bytes = a_row_bytes(isa, k);
   const auto* panels = static_cast<const std::byte*>(call.b.data());
   alignas(64) int32_t acc[kMaxTile];
+  // Once per block and thread: nothing but this block's own code (its rows function and
+  // epilogue) runs on the thread until the block ends.
+  if (isa.prepare != nullptr) isa.prepare();
 
   for (int64_t i0 = t0 * mr, i_end = std::min(m, t1 * mr); i0 < i_end; i0 += mc) {
     const int64_t rows = std::min(mc, i_end - i0);

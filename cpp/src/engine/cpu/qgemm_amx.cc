@@ -5,7 +5,8 @@
 // the 12x32 AVX-512 kernel's (a step is 32 columns x 4 depths, 128 bytes), so a B tile is
 // every other 64 bytes of a panel; the depth is padded to whole tiles (QGemmIsa::step_multiple).
 // A tile with fewer than 32 rows runs on the AVX-512 kernel over the same panel, so that no
-// load reads past A's last row. Compiled with AMX and AVX-512 flags; called only when the
+// load reads past A's last row. The caller loads the tile configuration first
+// (qs8_gemm_32x32__amx_prepare). Compiled with AMX and AVX-512 flags; called only when the
 // CPU has them and the OS let this process use the tile data (util::cpu_features).
 #include <immintrin.h>
 
@@ -43,6 +44,13 @@ TileConfig make_config() {
 
 }  // namespace
 
+// The tile configuration is per thread, and other code on the thread (another library's
+// kernels) may have loaded its own: qgemm loads ours before each block of tiles it runs.
+void qs8_gemm_32x32__amx_prepare() {
+  static const TileConfig config = make_config();
+  _tile_loadconfig(&config);
+}
+
 void qs8_gemm_32x32__amx(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows) {
   const auto* pa = static_cast<const uint8_t*>(a);
   if (rows < 32) {
@@ -50,22 +58,19 @@ void qs8_gemm_32x32__amx(int64_t groups, const void* a, int64_t lda, const void*
       qs8_gemm_12x32__avx512vnni(groups, pa + r * lda, lda, b, acc + r * kNr, std::min<int64_t>(12, rows - r));
     return;
   }
-  // Loaded on every call: the tile configuration is per thread, and other code on this thread
-  // (another library's kernels) may have loaded its own.
-  static const TileConfig config = make_config();
-  _tile_loadconfig(&config);
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
   const auto* pb = static_cast<const int8_t*>(b);
   for (int64_t g = 0; g < groups; g += kStepsPerTile) {
-    _tile_loadd(4, pa + g * 4, lda);
-    _tile_loadd(5, pa + 16 * lda + g * 4, lda);
+    // Each product issued as soon as its operands are loaded.
     _tile_loadd(6, pb + g * kPanelStep, kPanelStep);
-    _tile_loadd(7, pb + g * kPanelStep + 64, kPanelStep);
+    _tile_loadd(4, pa + g * 4, lda);
     _tile_dpbusd(0, 4, 6);
+    _tile_loadd(7, pb + g * kPanelStep + 64, kPanelStep);
     _tile_dpbusd(1, 4, 7);
+    _tile_loadd(5, pa + 16 * lda + g * 4, lda);
     _tile_dpbusd(2, 5, 6);
     _tile_dpbusd(3, 5, 7);
   }

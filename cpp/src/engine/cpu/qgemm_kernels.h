@@ -50,10 +50,14 @@ struct QGemmIsa {
   QMicroKernel kernel;
   QTileEpilogue epilogue;
   int step_multiple = 1;  ///< the packed depth is a whole number of this many steps (AMX: 16)
+  /// Called on a thread before it runs the kernel over a block of tiles (AMX: loads the tile
+  /// configuration, which is per thread), or nullptr.
+  void (*prepare)() = nullptr;
 };
 
 // Micro-kernels and epilogues, one file per ISA, compiled with that ISA's flags alone.
 void qs8_gemm_32x32__amx(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows);
+void qs8_gemm_32x32__amx_prepare();
 void qs8_gemm_12x32__avx512vnni(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows);
 void qs8_gemm_6x16__avxvnni(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows);
 void qs8_gemm_6x16__avx256vnni(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows);
