@@ -1042,47 +1042,82 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void depthwise_pixel_avx512
 // Output pixels [ox0, ox1) of one output row whose windows lie inside the input across
 // (above and below, rows[i] is input row oy * sh - ph + i * dh, or a row of zero points):
 // the pixel loop runs inside each block of 16 channels, reading each tap at a fixed offset.
-// kKh x kKw fixed (3 x 3: the filter stays in registers across the row), or 0 x 0: any size.
-template <typename T, typename Y, int kKh, int kKw>
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void depthwise_row_avx512_k(const DwPixel& p, const DwRow& r,
-                                                                                  const T* const* __restrict rows,
-                                                                                  Y* __restrict y) {
+// Any filter size: the pixel loop runs inside each block of 16 channels, reading each tap at
+// a fixed offset from the pixel's window.
+template <typename T, typename Y>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void depthwise_row_avx512_any(const DwPixel& p, const DwRow& r,
+                                                                                    const T* const* __restrict rows,
+                                                                                    Y* __restrict y) {
   const __m512 lo = _mm512_set1_ps(p.lo), hi = _mm512_set1_ps(p.hi);
   const __m512i zero = _mm512_set1_epi32(p.y_zero);
-  const int64_t ch = p.channels, kh = kKh ? kKh : r.kh, kw = kKw ? kKw : r.kw;
-  const int64_t step = r.sw * ch, tap_step = r.dw * ch, ox0 = r.ox0, ox1 = r.ox1;
+  const int64_t ch = p.channels, kh = r.kh, kw = r.kw, tap_step = r.dw * ch;
   for (int64_t c = 0; c < ch; c += 16) {
     const __mmask16 m = ch - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (ch - c)) - 1);
     const __m512i corr = _mm512_maskz_loadu_epi32(m, p.corr + c);
     const __m512 scale = _mm512_maskz_loadu_ps(m, p.scale + c);
-    __m512i wk[kKh * kKw > 0 ? kKh * kKw : 1];
-    if constexpr (kKh * kKw > 0)
-      for (int t = 0; t < kKh * kKw; ++t) wk[t] = _mm512_maskz_loadu_epi32(m, p.w + t * ch + c);
-    const T* base[kKh > 0 ? kKh : 1];
-    if constexpr (kKh > 0)
-      for (int i = 0; i < kKh; ++i) base[i] = rows[i] + (ox0 * r.sw - r.pw) * ch + c;
+    Y* out = y + r.ox0 * ch + c;
+    for (int64_t ox = r.ox0; ox < r.ox1; ++ox, out += ch) {
+      __m512i a = corr;
+      const int64_t at = (ox * r.sw - r.pw) * ch + c;
+      for (int64_t i = 0; i < kh; ++i) {
+        const T* row = rows[i] + at;
+        const int32_t* w = p.w + i * kw * ch + c;
+        for (int64_t j = 0; j < kw; ++j) {
+          const __m128i b = _mm_maskz_loadu_epi8(m, row + j * tap_step);
+          const __m512i x = std::is_signed_v<T> ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
+          a = _mm512_add_epi32(a, _mm512_mullo_epi32(x, _mm512_maskz_loadu_epi32(m, w + j * ch)));
+        }
+      }
+      __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), scale);
+      v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+      const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(v), zero);
+      if constexpr (std::is_signed_v<Y>) _mm512_mask_cvtsepi32_storeu_epi8(out, m, q);
+      else _mm512_mask_cvtusepi32_storeu_epi8(out, m, q);
+    }
+  }
+}
+
+// The 3 x 3 row with AVX-512 VNNI: vpdpwssd multiplies int16 pairs and adds both products to
+// an int32 lane, so each window row takes one instruction for its first two taps (their
+// inputs packed as the low and high halves of a lane, the filter likewise) and one for the
+// third (high half zero). Inputs and filters fit int16 (|w - w_zp| <= 255), the sums are exact.
+template <typename T, typename Y>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void depthwise_row3x3_avx512vnni(
+    const DwPixel& p, const DwRow& r, const T* const* __restrict rows, Y* __restrict y) {
+  const __m512 lo = _mm512_set1_ps(p.lo), hi = _mm512_set1_ps(p.hi);
+  const __m512i zero = _mm512_set1_epi32(p.y_zero), low16 = _mm512_set1_epi32(0xFFFF);
+  const int64_t ch = p.channels, step = r.sw * ch, tap_step = r.dw * ch, ox0 = r.ox0, ox1 = r.ox1;
+  for (int64_t c = 0; c < ch; c += 16) {
+    const __mmask16 m = ch - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (ch - c)) - 1);
+    const __m512i corr = _mm512_maskz_loadu_epi32(m, p.corr + c);
+    const __m512 scale = _mm512_maskz_loadu_ps(m, p.scale + c);
+    __m512i pair[3], single[3];
+    const T* base[3];
+    for (int i = 0; i < 3; ++i) {
+      const __m512i w0 = _mm512_maskz_loadu_epi32(m, p.w + (i * 3) * ch + c);
+      const __m512i w1 = _mm512_maskz_loadu_epi32(m, p.w + (i * 3 + 1) * ch + c);
+      pair[i] = _mm512_or_si512(_mm512_and_si512(w0, low16), _mm512_slli_epi32(w1, 16));
+      single[i] = _mm512_and_si512(_mm512_maskz_loadu_epi32(m, p.w + (i * 3 + 2) * ch + c), low16);
+      base[i] = rows[i] + (ox0 * r.sw - r.pw) * ch + c;
+    }
     Y* out = y + ox0 * ch + c;
     for (int64_t ox = ox0; ox < ox1; ++ox, out += ch) {
       __m512i a = corr;
-      if constexpr (kKh * kKw > 0) {
-        for (int i = 0; i < kKh; ++i)
-          for (int j = 0; j < kKw; ++j) {
-            const __m128i b = _mm_maskz_loadu_epi8(m, base[i] + j * tap_step);
-            const __m512i x = std::is_signed_v<T> ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
-            a = _mm512_add_epi32(a, _mm512_mullo_epi32(x, wk[i * kKw + j]));
-          }
-        for (int i = 0; i < kKh; ++i) base[i] += step;
-      } else {
-        const int64_t at = (ox * r.sw - r.pw) * ch + c;
-        for (int64_t i = 0; i < kh; ++i) {
-          const T* row = rows[i] + at;
-          const int32_t* w = p.w + i * kw * ch + c;
-          for (int64_t j = 0; j < kw; ++j) {
-            const __m128i b = _mm_maskz_loadu_epi8(m, row + j * tap_step);
-            const __m512i x = std::is_signed_v<T> ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
-            a = _mm512_add_epi32(a, _mm512_mullo_epi32(x, _mm512_maskz_loadu_epi32(m, w + j * ch)));
-          }
+      for (int i = 0; i < 3; ++i) {
+        // Bytes to int32 lanes holding the value in their low half.
+        __m512i x0, x1, x2;
+        if constexpr (std::is_signed_v<T>) {
+          x0 = _mm512_and_si512(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, base[i])), low16);
+          x1 = _mm512_and_si512(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, base[i] + tap_step)), low16);
+          x2 = _mm512_and_si512(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, base[i] + 2 * tap_step)), low16);
+        } else {
+          x0 = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, base[i]));
+          x1 = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, base[i] + tap_step));
+          x2 = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, base[i] + 2 * tap_step));
         }
+        a = _mm512_dpwssd_epi32(a, _mm512_or_si512(x0, _mm512_slli_epi32(x1, 16)), pair[i]);
+        a = _mm512_dpwssd_epi32(a, x2, single[i]);
+        base[i] += step;
       }
       __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), scale);
       v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
@@ -1095,8 +1130,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void depthwise_row_avx512_k
 
 template <typename T, typename Y>
 void depthwise_row_avx512(const DwPixel& p, const DwRow& r, const T* const* rows, Y* y) {
-  if (r.kh == 3 && r.kw == 3) depthwise_row_avx512_k<T, Y, 3, 3>(p, r, rows, y);
-  else depthwise_row_avx512_k<T, Y, 0, 0>(p, r, rows, y);
+  // (AVX-512 without VNNI, a CPU generation before Cascade Lake, runs 3 x 3 filters on the
+  // general row: one path less to keep right.)
+  static const bool vnni = util::cpu_features().avx512_vnni;
+  if (r.kh == 3 && r.kw == 3 && vnni) depthwise_row3x3_avx512vnni<T, Y>(p, r, rows, y);
+  else depthwise_row_avx512_any<T, Y>(p, r, rows, y);
 }
 
 template <typename T, typename Y>
