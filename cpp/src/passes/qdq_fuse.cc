@@ -179,6 +179,16 @@ bool moves_elements(const ir::Node& n) {
   return false;
 }
 
+// The QuantizeLinear (with a zero point, not blocked) that alone reads `y`, or nullptr.
+ir::Node* sole_quantize(ir::Value* y) {
+  if (y->uses().size() != 1 || is_any_output(*y)) return nullptr;
+  ir::Node* q = y->uses()[0].node;
+  if (!is_onnx(*q, "QuantizeLinear") || q->input(0) != y || q->inputs().size() < 3 || q->input(2) == nullptr ||
+      q->attr_int("block_size", 0) != 0)
+    return nullptr;
+  return q;
+}
+
 // DequantizeLinear -> op -> QuantizeLinear with the same scalar scale and zero point on both
 // sides becomes the op on the integer tensor.
 bool fuse_data_movement(ir::Graph& g, ir::Node* op) {
@@ -186,12 +196,8 @@ bool fuse_data_movement(ir::Graph& g, ir::Node* op) {
   if (is_onnx(*op, "MaxPool") && op->outputs().size() > 1 && op->output(1) != nullptr) return false;
   std::optional<Dq> x = dq_of(op->input(0));
   if (!x || !scalar_8bit(*x)) return false;
-  ir::Value* y = op->output(0);
-  if (y->uses().size() != 1 || is_any_output(*y)) return false;
-  ir::Node* q = y->uses()[0].node;
-  if (!is_onnx(*q, "QuantizeLinear") || q->input(0) != y || q->inputs().size() < 3 || q->input(2) == nullptr ||
-      q->attr_int("block_size", 0) != 0)
-    return false;
+  ir::Node* q = sole_quantize(op->output(0));
+  if (q == nullptr) return false;
   if (!same_constant(q->input(1), x->scale) || x->zero == nullptr || !same_constant(q->input(2), x->zero)) return false;
   std::vector<ir::Value*> inputs = op->inputs();
   inputs[0] = x->q;
@@ -205,12 +211,8 @@ bool fuse_data_movement(ir::Graph& g, ir::Node* op) {
 // gives it back.
 bool fuse_concat(ir::Graph& g, ir::Node* op) {
   if (!is_onnx(*op, "Concat") || op->inputs().empty() || op->output(0) == nullptr) return false;
-  ir::Value* y = op->output(0);
-  if (y->uses().size() != 1 || is_any_output(*y)) return false;
-  ir::Node* q = y->uses()[0].node;
-  if (!is_onnx(*q, "QuantizeLinear") || q->input(0) != y || q->inputs().size() < 3 || q->input(2) == nullptr ||
-      q->attr_int("block_size", 0) != 0)
-    return false;
+  ir::Node* q = sole_quantize(op->output(0));
+  if (q == nullptr) return false;
   std::vector<ir::Value*> inputs;
   for (ir::Value* in : op->inputs()) {
     std::optional<Dq> x = in != nullptr ? dq_of(in) : std::nullopt;

@@ -1,0 +1,197 @@
+// The integer element-wise ops: QLinearAdd (ai.tether from the QDQ pass, com.microsoft from
+// onnxruntime's QOperator format, broadcasting) and com.microsoft QLinearGlobalAveragePool.
+#include <array>
+
+#include "engine/cpu/qlinear.h"
+#include "util/multiversion.h"
+
+namespace tether::engine::cpu::qlinear {
+
+namespace {
+
+// ---- QLinearAdd (ai.tether) ---------------------------------------------------------------------
+
+// y = Q(DQ(a) + DQ(b)) [with Relu], computed as the unfused nodes compute it: each operand
+// dequantized by a float32 product, a float32 sum, then QuantizeLinear's float32 division and
+// round-half-to-even, so the result equals the DequantizeLinear -> Add -> QuantizeLinear it
+// replaces bit for bit, in one pass over memory instead of four.
+// No multiply-add contraction: the FMA of the AVX2 / AVX-512 copies would round the sum once
+// where the unfused nodes round each product.
+template <typename A, typename B, typename Y>
+TETHER_MULTIVERSION __attribute__((optimize("fp-contract=off"))) void add_run(const A* a, const B* b, Y* y, int64_t n, float sa, int32_t za, float sb, int32_t zb,
+                                 float sy, int32_t zy, float lo, float hi) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = static_cast<float>(static_cast<int32_t>(a[i]) - za) * sa +
+                    static_cast<float>(static_cast<int32_t>(b[i]) - zb) * sb;
+    float q = v / sy;
+    q = q > lo ? q : lo;
+    q = q < hi ? q : hi;
+    y[i] = static_cast<Y>(static_cast<int32_t>(std::nearbyint(q)) + zy);
+  }
+}
+
+class QLinearAddKernel final : public Kernel {
+ public:
+  explicit QLinearAddKernel(const KernelInit& init)
+      : name_(init.node.describe()), act_(QActivation::of(init.node)), types_{init.input_dtype(0), init.input_dtype(3), init.output_dtype(0)} {
+    for (size_t i : {1u, 4u, 6u})
+      if (const ir::Tensor* t = init.constant(i)) check_scale<ModelError>(name_, view_of(*t), i == 1 ? "a_scale" : i == 4 ? "b_scale" : "y_scale");
+  }
+
+  void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
+    for (size_t i : {1u, 2u, 4u, 5u, 6u, 7u})
+      if (present(in, i) && in[i].numel() != 1)
+        throw ArgumentError(name_ + ": input " + std::to_string(i) + " has " + std::to_string(in[i].numel()) +
+                            " elements, expected 1 (QLinearAdd's parameters are per tensor)");
+    check_scale<ArgumentError>(name_, in[1], "a_scale");
+    check_scale<ArgumentError>(name_, in[4], "b_scale");
+    check_scale<ArgumentError>(name_, in[6], "y_scale");
+
+    const float sa = scale_at(in[1], 0), sb = scale_at(in[4], 0), sy = scale_at(in[6], 0);
+    // com.microsoft QLinearAdd may omit its zero points (C's is its eighth input, A's and B's in between).
+    auto zp = [&](size_t i) { return zero_points(present(in, i) ? &in[i] : nullptr)[0]; };
+    const int32_t za = zp(2), zb = zp(5), zy = zp(7);
+    const bool i8 = types_[2] == DType::kInt8;
+    float lo = static_cast<float>((i8 ? -128 : 0) - zy), hi = static_cast<float>((i8 ? 127 : 255) - zy);
+    if (act_.kind == QActivation::Kind::kRelu) lo = std::max(lo, 0.0f);  // Q(Relu(v)) = max(Q(v), zy)
+    const int64_t n = out[0].numel();
+    auto go = [&](auto a0, auto b0, auto y0) {
+      using A = decltype(a0);
+      using B = decltype(b0);
+      using Y = decltype(y0);
+      const A* a = in[0].as<A>();
+      const B* b = in[3].as<B>();
+      Y* y = out[0].as<Y>();
+      if (in[0].numel() == n && in[3].numel() == n) {
+        parallel(ctx, n, 1 << 14, [&](int64_t i0, int64_t i1) {
+          add_run<A, B, Y>(a + i0, b + i0, y + i0, i1 - i0, sa, za, sb, zb, sy, zy, lo, hi);
+        });
+        return;
+      }
+      // Broadcast (com.microsoft QLinearAdd): rows of the output's last dim, each with the
+      // offsets of its a and b elements; a run where both step by one, else one at a time.
+      const std::vector<int64_t>& yd = out[0].dims;
+      const std::vector<int64_t> sa_ = broadcast_strides(in[0].dims, yd), sb_ = broadcast_strides(in[3].dims, yd);
+      const int64_t last = yd.empty() ? 1 : yd.back(), rows = last == 0 ? 0 : n / last;
+      const int64_t la = sa_.empty() ? 0 : sa_.back(), lb = sb_.empty() ? 0 : sb_.back();
+      parallel(ctx, rows, 1, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          int64_t oa = 0, ob = 0, rest = r;
+          for (size_t d = yd.size() - 1; d-- > 0;) {
+            oa += (rest % yd[d]) * sa_[d];
+            ob += (rest % yd[d]) * sb_[d];
+            rest /= yd[d];
+          }
+          if (la == 1 && lb == 1) {
+            add_run<A, B, Y>(a + oa, b + ob, y + r * last, last, sa, za, sb, zb, sy, zy, lo, hi);
+          } else {
+            for (int64_t i = 0; i < last; ++i)
+              add_run<A, B, Y>(a + oa + i * la, b + ob + i * lb, y + r * last + i, 1, sa, za, sb, zb, sy, zy, lo, hi);
+          }
+        }
+      });
+    };
+    auto with_y = [&](auto a0, auto b0) {
+      if (i8) go(a0, b0, int8_t{});
+      else go(a0, b0, uint8_t{});
+    };
+    auto with_b = [&](auto a0) {
+      if (types_[1] == DType::kInt8) with_y(a0, int8_t{});
+      else with_y(a0, uint8_t{});
+    };
+    if (types_[0] == DType::kInt8) with_b(int8_t{});
+    else with_b(uint8_t{});
+  }
+
+ private:
+  std::string name_;
+  QActivation act_;
+  std::array<DType, 3> types_;
+};
+
+std::string qlinear_add_check(const KernelInit& init) {
+  for (size_t i : {0u, 3u})
+    if (!is_8bit(init.input_dtype(i)) || (init.node.input(i + 2) != nullptr && init.input_dtype(i + 2) != init.input_dtype(i)))
+      return "input " + std::to_string(i) + " is " + type_text(init.input_dtype(i)) + " with a zero point of " +
+             type_text(init.input_dtype(i + 2)) + "; QLinearAdd runs int8 and uint8 with zero points of their type";
+  for (size_t i : {1u, 4u, 6u})
+    if (init.input_dtype(i) != DType::kFloat32 && init.input_dtype(i) != DType::kFloat16)
+      return "input " + std::to_string(i) + " (a scale) is " + type_text(init.input_dtype(i)) + "; expected float32";
+  if (!is_8bit(init.output_dtype(0))) return "y is " + type_text(init.output_dtype(0)) + "; expected int8 or uint8";
+  if (QActivation::of(init.node).kind == QActivation::Kind::kClip) return "QLinearAdd applies Relu only";
+  return "";
+}
+
+// ---- QLinearGlobalAveragePool (com.microsoft) ----------------------------------------------------
+
+// The mean of each channel's positions, requantized: s = sum(x) - count * x_zp (exact int64),
+// y = round_half_even(clamp(float(s) * (x_scale / (y_scale * count)), lo - y_zp, hi - y_zp)) + y_zp.
+class QLinearGlobalAveragePoolKernel final : public Kernel {
+ public:
+  explicit QLinearGlobalAveragePoolKernel(const KernelInit& init)
+      : name_(init.node.describe()), last_(init.node.attr_int("channels_last", 0) != 0),
+        types_{init.input_dtype(0), init.output_dtype(0)} {}
+
+  void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
+    for (size_t i : {1u, 2u, 3u, 4u})
+      if (present(in, i) && in[i].numel() != 1)
+        throw ArgumentError(name_ + ": input " + std::to_string(i) + " has " + std::to_string(in[i].numel()) +
+                            " elements, expected 1 (the parameters are per tensor)");
+    check_scale<ArgumentError>(name_, in[1], "x_scale");
+    check_scale<ArgumentError>(name_, in[3], "y_scale");
+    const View& x = in[0];
+    const int64_t n = x.dims[0], c = last_ ? x.dims.back() : x.dims[1];
+    const int64_t count = n * c == 0 ? 0 : x.numel() / (n * c);
+    const int32_t xz = zero_points(present(in, 2) ? &in[2] : nullptr)[0];
+    const int32_t yz = zero_points(present(in, 4) ? &in[4] : nullptr)[0];
+    const float scale = scale_at(in[1], 0) / (scale_at(in[3], 0) * static_cast<float>(count));
+    const bool y8 = types_[1] == DType::kInt8;
+    const float lo = static_cast<float>((y8 ? -128 : 0) - yz), hi = static_cast<float>((y8 ? 127 : 255) - yz);
+    auto value = [&](int64_t img, int64_t ch, int64_t i) -> int64_t {
+      const int64_t at = last_ ? (img * count + i) * c + ch : (img * c + ch) * count + i;
+      return types_[0] == DType::kInt8 ? x.as<int8_t>()[at] : x.as<uint8_t>()[at];
+    };
+    parallel(ctx, n * c, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t img = p / c, ch = p % c;
+        int64_t sum = 0;
+        for (int64_t i = 0; i < count; ++i) sum += value(img, ch, i);
+        float v = static_cast<float>(sum - count * xz) * scale;
+        v = std::min(std::max(v, lo), hi);
+        const int32_t q = static_cast<int32_t>(std::nearbyint(v)) + yz;
+        if (y8) out[0].as<int8_t>()[p] = static_cast<int8_t>(q);
+        else out[0].as<uint8_t>()[p] = static_cast<uint8_t>(q);
+      }
+    });
+  }
+
+ private:
+  std::string name_;
+  bool last_;
+  std::array<DType, 2> types_;
+};
+
+std::string qlinear_gap_check(const KernelInit& init) {
+  if (!is_8bit(init.input_dtype(0)) || init.output_dtype(0) != init.input_dtype(0))
+    return "X is " + type_text(init.input_dtype(0)) + " and Y " + type_text(init.output_dtype(0)) +
+           "; QLinearGlobalAveragePool runs int8 and uint8, Y of X's type";
+  for (size_t i : {1u, 3u})
+    if (init.input_dtype(i) != DType::kFloat32 && init.input_dtype(i) != DType::kFloat16)
+      return "input " + std::to_string(i) + " (a scale) is " + type_text(init.input_dtype(i)) + "; expected float32";
+  return "";
+}
+
+}  // namespace
+
+void register_qlinear_elementwise(KernelRegistry& r) {
+  auto add = [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QLinearAddKernel>(i); };
+  r.add("QLinearAdd", add, qlinear_add_check, "ai.tether");
+  // onnxruntime's QOperator format: broadcasting and optional zero points; the float
+  // arithmetic of DequantizeLinear -> Add -> QuantizeLinear.
+  r.add("QLinearAdd", add, qlinear_add_check, "com.microsoft");
+  r.add("QLinearGlobalAveragePool",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QLinearGlobalAveragePoolKernel>(i); },
+        qlinear_gap_check, "com.microsoft");
+}
+
+}  // namespace tether::engine::cpu::qlinear
