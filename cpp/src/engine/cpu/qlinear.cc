@@ -220,12 +220,7 @@ TETHER_MULTIVERSION void store_channel(const int32_t* __restrict acc, int64_t n,
   if constexpr (std::is_same_v<Y, int32_t>) {
     for (int64_t i = 0; i < n; ++i) y[i] = acc[i] + bias;
   } else {
-    for (int64_t i = 0; i < n; ++i) {
-      float v = static_cast<float>(acc[i] + bias) * scale;
-      v = v > lo ? v : lo;
-      v = v < hi ? v : hi;
-      y[i] = static_cast<Y>(static_cast<int32_t>(std::nearbyint(v)) + zero);
-    }
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<Y>(requantized(static_cast<float>(acc[i] + bias) * scale, lo, hi, zero));
   }
 }
 

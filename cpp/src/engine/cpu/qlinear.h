@@ -170,12 +170,17 @@ struct QActivation {
   }
 };
 
+// The last step of every requantization: round_half_even(clamp(v, lo, hi)) + zero, with lo and
+// hi the output range less the zero point (the default rounding mode rounds half to even).
+[[gnu::always_inline]] inline int32_t requantized(float v, float lo, float hi, int32_t zero) {
+  v = v > lo ? v : lo;
+  v = v < hi ? v : hi;
+  return static_cast<int32_t>(std::nearbyint(v)) + zero;
+}
+
 // x quantized with scale s and zero point zp into [lo, hi], as QuantizeLinear computes it.
 inline int32_t quantize_bound(float x, float s, int32_t zp, int32_t lo, int32_t hi) {
-  float v = x / s;
-  v = std::max(v, static_cast<float>(lo - zp));
-  v = std::min(v, static_cast<float>(hi - zp));
-  return static_cast<int32_t>(std::nearbyint(v)) + zp;
+  return requantized(x / s, static_cast<float>(lo - zp), static_cast<float>(hi - zp), zp);
 }
 
 // The epilogue of one product with these parameters.

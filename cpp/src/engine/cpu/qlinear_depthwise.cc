@@ -18,10 +18,7 @@ void depthwise_pixel_generic(const DwPixel& p, const T* const* __restrict src, Y
   for (; c < p.channels; ++c) {
     int32_t s = p.corr[c];
     for (int64_t t = 0; t < p.taps; ++t) s += static_cast<int32_t>(src[t][c]) * p.w[t * p.channels + c];
-    float v = static_cast<float>(s) * p.scale[c];
-    v = v > p.lo ? v : p.lo;
-    v = v < p.hi ? v : p.hi;
-    y[c] = static_cast<Y>(static_cast<int32_t>(std::nearbyint(v)) + p.y_zero);
+    y[c] = static_cast<Y>(requantized(static_cast<float>(s) * p.scale[c], p.lo, p.hi, p.y_zero));
   }
 }
 

@@ -23,10 +23,7 @@ TETHER_MULTIVERSION __attribute__((optimize("fp-contract=off"))) void add_run(co
   for (int64_t i = 0; i < n; ++i) {
     const float v = static_cast<float>(static_cast<int32_t>(a[i]) - za) * sa +
                     static_cast<float>(static_cast<int32_t>(b[i]) - zb) * sb;
-    float q = v / sy;
-    q = q > lo ? q : lo;
-    q = q < hi ? q : hi;
-    y[i] = static_cast<Y>(static_cast<int32_t>(std::nearbyint(q)) + zy);
+    y[i] = static_cast<Y>(requantized(v / sy, lo, hi, zy));
   }
 }
 
@@ -156,9 +153,7 @@ class QLinearGlobalAveragePoolKernel final : public Kernel {
         const int64_t img = p / c, ch = p % c;
         int64_t sum = 0;
         for (int64_t i = 0; i < count; ++i) sum += value(img, ch, i);
-        float v = static_cast<float>(sum - count * xz) * scale;
-        v = std::min(std::max(v, lo), hi);
-        const int32_t q = static_cast<int32_t>(std::nearbyint(v)) + yz;
+        const int32_t q = requantized(static_cast<float>(sum - count * xz) * scale, lo, hi, yz);
         if (y8) out[0].as<int8_t>()[p] = static_cast<int8_t>(q);
         else out[0].as<uint8_t>()[p] = static_cast<uint8_t>(q);
       }
