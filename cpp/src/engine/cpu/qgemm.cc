@@ -209,6 +209,15 @@ uint32_t byte_sum(const uint8_t* p, int64_t n) {
     s0 = _mm_add_epi64(s0, _mm_sad_epu8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i)), zero));
     s1 = _mm_add_epi64(s1, _mm_sad_epu8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i + 16)), zero));
   }
+  // The short rows of small products (16 or 24 channels) in one or two more steps.
+  if (i + 16 <= n) {
+    s0 = _mm_add_epi64(s0, _mm_sad_epu8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i)), zero));
+    i += 16;
+  }
+  if (i + 8 <= n) {
+    s1 = _mm_add_epi64(s1, _mm_sad_epu8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + i)), zero));
+    i += 8;
+  }
   s0 = _mm_add_epi64(s0, s1);
   sum = static_cast<uint64_t>(_mm_cvtsi128_si64(s0)) + static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(s0, s0)));
 #endif
