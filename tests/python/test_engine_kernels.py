@@ -766,6 +766,8 @@ def test_max_pool_matches_onnxruntime_and_skips_nan(spatial, kernel, strides, pa
 
 @pytest.mark.parametrize("shape, perm", [
     ((1, 3, 17, 19), (0, 2, 3, 1)),      # NCHW -> NHWC: one [C, HW] plane
+    ((1, 3, 40, 60), (0, 2, 3, 1)),      # three rows, several tiles of columns
+    ((2, 70, 33, 40), (0, 2, 3, 1)),     # tiles of rows and of columns, two images
     ((2, 33, 5, 7), (0, 3, 1, 2)),       # NHWC -> NCHW on a batch of two
     ((3, 1, 70, 65), (0, 2, 1, 3)),      # a size-1 axis between: a batched [70, 65] transpose
     ((130, 67), (1, 0)),

@@ -115,17 +115,20 @@ std::unique_ptr<Kernel> transpose_kernel(const KernelInit& init) {
     const size_t esize = elem_bytes(x.dtype);
     if (esize == 1 || esize == 2 || esize == 4 || esize == 8) {
       if (std::optional<Batched2d> b = batched_2d(x.dims, p)) {
-        // Each batch a [rows, cols] -> [cols, rows] transpose, in bands of 64 rows.
-        constexpr int64_t kBand = 64;
-        const int64_t bands = (b->rows + kBand - 1) / kBand, plane = b->rows * b->cols * static_cast<int64_t>(esize);
+        // Each batch a [rows, cols] -> [cols, rows] transpose, in tiles of 64 rows by 1024
+        // columns (a few rows, as the 3 channels of an image, still make many tasks).
+        constexpr int64_t kRows = 64, kCols = 1024;
+        const int64_t rb = (b->rows + kRows - 1) / kRows, cb = (b->cols + kCols - 1) / kCols;
+        const int64_t plane = b->rows * b->cols * static_cast<int64_t>(esize);
         const auto* src = x.as<std::byte>();
         auto* dst = out[0].as<std::byte>();
         const auto e = static_cast<int64_t>(esize);
-        parallel(ctx, b->batch * bands, 1, [&](int64_t t0, int64_t t1) {
+        parallel(ctx, b->batch * rb * cb, 1, [&](int64_t t0, int64_t t1) {
           for (int64_t t = t0; t < t1; ++t) {
-            const int64_t i = t / bands, r0 = t % bands * kBand, r1 = std::min(b->rows, r0 + kBand);
-            transpose_2d(src + i * plane + r0 * b->cols * e, b->cols, dst + i * plane + r0 * e, b->rows, r1 - r0, b->cols,
-                         esize);
+            const int64_t i = t / (rb * cb), r0 = t / cb % rb * kRows, c0 = t % cb * kCols;
+            const int64_t r1 = std::min(b->rows, r0 + kRows), c1 = std::min(b->cols, c0 + kCols);
+            transpose_2d(src + i * plane + (r0 * b->cols + c0) * e, b->cols, dst + i * plane + (c0 * b->rows + r0) * e,
+                         b->rows, r1 - r0, c1 - c0, esize);
           }
         });
         return;
