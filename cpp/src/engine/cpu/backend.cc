@@ -107,16 +107,16 @@ BroadcastRows::BroadcastRows(const std::vector<int64_t>& out_dims, const std::ve
   }
 }
 
-int64_t BroadcastRows::offset(size_t k, int64_t r) const {
+int64_t broadcast_offset(int64_t index, const std::vector<int64_t>& dims, const std::vector<int64_t>& strides) {
   int64_t off = 0;
-  const auto& st = outer_strides_[k];
-  for (size_t d = outer_dims_.size(); d-- > 0;) {
-    const int64_t i = r % outer_dims_[d];
-    r /= outer_dims_[d];
-    off += i * st[d];
+  for (size_t d = dims.size(); d-- > 0;) {
+    off += (index % dims[d]) * strides[d];
+    index /= dims[d];
   }
   return off;
 }
+
+int64_t BroadcastRows::offset(size_t k, int64_t r) const { return broadcast_offset(r, outer_dims_, outer_strides_[k]); }
 
 int64_t scalar_int(const View& v) {
   TETHER_CHECK(v.numel() >= 1, "scalar_int of an empty tensor");

@@ -121,6 +121,10 @@ std::vector<int64_t> broadcast_dims(const std::vector<const std::vector<int64_t>
 /// Strides of `dims` seen from an output of rank `rank`: 0 where the input broadcasts.
 std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& dims, const std::vector<int64_t>& out_dims);
 
+/// Where element `index` (row-major over `dims`) of an output starts in an input with
+/// `strides` (broadcast_strides: 0 along broadcast dims), in elements.
+int64_t broadcast_offset(int64_t index, const std::vector<int64_t>& dims, const std::vector<int64_t>& strides);
+
 /// Walks an output of `out_dims` in rows of its last dim. For row r, offsets[k] is where that
 /// row starts in input k (in elements), with `inner_strides[k]` the step along the row.
 class BroadcastRows {

@@ -45,14 +45,7 @@ class MatMulKernel final : public Kernel {
     for (int64_t d : batch) batches *= d;
     TETHER_CHECK(out[0].numel() == batches * m * n, "MatMul: planned output size differs");
     const std::vector<int64_t> sa = broadcast_strides(a_batch, batch), sb = broadcast_strides(b_batch, batch);
-    auto offset = [&](int64_t idx, const std::vector<int64_t>& st) {
-      int64_t off = 0;
-      for (size_t d = batch.size(); d-- > 0;) {
-        off += (idx % batch[d]) * st[d];
-        idx /= batch[d];
-      }
-      return off;
-    };
+    auto offset = [&](int64_t idx, const std::vector<int64_t>& st) { return broadcast_offset(idx, batch, st); };
     GemmEpilogue ep;
     ep.col_bias = present(in, 2) ? in[2].as<float>() : nullptr;
     ep.act = epilogue_;

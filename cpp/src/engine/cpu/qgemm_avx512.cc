@@ -66,18 +66,18 @@ namespace {
 // rounded half to even by vcvtps2dq (the default rounding mode; the same integer as
 // tile_epilogue's float rounding for |v| < 2^22), plus the zero point, narrowed to bytes
 // (in range after the clamp, so the saturating narrow is exact).
-template <typename T, bool kPerColumn>
+template <typename T>
 void requantize_rows(const int32_t* acc, int64_t ld, int64_t rows, int64_t cols, const QTileTerms& t,
                      const QGemmOutput& out, int64_t i0, int64_t j0) {
   const __m512 lo = _mm512_set1_ps(static_cast<float>(out.lo - out.zero_point));
   const __m512 hi = _mm512_set1_ps(static_cast<float>(out.hi - out.zero_point));
   const __m512i zero = _mm512_set1_epi32(out.zero_point);
-  const float* scale = out.scale + (kPerColumn ? j0 : 0);
+  const float* scale = out.scale + (out.scale_per_column ? j0 : 0);
   T* c = static_cast<T*>(out.c) + i0 * out.row_stride + j0;
   for (int64_t q = 0; q < cols; q += 16) {
     const __mmask16 m = cols - q >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (cols - q)) - 1);
     const __m512i col = _mm512_maskz_loadu_epi32(m, t.col_add + q);
-    const __m512 sc = kPerColumn ? _mm512_maskz_loadu_ps(m, scale + q) : _mm512_set1_ps(scale[0]);
+    const __m512 sc = out.scale_per_column ? _mm512_maskz_loadu_ps(m, scale + q) : _mm512_set1_ps(scale[0]);
     for (int64_t r = 0; r < rows; ++r) {
       const __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_maskz_loadu_epi32(m, acc + r * ld + q), col),
                                          _mm512_set1_epi32(t.row_add[r]));
@@ -129,17 +129,17 @@ inline __m512 gelu16(__m512 x) {
 // The dequantizing epilogue in registers, for rows stored contiguously with no product terms:
 // float(s) * scale (+ bias), each rounded on its own as tile_epilogue rounds them (this file
 // is built without FMA contraction), then the clamp, or the activation over the stored row.
-template <bool kPerColumnScale, bool kGelu>
+template <bool kGelu>
 void dequantize_rows(const int32_t* acc, int64_t ld, int64_t rows, int64_t cols, const QTileTerms& t,
                      const QGemmOutput& out, int64_t i0, int64_t j0) {
-  const float* scale = out.scale + (kPerColumnScale ? j0 : 0);
+  const float* scale = out.scale + (out.scale_per_column ? j0 : 0);
   const float* bias = out.float_bias == nullptr ? nullptr : out.float_bias + (out.float_bias_per_column ? j0 : 0);
   const __m512 lo = _mm512_set1_ps(t.act_lo), hi = _mm512_set1_ps(t.act_hi);
   float* c = static_cast<float*>(out.c) + i0 * out.row_stride + j0;
   for (int64_t q = 0; q < cols; q += 16) {
     const __mmask16 m = cols - q >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (cols - q)) - 1);
     const __m512i col = _mm512_maskz_loadu_epi32(m, t.col_add + q);
-    const __m512 sc = kPerColumnScale ? _mm512_maskz_loadu_ps(m, scale + q) : _mm512_set1_ps(scale[0]);
+    const __m512 sc = out.scale_per_column ? _mm512_maskz_loadu_ps(m, scale + q) : _mm512_set1_ps(scale[0]);
     const __m512 b = bias == nullptr ? _mm512_setzero_ps()
                      : out.float_bias_per_column ? _mm512_maskz_loadu_ps(m, bias + q) : _mm512_set1_ps(bias[0]);
     for (int64_t r = 0; r < rows; ++r) {
@@ -162,25 +162,13 @@ void qs8_gemm_epilogue__avx512(const int32_t* acc, int64_t ld, int64_t rows, int
                                const QGemmOutput& out, int64_t i0, int64_t j0) {
   const bool bytes = out.kind == QGemmOutput::Kind::kInt8 || out.kind == QGemmOutput::Kind::kUInt8;
   if (bytes && out.col_stride == 1 && terms.products == 0) {
-    const bool s8 = out.kind == QGemmOutput::Kind::kInt8;
-    if (out.scale_per_column) {
-      if (s8) requantize_rows<int8_t, true>(acc, ld, rows, cols, terms, out, i0, j0);
-      else requantize_rows<uint8_t, true>(acc, ld, rows, cols, terms, out, i0, j0);
-    } else {
-      if (s8) requantize_rows<int8_t, false>(acc, ld, rows, cols, terms, out, i0, j0);
-      else requantize_rows<uint8_t, false>(acc, ld, rows, cols, terms, out, i0, j0);
-    }
+    if (out.kind == QGemmOutput::Kind::kInt8) requantize_rows<int8_t>(acc, ld, rows, cols, terms, out, i0, j0);
+    else requantize_rows<uint8_t>(acc, ld, rows, cols, terms, out, i0, j0);
     return;
   }
   if (out.kind == QGemmOutput::Kind::kFloat32 && out.col_stride == 1 && terms.products == 0) {
-    const bool gelu = out.act.act == Epilogue::Act::kGelu;
-    if (out.scale_per_column) {
-      if (gelu) dequantize_rows<true, true>(acc, ld, rows, cols, terms, out, i0, j0);
-      else dequantize_rows<true, false>(acc, ld, rows, cols, terms, out, i0, j0);
-    } else {
-      if (gelu) dequantize_rows<false, true>(acc, ld, rows, cols, terms, out, i0, j0);
-      else dequantize_rows<false, false>(acc, ld, rows, cols, terms, out, i0, j0);
-    }
+    if (out.act.act == Epilogue::Act::kGelu) dequantize_rows<true>(acc, ld, rows, cols, terms, out, i0, j0);
+    else dequantize_rows<false>(acc, ld, rows, cols, terms, out, i0, j0);
     return;
   }
   tile_epilogue(acc, ld, rows, cols, terms, out, i0, j0);

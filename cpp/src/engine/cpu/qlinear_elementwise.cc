@@ -65,25 +65,19 @@ class QLinearAddKernel final : public Kernel {
         });
         return;
       }
-      // Broadcast (com.microsoft QLinearAdd): rows of the output's last dim, each with the
-      // offsets of its a and b elements; a run where both step by one, else one at a time.
-      const std::vector<int64_t>& yd = out[0].dims;
-      const std::vector<int64_t> sa_ = broadcast_strides(in[0].dims, yd), sb_ = broadcast_strides(in[3].dims, yd);
-      const int64_t last = yd.empty() ? 1 : yd.back(), rows = last == 0 ? 0 : n / last;
-      const int64_t la = sa_.empty() ? 0 : sa_.back(), lb = sb_.empty() ? 0 : sb_.back();
-      parallel(ctx, rows, 1, [&](int64_t r0, int64_t r1) {
+      // Broadcast (com.microsoft QLinearAdd), a row of the output's last dim at a time: one run
+      // where both operands step by one along it, else element by element.
+      const BroadcastRows walk(out[0].dims, {&in[0].dims, &in[3].dims});
+      const int64_t last = walk.row_length(), la = walk.inner_stride(0), lb = walk.inner_stride(1);
+      parallel(ctx, walk.rows(), 1, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
-          int64_t oa = 0, ob = 0, rest = r;
-          for (size_t d = yd.size() - 1; d-- > 0;) {
-            oa += (rest % yd[d]) * sa_[d];
-            ob += (rest % yd[d]) * sb_[d];
-            rest /= yd[d];
-          }
+          const A* ar = a + walk.offset(0, r);
+          const B* br = b + walk.offset(1, r);
           if (la == 1 && lb == 1) {
-            add_run<A, B, Y>(a + oa, b + ob, y + r * last, last, sa, za, sb, zb, sy, zy, lo, hi);
+            add_run<A, B, Y>(ar, br, y + r * last, last, sa, za, sb, zb, sy, zy, lo, hi);
           } else {
             for (int64_t i = 0; i < last; ++i)
-              add_run<A, B, Y>(a + oa + i * la, b + ob + i * lb, y + r * last + i, 1, sa, za, sb, zb, sy, zy, lo, hi);
+              add_run<A, B, Y>(ar + i * la, br + i * lb, y + r * last + i, 1, sa, za, sb, zb, sy, zy, lo, hi);
           }
         }
       });

@@ -91,14 +91,7 @@ class IntegerMatMulKernel final : public Kernel {
     int64_t batches = 1;
     for (int64_t d : batch) batches *= d;
     const std::vector<int64_t> sa = broadcast_strides(a_batch, batch), sb = broadcast_strides(b_batch, batch);
-    auto offset = [&](int64_t idx, const std::vector<int64_t>& st) {
-      int64_t off = 0;
-      for (size_t d = batch.size(); d-- > 0;) {
-        off += (idx % batch[d]) * st[d];
-        idx /= batch[d];
-      }
-      return off;
-    };
+    auto offset = [&](int64_t idx, const std::vector<int64_t>& st) { return broadcast_offset(idx, batch, st); };
     const size_t esize = elem_bytes(out_type_);
     const View* bias = has(in, s_.bias) ? &in[static_cast<size_t>(s_.bias)] : nullptr;
     const bool scalar_c = qgemm_;  // QGemm's C: one int32 per column, or one value
