@@ -284,6 +284,12 @@ def _dequantized_conv_model(inputs: dict[str, np.ndarray], attrs: dict) -> bytes
 CHANNELS_LAST_CASES = CONV_CASES + [
     ((1, 35, 9, 9), (35, 1, 3, 3), {"group": 35, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
     ((2, 40, 6, 7), (40, 1, 3, 3), {"group": 40, "pads": [0, 1, 2, 1], "dilations": [2, 1]}),
+    # Depthwise 3 x 3 at every row-kernel path: stride 2 with TF-style padding, windows
+    # wholly outside a one-pixel-wide input, stride 3, stride and dilation 2.
+    ((1, 33, 8, 8), (33, 1, 3, 3), {"group": 33, "pads": [0, 0, 1, 1], "strides": [2, 2]}),
+    ((2, 20, 5, 1), (20, 1, 3, 3), {"group": 20, "pads": [2, 2, 2, 2]}),
+    ((1, 24, 7, 10), (24, 1, 3, 3), {"group": 24, "pads": [1, 1, 1, 1], "strides": [3, 3]}),
+    ((1, 16, 9, 9), (16, 1, 3, 3), {"group": 16, "pads": [2, 2, 2, 2], "strides": [2, 2], "dilations": [2, 2]}),
     ((1, 17, 6, 6), (48, 17, 1, 1), {"strides": [2, 2]}),
     ((1, 3, 15, 15), (8, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),
 ]

@@ -263,6 +263,17 @@ class IntegerConvKernel final : public Kernel {
           }
         }
       }
+      // 3 x 3 channels last: each window row's filter as the int16 pair of its first two taps
+      // and its third tap alone, the operands of the VNNI row kernel (qlinear_depthwise.cc).
+      if (nhwc_ && w->dims()[2] == 3 && w->dims()[3] == 3) {
+        dw_pairs3x3_.resize(static_cast<size_t>(6 * cout));
+        for (int64_t i = 0; i < 3; ++i)
+          for (int64_t ch = 0; ch < cout; ++ch) {
+            auto tap = [&](int64_t j) { return static_cast<uint32_t>(dw_weights32_[static_cast<size_t>((3 * i + j) * cout + ch)]); };
+            dw_pairs3x3_[static_cast<size_t>((2 * i) * cout + ch)] = static_cast<int32_t>((tap(0) & 0xFFFFu) | (tap(1) << 16));
+            dw_pairs3x3_[static_cast<size_t>((2 * i + 1) * cout + ch)] = static_cast<int32_t>(tap(2) & 0xFFFFu);
+          }
+      }
     } else if (all && w != nullptr && w->rank() >= 3) {
       const int64_t cout = w->dims()[0], group = node_.attr_int("group", 1);
       const Params p = read_params<ModelError>(name_, s_, c, -1, cout, "per output channel");
@@ -523,6 +534,7 @@ class IntegerConvKernel final : public Kernel {
   std::vector<int16_t> dw_weights_;    // depthwise: cout x kh x kw filters less their zero points
   std::vector<int32_t> dw_weights32_;  // the same, channels last: kh x kw x cout
   std::vector<int32_t> dw_sums_;       // channels last, depthwise: each filter's sum
+  std::vector<int32_t> dw_pairs3x3_;   // channels last, 3 x 3: DwPixel::pairs3x3
   bool is_depthwise() const { return !dw_weights_.empty() || !dw_weights32_.empty(); }
   bool channels_last_ = false;       // 2-D: packed filters in (kernel position, channel) order
   std::vector<QPackedB> packed_;  // one per group, when the weights and their zero points are constant
@@ -609,7 +621,8 @@ void IntegerConvKernel::depthwise_nhwc(const RunContext& ctx, const View& x, Vie
     scale[ch] = o.scale[o.scale_per_column ? ch : 0];
   }
   DwPixel pixel{taps, c, dw_weights32_.data(), corr, scale, static_cast<float>(o.lo - o.zero_point),
-                static_cast<float>(o.hi - o.zero_point), o.zero_point};
+                static_cast<float>(o.hi - o.zero_point), o.zero_point,
+                dw_pairs3x3_.empty() ? nullptr : dw_pairs3x3_.data()};
   // A whole input row of zero points, for window rows above and below the input.
   std::byte* zero_row = zeros + dw_shared_bytes(c, 0);
   std::memset(zero_row, static_cast<int>(static_cast<uint8_t>(xz)), static_cast<size_t>(x.dims[2] * c));

@@ -223,6 +223,8 @@ inline QGemmOutput output_of(const Params& p, DType out_type, const int32_t* bia
 struct DwRow {
   int64_t kh, kw, sw, dw, pw;
   int64_t ox0, ox1;  // the pixels whose windows lie inside the input across
+  int64_t iw = 0;                // the input's width
+  const void* zeros = nullptr;   // a pixel of zero points, read for columns outside the input
 };
 
 struct DwPixel {
@@ -232,6 +234,9 @@ struct DwPixel {
   const float* scale;    // [channels]
   float lo, hi;
   int32_t y_zero;
+  // A 3 x 3 filter as [window row i][pair, third][channels]: the pair (w[i][0] & 0xFFFF) |
+  // (w[i][1] << 16), the third w[i][2] & 0xFFFF (int16 lanes for vpdpwssd); else nullptr.
+  const int32_t* pairs3x3 = nullptr;
 };
 
 /// Output rows of a channels-last depthwise convolution: x [N, H, W, C] and y [N, OH, OW, C],

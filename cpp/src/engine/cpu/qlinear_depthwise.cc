@@ -111,61 +111,94 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void depthwise_row_avx512_a
   }
 }
 
-// The 3 x 3 row with AVX-512 VNNI: vpdpwssd multiplies int16 pairs and adds both products to
-// an int32 lane, so each window row takes one instruction for its first two taps (their
-// inputs packed as the low and high halves of a lane, the filter likewise) and one for the
-// third (high half zero). Inputs and filters fit int16 (|w - w_zp| <= 255), the sums are exact.
+// The 3 x 3 row with AVX-512 VNNI, every output pixel of it (a column outside the input reads
+// r.zeros): vpdpwssd multiplies int16 pairs and adds both products to an int32 lane, so each
+// window row takes one instruction for its first two taps (their inputs packed as the low and
+// high halves of a lane, the filter likewise) and one for the third (high half zero). Inputs
+// and filters fit int16 (|w - w_zp| <= 255), the sums are exact. At stride 1 each input column
+// is loaded and widened once and kept in registers for the three windows that read it, at
+// stride 2 the column two windows share.
+// Pixel ix of an input row, or the pixel of zero points when ix lies outside the row.
+template <typename T>
+inline const T* ix_in(const T* row, const T* zeros, int64_t ix, int64_t iw, int64_t ch) {
+  return ix >= 0 && ix < iw ? row + ix * ch : zeros;
+}
+
+// The 16 (mask m) bytes at src as int32 lanes holding the value in their low half.
+template <typename T>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512i dw_column(const T* src, __mmask16 m) {
+  const __m128i b = _mm_maskz_loadu_epi8(m, src);
+  if constexpr (std::is_signed_v<T>) return _mm512_and_si512(_mm512_cvtepi8_epi32(b), _mm512_set1_epi32(0xFFFF));
+  else return _mm512_cvtepu8_epi32(b);
+}
+
 template <typename T, typename Y>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void depthwise_row3x3_avx512vnni(
     const DwPixel& p, const DwRow& r, const T* const* __restrict rows, Y* __restrict y) {
   const __m512 lo = _mm512_set1_ps(p.lo), hi = _mm512_set1_ps(p.hi);
-  const __m512i zero = _mm512_set1_epi32(p.y_zero), low16 = _mm512_set1_epi32(0xFFFF);
-  const int64_t ch = p.channels, step = r.sw * ch, tap_step = r.dw * ch, ox0 = r.ox0, ox1 = r.ox1;
+  const __m512i zero = _mm512_set1_epi32(p.y_zero);
+  const int64_t ch = p.channels, sw = r.sw, dw = r.dw, iw = r.iw, ox0 = r.ox0, ox1 = r.ox1;
+  const T* zeros = static_cast<const T*>(r.zeros);
+  const bool unit = sw == 1 && dw == 1;
   for (int64_t c = 0; c < ch; c += 16) {
     const __mmask16 m = ch - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (ch - c)) - 1);
     const __m512i corr = _mm512_maskz_loadu_epi32(m, p.corr + c);
     const __m512 scale = _mm512_maskz_loadu_ps(m, p.scale + c);
     __m512i pair[3], single[3];
-    const T* base[3];
     for (int i = 0; i < 3; ++i) {
-      const __m512i w0 = _mm512_maskz_loadu_epi32(m, p.w + (i * 3) * ch + c);
-      const __m512i w1 = _mm512_maskz_loadu_epi32(m, p.w + (i * 3 + 1) * ch + c);
-      pair[i] = _mm512_or_si512(_mm512_and_si512(w0, low16), _mm512_slli_epi32(w1, 16));
-      single[i] = _mm512_and_si512(_mm512_maskz_loadu_epi32(m, p.w + (i * 3 + 2) * ch + c), low16);
-      base[i] = rows[i] + (ox0 * r.sw - r.pw) * ch + c;
+      pair[i] = _mm512_maskz_loadu_epi32(m, p.pairs3x3 + (2 * i) * ch + c);
+      single[i] = _mm512_maskz_loadu_epi32(m, p.pairs3x3 + (2 * i + 1) * ch + c);
     }
     Y* out = y + ox0 * ch + c;
-    for (int64_t ox = ox0; ox < ox1; ++ox, out += ch) {
-      __m512i a = corr;
+    if (unit) {
+      __m512i x0[3], x1[3];
       for (int i = 0; i < 3; ++i) {
-        // Bytes to int32 lanes holding the value in their low half.
-        __m512i x0, x1, x2;
-        if constexpr (std::is_signed_v<T>) {
-          x0 = _mm512_and_si512(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, base[i])), low16);
-          x1 = _mm512_and_si512(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, base[i] + tap_step)), low16);
-          x2 = _mm512_and_si512(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, base[i] + 2 * tap_step)), low16);
-        } else {
-          x0 = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, base[i]));
-          x1 = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, base[i] + tap_step));
-          x2 = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, base[i] + 2 * tap_step));
-        }
-        a = _mm512_dpwssd_epi32(a, _mm512_or_si512(x0, _mm512_slli_epi32(x1, 16)), pair[i]);
-        a = _mm512_dpwssd_epi32(a, x2, single[i]);
-        base[i] += step;
+        x0[i] = dw_column(ix_in(rows[i], zeros, ox0 - r.pw, iw, ch) + c, m);
+        x1[i] = dw_column(ix_in(rows[i], zeros, ox0 - r.pw + 1, iw, ch) + c, m);
       }
-      requantize16(out, m, a, scale, lo, hi, zero);
+      for (int64_t ox = ox0; ox < ox1; ++ox, out += ch) {
+        __m512i a = corr, t = _mm512_setzero_si512();  // two chains: pairs, thirds
+        for (int i = 0; i < 3; ++i) {
+          const __m512i x2 = dw_column(ix_in(rows[i], zeros, ox - r.pw + 2, iw, ch) + c, m);
+          a = _mm512_dpwssd_epi32(a, _mm512_or_si512(x0[i], _mm512_slli_epi32(x1[i], 16)), pair[i]);
+          t = _mm512_dpwssd_epi32(t, x2, single[i]);
+          x0[i] = x1[i];
+          x1[i] = x2;
+        }
+        requantize16(out, m, _mm512_add_epi32(a, t), scale, lo, hi, zero);
+      }
+    } else if (sw == 2 && dw == 1) {  // the window's last column is the next one's first
+      __m512i x0[3];
+      for (int i = 0; i < 3; ++i) x0[i] = dw_column(ix_in(rows[i], zeros, ox0 * 2 - r.pw, iw, ch) + c, m);
+      for (int64_t ox = ox0; ox < ox1; ++ox, out += ch) {
+        __m512i a = corr, t = _mm512_setzero_si512();  // two chains: pairs, thirds
+        const int64_t ix = ox * 2 - r.pw;
+        for (int i = 0; i < 3; ++i) {
+          const __m512i x1 = dw_column(ix_in(rows[i], zeros, ix + 1, iw, ch) + c, m);
+          const __m512i x2 = dw_column(ix_in(rows[i], zeros, ix + 2, iw, ch) + c, m);
+          a = _mm512_dpwssd_epi32(a, _mm512_or_si512(x0[i], _mm512_slli_epi32(x1, 16)), pair[i]);
+          t = _mm512_dpwssd_epi32(t, x2, single[i]);
+          x0[i] = x2;
+        }
+        requantize16(out, m, _mm512_add_epi32(a, t), scale, lo, hi, zero);
+      }
+    } else {
+      for (int64_t ox = ox0; ox < ox1; ++ox, out += ch) {
+        __m512i a = corr, t = _mm512_setzero_si512();  // two chains: pairs, thirds
+        const int64_t ix = ox * sw - r.pw;
+        for (int i = 0; i < 3; ++i) {
+          const __m512i x0 = dw_column(ix_in(rows[i], zeros, ix, iw, ch) + c, m);
+          const __m512i x1 = dw_column(ix_in(rows[i], zeros, ix + dw, iw, ch) + c, m);
+          const __m512i x2 = dw_column(ix_in(rows[i], zeros, ix + 2 * dw, iw, ch) + c, m);
+          a = _mm512_dpwssd_epi32(a, _mm512_or_si512(x0, _mm512_slli_epi32(x1, 16)), pair[i]);
+          t = _mm512_dpwssd_epi32(t, x2, single[i]);
+        }
+        requantize16(out, m, _mm512_add_epi32(a, t), scale, lo, hi, zero);
+      }
     }
   }
 }
 
-template <typename T, typename Y>
-void depthwise_row_avx512(const DwPixel& p, const DwRow& r, const T* const* rows, Y* y) {
-  // (AVX-512 without VNNI, a CPU generation before Cascade Lake, runs 3 x 3 filters on the
-  // general row: one path less to keep right.)
-  static const bool vnni = util::cpu_features().avx512_vnni;
-  if (r.kh == 3 && r.kw == 3 && vnni) depthwise_row3x3_avx512vnni<T, Y>(p, r, rows, y);
-  else depthwise_row_avx512_any<T, Y>(p, r, rows, y);
-}
 
 template <typename T, typename Y>
 using DepthwisePixel = void (*)(const DwPixel&, const T* const*, Y*);
@@ -185,23 +218,31 @@ template <typename T, typename Y>
 void depthwise_nhwc_run(const RunContext& ctx, const View& x, View& y, const ConvGeometry& g, const DwPixel& pixel,
                         const std::byte* zeros, const std::byte* zero_row, int64_t slot) {
   static const DepthwisePixel<T, Y> kernel = depthwise_pixel_for_isa<T, Y>();
-  static const DepthwiseRow<T, Y> row_kernel =
-      util::cpu_features().avx512 ? depthwise_row_avx512<T, Y> : DepthwiseRow<T, Y>{nullptr};
+  const util::CpuFeatures& f = util::cpu_features();
   const int64_t ih = x.dims[1], iw = x.dims[2], oh = y.dims[1], ow = y.dims[2], c = y.dims[3];
   const int64_t kh = g.kernel[0], kw = g.kernel[1];
-  // Output columns whose windows lie inside the input across: ox * sw - pw >= 0 and
-  // ox * sw - pw + (kw - 1) * dw < iw.
-  DwRow across{kh, kw, g.strides[1], g.dilations[1], g.pad_begin[1], 0, 0};
-  across.ox0 = std::min(ow, (g.pad_begin[1] + g.strides[1] - 1) / g.strides[1]);
-  const int64_t last = iw - 1 - (kw - 1) * g.dilations[1] + g.pad_begin[1];  // ox * sw <= last
-  across.ox1 = last < 0 ? across.ox0 : std::max(across.ox0, std::min(ow, last / g.strides[1] + 1));
+  // The row kernel: 3 x 3 with VNNI takes whole rows, borders included; the general AVX-512
+  // one the output columns whose windows lie inside the input across (ox * sw - pw >= 0 and
+  // ox * sw - pw + (kw - 1) * dw < iw), the pixel kernel the rest. (AVX-512 without VNNI, a
+  // CPU generation before Cascade Lake, runs 3 x 3 filters on the general row: one path less
+  // to keep right.)
+  DwRow across{kh, kw, g.strides[1], g.dilations[1], g.pad_begin[1], 0, ow, iw, zeros};
+  DepthwiseRow<T, Y> row_kernel = nullptr;
+  if (f.avx512 && f.avx512_vnni && pixel.pairs3x3 != nullptr) {
+    row_kernel = depthwise_row3x3_avx512vnni<T, Y>;
+  } else if (f.avx512) {
+    row_kernel = depthwise_row_avx512_any<T, Y>;
+    across.ox0 = std::min(ow, (g.pad_begin[1] + g.strides[1] - 1) / g.strides[1]);
+    const int64_t last = iw - 1 - (kw - 1) * g.dilations[1] + g.pad_begin[1];  // ox * sw <= last
+    across.ox1 = last < 0 ? across.ox0 : std::max(across.ox0, std::min(ow, last / g.strides[1] + 1));
+  }
   auto rows = [&](int thread, int64_t r0, int64_t r1) {
     auto* src = reinterpret_cast<const T**>(ctx.scratch + thread * slot);
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t img = r / oh, oy = r % oh;
       const T* xi = x.as<T>() + img * ih * iw * c;
       if (row_kernel != nullptr && across.ox1 > across.ox0) {
-        // Rows of the window (a row of zero points outside the input), then the inside run.
+        // Rows of the window (a row of zero points outside the input), then the row kernel.
         const T** in_rows = src + kh * kw;
         for (int64_t i = 0; i < kh; ++i) {
           const int64_t iy = oy * g.strides[0] - g.pad_begin[0] + i * g.dilations[0];
