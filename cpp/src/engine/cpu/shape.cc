@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "engine/cpu/cpu.h"
-#include "util/multiversion.h"
 
 namespace tether::engine::cpu {
 
@@ -39,16 +41,81 @@ std::unique_ptr<Kernel> size_kernel(const KernelInit&) {
   });
 }
 
-// transpose_2d on elements of type T, in 16 x 16 blocks. Local sizes and restrict pointers: a
-// byte store may alias anything, so loops over captured values would reload them on every element.
+#if defined(__SSE2__)
+// 16 x 16 bytes: src rows (16 bytes each, src_ld apart) to dst rows, dst row j = src column j.
+// Four rounds of interleaves (bytes, pairs, quads, octets); SSE2, so every x86-64 runs it.
+inline void transpose16x16_bytes(const uint8_t* src, int64_t src_ld, uint8_t* dst, int64_t dst_ld) {
+  __m128i r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * src_ld));
+  // t[i]: rows 2i, 2i + 1 as byte pairs, columns 0-7; t[i + 8] columns 8-15.
+  for (int i = 0; i < 8; ++i) {
+    t[i] = _mm_unpacklo_epi8(r[2 * i], r[2 * i + 1]);
+    t[i + 8] = _mm_unpackhi_epi8(r[2 * i], r[2 * i + 1]);
+  }
+  // r[4q + i]: rows 4i to 4i + 3 as quads, columns 4q to 4q + 3.
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm_unpacklo_epi16(t[2 * i], t[2 * i + 1]);
+    r[i + 4] = _mm_unpackhi_epi16(t[2 * i], t[2 * i + 1]);
+    r[i + 8] = _mm_unpacklo_epi16(t[2 * i + 8], t[2 * i + 9]);
+    r[i + 12] = _mm_unpackhi_epi16(t[2 * i + 8], t[2 * i + 9]);
+  }
+  // t[4q + 2i]: rows 8i to 8i + 7, columns 4q and 4q + 1; t[4q + 2i + 1] columns 4q + 2, 4q + 3.
+  for (int q = 0; q < 4; ++q)
+    for (int i = 0; i < 2; ++i) {
+      t[4 * q + 2 * i] = _mm_unpacklo_epi32(r[4 * q + 2 * i], r[4 * q + 2 * i + 1]);
+      t[4 * q + 2 * i + 1] = _mm_unpackhi_epi32(r[4 * q + 2 * i], r[4 * q + 2 * i + 1]);
+    }
+  for (int q = 0; q < 4; ++q) {
+    uint8_t* d = dst + 4 * q * dst_ld;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d), _mm_unpacklo_epi64(t[4 * q], t[4 * q + 2]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + dst_ld), _mm_unpackhi_epi64(t[4 * q], t[4 * q + 2]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 2 * dst_ld), _mm_unpacklo_epi64(t[4 * q + 1], t[4 * q + 3]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 3 * dst_ld), _mm_unpackhi_epi64(t[4 * q + 1], t[4 * q + 3]));
+  }
+}
+
+// 4 x 4 elements of 4 bytes (SSE2).
+inline void transpose4x4_words(const uint32_t* src, int64_t src_ld, uint32_t* dst, int64_t dst_ld) {
+  const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+  const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + src_ld));
+  const __m128i r2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * src_ld));
+  const __m128i r3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 3 * src_ld));
+  const __m128i a = _mm_unpacklo_epi32(r0, r1), b = _mm_unpackhi_epi32(r0, r1);
+  const __m128i c = _mm_unpacklo_epi32(r2, r3), d = _mm_unpackhi_epi32(r2, r3);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm_unpacklo_epi64(a, c));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + dst_ld), _mm_unpackhi_epi64(a, c));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * dst_ld), _mm_unpacklo_epi64(b, d));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 3 * dst_ld), _mm_unpackhi_epi64(b, d));
+}
+#endif
+
+// transpose_2d on elements of type T, in 16 x 16 blocks: whole blocks of bytes and 4-byte
+// elements through the SSE2 tiles above, the rest element by element. Local sizes and
+// restrict pointers: a byte store may alias anything, so loops over captured values would
+// reload them on every element.
 template <typename T>
-TETHER_MULTIVERSION void transpose_block(const T* __restrict src, int64_t src_ld, T* __restrict dst, int64_t dst_ld,
-                                         int64_t rows, int64_t cols) {
+void transpose_block(const T* __restrict src, int64_t src_ld, T* __restrict dst, int64_t dst_ld, int64_t rows,
+                     int64_t cols) {
   constexpr int64_t kB = 16;
   for (int64_t r0 = 0; r0 < rows; r0 += kB) {
     const int64_t r1 = std::min(rows, r0 + kB);
     for (int64_t c0 = 0; c0 < cols; c0 += kB) {
       const int64_t c1 = std::min(cols, c0 + kB);
+#if defined(__SSE2__)
+      if (r1 - r0 == kB && c1 - c0 == kB) {
+        if constexpr (sizeof(T) == 1) {
+          transpose16x16_bytes(reinterpret_cast<const uint8_t*>(src + r0 * src_ld + c0), src_ld,
+                               reinterpret_cast<uint8_t*>(dst + c0 * dst_ld + r0), dst_ld);
+          continue;
+        } else if constexpr (sizeof(T) == 4) {
+          for (int64_t r = r0; r < r1; r += 4)
+            for (int64_t c = c0; c < c1; c += 4)
+              transpose4x4_words(reinterpret_cast<const uint32_t*>(src + r * src_ld + c), src_ld,
+                                 reinterpret_cast<uint32_t*>(dst + c * dst_ld + r), dst_ld);
+          continue;
+        }
+      }
+#endif
       for (int64_t c = c0; c < c1; ++c)
         for (int64_t r = r0; r < r1; ++r) dst[c * dst_ld + r] = src[r * src_ld + c];
     }
