@@ -39,27 +39,33 @@ bool spin_until(Done done) {
 
 struct ThreadPool::Job {
   const std::function<void(int, int64_t, int64_t)>* fn;
-  int64_t n;
-  int64_t chunk;
-  int64_t chunks;
-  std::atomic<int64_t> next{0};
-  std::atomic<int64_t> done{0};
-  std::mutex mutex;
-  std::condition_variable finished;
+  int64_t n, chunk, chunks;
+  int threads;
+  Counter* owned;
+  alignas(64) std::atomic<int64_t> done{0};
+  std::mutex error_mutex;
   std::exception_ptr error;
 };
 
+namespace {
+
+// The pool and thread index of the loop the calling thread is running a chunk of, if any: a
+// loop started from inside a chunk runs on that thread alone.
+thread_local const ThreadPool* tls_pool = nullptr;
+thread_local int tls_index = 0;
+
+}  // namespace
+
 ThreadPool::ThreadPool(int threads) {
   if (threads <= 0) threads = physical_cores();
+  owned_ = std::make_unique<Counter[]>(static_cast<size_t>(threads));
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker(i); });
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  posted_.fetch_add(1, std::memory_order_release);
+  stopping_.store(true);
+  posted_.fetch_add(1);
+  { std::lock_guard<std::mutex> lock(sleep_mutex_); }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
 }
@@ -82,45 +88,50 @@ int ThreadPool::physical_cores() {
 }
 
 void ThreadPool::run_chunks(Job& job, int thread) {
-  for (;;) {
-    const int64_t c = job.next.fetch_add(1);
-    if (c >= job.chunks) return;
-    const int64_t begin = c * job.chunk;
-    const int64_t end = std::min(job.n, begin + job.chunk);
-    try {
-      (*job.fn)(thread, begin, end);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(job.mutex);
-      if (!job.error) job.error = std::current_exception();
-    }
-    if (job.done.fetch_add(1) + 1 == job.chunks) {
-      std::lock_guard<std::mutex> lock(job.mutex);
-      job.finished.notify_all();
+  const ThreadPool* outer_pool = tls_pool;
+  const int outer_index = tls_index;
+  tls_pool = this;
+  tls_index = thread;
+  const int t = job.threads;
+  for (int k = 0; k < t; ++k) {
+    Counter& owner = job.owned[(thread + k) % t];
+    const int64_t first = (thread + k) % t;
+    for (;;) {
+      const int64_t c = first + t * owner.taken.fetch_add(1, std::memory_order_relaxed);
+      if (c >= job.chunks) break;
+      const int64_t begin = c * job.chunk;
+      try {
+        (*job.fn)(thread, begin, std::min(job.n, begin + job.chunk));
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(job.error_mutex);
+        if (!job.error) job.error = std::current_exception();
+      }
+      job.done.fetch_add(1, std::memory_order_release);
     }
   }
+  tls_pool = outer_pool;
+  tls_index = outer_index;
 }
 
 void ThreadPool::worker(int index) {
+  uint64_t seen = posted_.load();
   for (;;) {
-    std::shared_ptr<Job> job;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      if (jobs_.empty() && !stopping_) {
-        const uint64_t seen = posted_.load(std::memory_order_acquire);
-        lock.unlock();
-        spin_until([&] { return posted_.load(std::memory_order_acquire) != seen; });
-        lock.lock();
-      }
-      wake_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
-      if (stopping_ && jobs_.empty()) return;
-      job = jobs_.front();
-      // A job leaves the queue once all its chunks are handed out.
-      if (job->next.load() >= job->chunks) {
-        jobs_.pop_front();
-        continue;
-      }
+    // (stopping_ is checked too: a worker that starts after the pool began to close has seen
+    // the last post already.)
+    auto posted = [&] { return posted_.load(std::memory_order_acquire) != seen || stopping_.load(); };
+    if (!spin_until(posted)) {
+      std::unique_lock<std::mutex> lock(sleep_mutex_);
+      sleepers_.fetch_add(1);
+      wake_.wait(lock, posted);
+      sleepers_.fetch_sub(1);
     }
-    run_chunks(*job, index);
+    seen = posted_.load();
+    if (stopping_.load()) return;
+    // Counted inside before reading the slot: the caller empties the slot, then waits until no
+    // worker is inside, so a job is never read after its caller returned.
+    inside_.fetch_add(1);
+    if (Job* job = current_.load()) run_chunks(*job, index);
+    inside_.fetch_sub(1);
   }
 }
 
@@ -134,32 +145,31 @@ void ThreadPool::parallel_for_indexed(int64_t n, int64_t grain, const std::funct
   const int64_t max_chunks = static_cast<int64_t>(threads()) * 4;
   const int64_t chunk = std::max(grain, (n + max_chunks - 1) / max_chunks);
   const int64_t chunks = (n + chunk - 1) / chunk;
-  if (chunks == 1 || workers_.empty()) {
-    fn(0, 0, n);
+  if (chunks == 1 || workers_.empty() || tls_pool == this) {
+    fn(tls_pool == this ? tls_index : 0, 0, n);
     return;
   }
-  auto job = std::make_shared<Job>();
-  job->fn = &fn;
-  job->n = n;
-  job->chunk = chunk;
-  job->chunks = chunks;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    jobs_.push_back(job);
+  std::lock_guard<std::mutex> submit(submit_);
+  Job job;
+  job.fn = &fn;
+  job.n = n;
+  job.chunk = chunk;
+  job.chunks = chunks;
+  job.threads = threads();
+  job.owned = owned_.get();
+  for (int t = 0; t < job.threads; ++t) owned_[static_cast<size_t>(t)].taken.store(0, std::memory_order_relaxed);
+  current_.store(&job);
+  posted_.fetch_add(1);
+  if (sleepers_.load() > 0) {
+    { std::lock_guard<std::mutex> lock(sleep_mutex_); }
+    wake_.notify_all();
   }
-  posted_.fetch_add(1, std::memory_order_release);
-  wake_.notify_all();
-  run_chunks(*job, 0);
-  if (!spin_until([&] { return job->done.load(std::memory_order_acquire) == job->chunks; })) {
-    std::unique_lock<std::mutex> lock(job->mutex);
-    job->finished.wait(lock, [&] { return job->done.load() == job->chunks; });
-  }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = std::find(jobs_.begin(), jobs_.end(), job);
-    if (it != jobs_.end()) jobs_.erase(it);
-  }
-  if (job->error) std::rethrow_exception(job->error);
+  run_chunks(job, 0);
+  if (!spin_until([&] { return job.done.load(std::memory_order_acquire) == job.chunks; }))
+    while (job.done.load(std::memory_order_acquire) != job.chunks) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  current_.store(nullptr);
+  while (inside_.load() != 0) cpu_relax();
+  if (job.error) std::rethrow_exception(job.error);
 }
 
 }  // namespace tether::util
