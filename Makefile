@@ -51,6 +51,8 @@ $(STAMPS)/venv: pyproject.toml
 	# The build runs without isolation so that rebuilds reuse build/py incrementally.
 	$(VPY) -m pip install -q "scikit-build-core>=0.10" "pybind11>=2.12" ninja cmake
 	TETHER_BUILD_TESTS=ON $(VPY) -m pip install -q -e ".[dev]" --no-build-isolation
+	# timm's image models for bench/zoo.py, without torchvision (see pyproject.toml).
+	$(VPY) -m pip install -q --no-deps "timm>=1.0"
 	touch $@
 
 $(STAMPS)/build: $(STAMPS)/venv $(CORE_SOURCES)
