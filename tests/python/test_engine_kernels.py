@@ -781,3 +781,34 @@ def test_transpose_equals_numpy(shape, perm, dtype):
     x = (np.arange(np.prod(shape)) % 251).astype(dtype).reshape(shape)
     model = node_model("Transpose", ["x"], {"x": x}, perm=list(perm))
     assert_matches(run_tether(model, {"x": x})[0], np.ascontiguousarray(x.transpose(perm)), f"{shape} {perm}")
+
+
+@pytest.mark.parametrize("x_shape, w_shape, attrs", [
+    ((2, 6, 9), (6, 4, 3), {"strides": [2], "pads": [1, 0]}),                                   # 1-D
+    ((1, 8, 5, 7), (8, 3, 2, 2), {"strides": [2, 2]}),                                         # UNet-style x2 upsampling
+    ((2, 6, 6, 5), (6, 2, 3, 3), {"strides": [2, 3], "pads": [1, 0, 2, 1], "output_padding": [1, 2]}),
+    ((1, 4, 5, 5), (4, 3, 3, 3), {"dilations": [2, 1], "pads": [0, 2, 1, 0]}),                 # windows past both edges
+    ((1, 6, 4, 6), (6, 2, 4, 4), {"strides": [2, 2], "pads": [1, 1, 1, 1], "group": 3}),
+    ((1, 3, 3, 4, 5), (3, 2, 2, 3, 2), {"strides": [2, 1, 2], "pads": [0, 1, 1, 0, 1, 0]}),    # 3-D
+])
+@pytest.mark.parametrize("weights", ["constant", "input"])
+def test_conv_transpose_equals_torch(x_shape, w_shape, attrs, weights):
+    """ConvTranspose (the GEMM of the transposed weights and the scatter into the output) against
+    torch's conv_transpose, with strides, pads past the edges, output_padding, dilations, groups,
+    1-D to 3-D, and weights packed at compile time or read at run time."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(11)
+    x, w, b = randn(rng, *x_shape), randn(rng, *w_shape), randn(rng, w_shape[1] * attrs.get("group", 1))
+    k = len(x_shape) - 2
+    pads = attrs.get("pads", [0] * 2 * k)
+    feeds, consts = {"x": x}, {"b": b}
+    (consts if weights == "constant" else feeds)["w"] = w
+    model = node_model("ConvTranspose", ["x", "w", "b"], feeds, consts, **attrs)
+    # torch pads both ends alike: run it unpadded and crop the ONNX begin / end pads.
+    fn = {1: torch.nn.functional.conv_transpose1d, 2: torch.nn.functional.conv_transpose2d,
+          3: torch.nn.functional.conv_transpose3d}[k]
+    full = fn(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), stride=attrs.get("strides", [1] * k),
+              output_padding=attrs.get("output_padding", [0] * k), groups=attrs.get("group", 1),
+              dilation=attrs.get("dilations", [1] * k)).numpy()
+    ref = full[(slice(None), slice(None)) + tuple(slice(pads[d], full.shape[2 + d] - pads[k + d]) for d in range(k))]
+    assert_matches(run_tether(model, feeds)[0], np.ascontiguousarray(ref), f"{x_shape} {attrs}")

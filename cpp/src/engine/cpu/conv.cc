@@ -777,65 +777,151 @@ class ConvKernel final : public Kernel {
   std::vector<PackedA> packed_w_;  // per group; empty when the weights are not constant
 };
 
+// ConvTranspose: per image and group, one GEMM of the transposed weights with the input,
+//   cols[(oc, t), i] = sum over ic of W[ic, oc, t] * x[ic, i]   (t a kernel position, i an input pixel)
+// then a scatter (col2im) that adds each column value into output pixel i * stride - pad +
+// t * dilation. The transposed weights are packed once when constant. Ranks 3 to 5 (1-D to
+// 3-D) run as 3-D with leading sizes of 1.
 class ConvTransposeKernel final : public Kernel {
  public:
-  explicit ConvTransposeKernel(const KernelInit& init) : node_(init.node) {}
+  explicit ConvTransposeKernel(const KernelInit& init) : node_(init.node), threads_(init.threads) {
+    const ir::Tensor* w = init.constant(1);
+    const int64_t group = init.node.attr_int("group", 1);
+    if (w == nullptr || w->rank() < 3 || w->dims()[0] % group != 0) return;
+    const int64_t cin_g = w->dims()[0] / group, rows = w->num_elements() / w->dims()[0];
+    std::vector<float> t(static_cast<size_t>(rows * cin_g));
+    for (int64_t g = 0; g < group; ++g) {
+      transpose_weights(w->data<float>() + g * cin_g * rows, cin_g, rows, t.data());
+      packed_w_.emplace_back(t.data(), rows, cin_g, cin_g);
+    }
+  }
+
+  bool packs_input(size_t i) const override { return i == 1 && !packed_w_.empty(); }
+
+  int64_t scratch_bytes(const std::vector<View>& in, const std::vector<View>& out) const override {
+    const Shape s = shape_of(in[0], in[1], out[0]);
+    return 4 * (round16(s.rows * s.in_size) + (packed_w_.empty() ? round16(s.rows * s.cin_g) : 0) +
+                sgemm_scratch_floats(s.rows, s.in_size, s.cin_g, threads_));
+  }
 
   void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
     const View& x = in[0];
     const View& w = in[1];  // [cin, cout / group, kernel...]
     View& y = out[0];
     const ConvGeometry g = conv_geometry(node_, x.dims, w.dims, y.dims, true);
-    const size_t k = x.rank() - 2;
-    const int64_t batch = x.dims[0], cin = x.dims[1], cout = y.dims[1];
-    const int64_t cin_g = cin / g.group, cout_g = cout / g.group;
-    int64_t in_size = 1, out_size = 1, ksize = 1;
-    for (size_t i = 0; i < k; ++i) {
-      in_size *= x.dims[i + 2];
-      out_size *= y.dims[i + 2];
-      ksize *= g.kernel[i];
-    }
-    // Each task owns one (batch, output channel) plane and gathers into it: no write races.
-    parallel(ctx, batch * cout, 1, [&](int64_t t0, int64_t t1) {
-      std::vector<int64_t> ipos(k), kpos(k);
-      for (int64_t t = t0; t < t1; ++t) {
-        const int64_t b = t / cout, oc = t % cout, gi = oc / cout_g, ocl = oc % cout_g;
-        float* yp = y.as<float>() + t * out_size;
-        const float bias = present(in, 2) ? in[2].as<float>()[oc] : 0.0f;
-        std::fill(yp, yp + out_size, bias);
-        for (int64_t icl = 0; icl < cin_g; ++icl) {
-          const int64_t ic = gi * cin_g + icl;
-          const float* xp = x.as<float>() + (b * cin + ic) * in_size;
-          const float* wp = w.as<float>() + (ic * cout_g + ocl) * ksize;
-          for (int64_t i = 0; i < in_size; ++i) {
-            int64_t rem = i;
-            for (size_t d = k; d-- > 0;) {
-              ipos[d] = rem % x.dims[d + 2];
-              rem /= x.dims[d + 2];
-            }
-            const float xv = xp[i];
-            for (int64_t kk = 0; kk < ksize; ++kk) {
-              int64_t kr = kk, idx = 0;
-              bool inside = true;
-              for (size_t d = k; d-- > 0;) {
-                kpos[d] = kr % g.kernel[d];
-                kr /= g.kernel[d];
-              }
-              for (size_t d = 0; d < k && inside; ++d) {
-                const int64_t o = ipos[d] * g.strides[d] - g.pad_begin[d] + kpos[d] * g.dilations[d];
-                inside = o >= 0 && o < y.dims[d + 2];
-                idx = idx * y.dims[d + 2] + o;
-              }
-              if (inside) yp[idx] += xv * wp[kk];
-            }
-          }
+    const Shape s = shape_of(x, w, y);
+    const int64_t batch = x.dims[0], cin = x.dims[1], cout = y.dims[1], cout_g = cout / g.group;
+    const float* bias = present(in, 2) ? in[2].as<float>() : nullptr;
+    auto* cols = reinterpret_cast<float*>(ctx.scratch);
+    float* weights_t = cols + round16(s.rows * s.in_size);
+    float* gemm_scratch = weights_t + (packed_w_.empty() ? round16(s.rows * s.cin_g) : 0);
+    const Geometry3 geo = geometry3(x, y, g);
+    const int64_t nr = gemm_isa().nr;
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t gi = 0; gi < g.group; ++gi) {
+        GemmA a;
+        if (!packed_w_.empty()) {
+          a.packed = packed_w_[static_cast<size_t>(gi)].data();
+        } else {
+          transpose_weights(w.as<float>() + gi * s.cin_g * s.rows, s.cin_g, s.rows, weights_t);
+          a.data = weights_t;
+          a.lda = s.cin_g;
         }
+        const float* xg = x.as<float>() + (b * cin + gi * s.cin_g) * s.in_size;
+        GemmB source;
+        const int64_t in_size = s.in_size;
+        source.pack = [xg, in_size, nr](const RunContext&, int64_t, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                                        float* dst) {
+          PackedMatrix::pack_into(dst, xg + k0 * in_size + n0, kc, nc, in_size, 1, static_cast<int>(nr));
+        };
+        sgemm(ctx, s.rows, s.in_size, s.cin_g, a, source, cols, s.in_size, GemmEpilogue{}, gemm_scratch);
+        float* yg = y.as<float>() + (b * cout + gi * cout_g) * s.out_size;
+        parallel(ctx, cout_g, 1, [&](int64_t c0, int64_t c1) {
+          for (int64_t c = c0; c < c1; ++c)
+            col2im(cols + c * s.ksize * s.in_size, geo, bias != nullptr ? bias[gi * cout_g + c] : 0.0f,
+                   yg + c * s.out_size);
+        });
       }
-    });
+    }
   }
 
  private:
+  struct Shape {
+    int64_t cin_g, rows, ksize, in_size, out_size;  // rows = cout_g * ksize
+  };
+  // The spatial geometry as 3-D (leading dims of size 1 for 1-D and 2-D).
+  struct Geometry3 {
+    int64_t in[3], out[3], kernel[3], stride[3], dilation[3], pad[3];
+  };
+
+  static int64_t round16(int64_t v) { return (v + 15) / 16 * 16; }
+
+  Shape shape_of(const View& x, const View& w, const View& y) const {
+    const int64_t group = node_.attr_int("group", 1);
+    Shape s{x.dims[1] / group, w.numel() / w.dims[0], 1, 1, 1};
+    for (size_t i = 2; i < x.rank(); ++i) {
+      s.ksize *= w.dims[i];
+      s.in_size *= x.dims[i];
+      s.out_size *= y.dims[i];
+    }
+    return s;
+  }
+
+  static Geometry3 geometry3(const View& x, const View& y, const ConvGeometry& g) {
+    Geometry3 r{};
+    const size_t k = x.rank() - 2, lead = 3 - k;
+    for (size_t d = 0; d < 3; ++d) {
+      const bool used = d >= lead;
+      const size_t i = d - lead;
+      r.in[d] = used ? x.dims[i + 2] : 1;
+      r.out[d] = used ? y.dims[i + 2] : 1;
+      r.kernel[d] = used ? g.kernel[i] : 1;
+      r.stride[d] = used ? g.strides[i] : 1;
+      r.dilation[d] = used ? g.dilations[i] : 1;
+      r.pad[d] = used ? g.pad_begin[i] : 0;
+    }
+    return r;
+  }
+
+  // t[r * cin + i] = w[i * rows + r]: the weights of one group [cin, rows] as the GEMM's A.
+  static void transpose_weights(const float* w, int64_t cin, int64_t rows, float* t) {
+    for (int64_t i = 0; i < cin; ++i)
+      for (int64_t r = 0; r < rows; ++r) t[r * cin + i] = w[i * rows + r];
+  }
+
+  // One output channel: y = bias, plus every kernel position's row of cols ([ksize][in pixels])
+  // added where it lands. Along the last axis, the input columns whose output falls inside
+  // are worked out once per kernel column, so the inner loop has no test.
+  static void col2im(const float* cols, const Geometry3& g, float bias, float* y) {
+    const int64_t out_size = g.out[0] * g.out[1] * g.out[2], in_size = g.in[0] * g.in[1] * g.in[2];
+    std::fill(y, y + out_size, bias);
+    const int64_t sw = g.stride[2];
+    for (int64_t kd = 0; kd < g.kernel[0]; ++kd)
+      for (int64_t kh = 0; kh < g.kernel[1]; ++kh)
+        for (int64_t kw = 0; kw < g.kernel[2]; ++kw) {
+          const float* row = cols + ((kd * g.kernel[1] + kh) * g.kernel[2] + kw) * in_size;
+          // ow = iw * sw + shift lies in [0, out_w) for iw in [w0, w1).
+          const int64_t shift = kw * g.dilation[2] - g.pad[2];
+          const int64_t w0 = std::max<int64_t>(0, (-shift + sw - 1) / sw);
+          const int64_t w1 = std::min(g.in[2], shift >= g.out[2] ? 0 : (g.out[2] - shift + sw - 1) / sw);
+          if (w0 >= w1) continue;
+          for (int64_t id = 0; id < g.in[0]; ++id) {
+            const int64_t od = id * g.stride[0] - g.pad[0] + kd * g.dilation[0];
+            if (od < 0 || od >= g.out[0]) continue;
+            for (int64_t ih = 0; ih < g.in[1]; ++ih) {
+              const int64_t oh = ih * g.stride[1] - g.pad[1] + kh * g.dilation[1];
+              if (oh < 0 || oh >= g.out[1]) continue;
+              const float* src = row + (id * g.in[1] + ih) * g.in[2];
+              float* dst = y + (od * g.out[1] + oh) * g.out[2];
+              for (int64_t iw = w0; iw < w1; ++iw) dst[iw * sw + shift] += src[iw];
+            }
+          }
+        }
+  }
+
   const ir::Node& node_;
+  int threads_;
+  std::vector<PackedA> packed_w_;  // per group: the transposed weights [cout_g * ksize, cin_g]
 };
 
 }  // namespace
