@@ -139,7 +139,8 @@ class ResizeKernel final : public Kernel {
     if (coord_ == Coord::kTfCropAndResize) read_roi(in, roi_start, roi_end);
     std::vector<AxisTaps> taps(rank);
     for (size_t d = 0; d < rank; ++d) taps[d] = axis_taps(x.dims[d], y.dims[d], scale[d], roi_start[d], roi_end[d]);
-    interpolate(ctx, x, y, taps);
+    if (planar(x, y, taps)) interpolate_planes(ctx, x, y, taps[rank - 2], taps[rank - 1]);
+    else interpolate(ctx, x, y, taps);
   }
 
  private:
@@ -264,6 +265,72 @@ class ResizeKernel final : public Kernel {
       t.weight[static_cast<size_t>(o * 4)] = 1.0f;
     }
     return t;
+  }
+
+  // The common resize: nearest or linear over the last two axes only (images, feature maps),
+  // nothing outside the crop. Each output row then mixes at most two input rows, each value at
+  // most two input columns, with per-row and per-column taps.
+  bool planar(const View& x, const View& y, const std::vector<AxisTaps>& taps) const {
+    const size_t rank = x.rank();
+    if (rank < 2 || mode_ == Mode::kCubic || coord_ == Coord::kTfCropAndResize) return false;
+    for (size_t d = 0; d + 2 < rank; ++d) {
+      if (x.dims[d] != y.dims[d] || taps[d].count != 1) return false;
+      for (int64_t o = 0; o < y.dims[d]; ++o)
+        if (taps[d].index[static_cast<size_t>(o * 4)] != o || taps[d].weight[static_cast<size_t>(o * 4)] != 1.0f) return false;
+    }
+    return true;
+  }
+
+  void interpolate_planes(const RunContext& ctx, const View& x, View& y, const AxisTaps& ty, const AxisTaps& tx) const {
+    const size_t rank = x.rank();
+    const int64_t ih = x.dims[rank - 2], iw = x.dims[rank - 1], oh = y.dims[rank - 2], ow = y.dims[rank - 1];
+    const int64_t rows = y.numel() / ow;
+    // Per output column: its (one or two) input columns and weights, compact.
+    std::vector<int64_t> c0(static_cast<size_t>(ow)), c1(static_cast<size_t>(ow));
+    std::vector<float> w0(static_cast<size_t>(ow)), w1(static_cast<size_t>(ow));
+    for (int64_t o = 0; o < ow; ++o) {
+      const auto k = static_cast<size_t>(o * 4);
+      c0[static_cast<size_t>(o)] = tx.index[k];
+      c1[static_cast<size_t>(o)] = tx.index[k + (tx.count > 1 ? 1 : 0)];
+      w0[static_cast<size_t>(o)] = tx.weight[k];
+      w1[static_cast<size_t>(o)] = tx.count > 1 ? tx.weight[k + 1] : 0.0f;
+    }
+    const float* xp = x.as<float>();
+    float* yp = y.as<float>();
+    const bool linear_x = tx.count > 1, linear_y = ty.count > 1;
+    parallel(ctx, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(ow, 1)), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t plane = r / oh, oy = r % oh;
+        const auto k = static_cast<size_t>(oy * 4);
+        float* out = yp + r * ow;
+        // Nearest rows repeat: a row that reads the same input row as the one above is a copy.
+        if (!linear_y && oy > 0 && r > r0 && ty.index[k] == ty.index[k - 4]) {
+          std::copy(out - ow, out, out);
+          continue;
+        }
+        const float* a = xp + (plane * ih + ty.index[k]) * iw;
+        const float* b = xp + (plane * ih + ty.index[k + (linear_y ? 1 : 0)]) * iw;
+        const float wa = ty.weight[k], wb = linear_y ? ty.weight[k + 1] : 0.0f;
+        if (linear_x) row_mix<true>(a, b, wa, wb, linear_y, c0.data(), c1.data(), w0.data(), w1.data(), ow, out);
+        else row_mix<false>(a, b, wa, wb, linear_y, c0.data(), c1.data(), w0.data(), w1.data(), ow, out);
+      }
+    });
+  }
+
+  // out[o] = wa * A(o) + wb * B(o) (B only when two rows mix), A(o) the row a read at column
+  // c0[o] (times w0[o], plus w1[o] times column c1[o] when linear along the row).
+  template <bool kLinearX>
+  static void row_mix(const float* __restrict a, const float* __restrict b, float wa, float wb, bool two_rows,
+                      const int64_t* __restrict c0, const int64_t* __restrict c1, const float* __restrict w0,
+                      const float* __restrict w1, int64_t ow, float* __restrict out) {
+    auto along = [&](const float* row, int64_t o) {
+      if constexpr (kLinearX) return w0[o] * row[c0[o]] + w1[o] * row[c1[o]];
+      else return w0[o] * row[c0[o]];
+    };
+    if (two_rows)
+      for (int64_t o = 0; o < ow; ++o) out[o] = wa * along(a, o) + wb * along(b, o);
+    else
+      for (int64_t o = 0; o < ow; ++o) out[o] = wa * along(a, o);
   }
 
   void interpolate(const RunContext& ctx, const View& x, View& y, const std::vector<AxisTaps>& taps) const {
