@@ -812,3 +812,43 @@ def test_conv_transpose_equals_torch(x_shape, w_shape, attrs, weights):
               dilation=attrs.get("dilations", [1] * k)).numpy()
     ref = full[(slice(None), slice(None)) + tuple(slice(pads[d], full.shape[2 + d] - pads[k + d]) for d in range(k))]
     assert_matches(run_tether(model, feeds)[0], np.ascontiguousarray(ref), f"{x_shape} {attrs}")
+
+
+@pytest.mark.parametrize("shape, starts, ends, axes, steps", [
+    ((2, 5, 7, 9), [1, 2], [4, 9], [1, 3], [1, 1]),          # windows of rows: runs of 7 along the last axis
+    ((2, 5, 7, 9), [0], [3], [0], [1]),                       # leading axis only: whole planes as one run
+    ((3, 8, 6), [1, 5], [6, -1], [2, 1], [2, -2]),            # steps on the last axis and backwards
+    ((4, 10), [9], [-11], [1], [-1]),                         # reversed rows
+    ((2, 3, 4, 5), [0, 0, 0, 0], [2, 3, 4, 5], [0, 1, 2, 3], [1, 1, 1, 1]),  # everything: one run
+    ((6, 4, 0, 3), [1], [4], [0], [1]),                       # an empty axis
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.int64])
+def test_slice_equals_numpy(shape, starts, ends, axes, steps, dtype):
+    """Slice as runs of contiguous elements (or strided loops) against numpy's slicing."""
+    x = (np.arange(np.prod(shape)) % 241).astype(dtype).reshape(shape)
+    consts = {"s": np.array(starts, np.int64), "e": np.array(ends, np.int64), "a": np.array(axes, np.int64),
+              "t": np.array(steps, np.int64)}
+    index = [slice(None)] * len(shape)
+    for s, e, a, t in zip(starts, ends, axes, steps, strict=True):
+        index[a] = slice(s, None if (t < 0 and e < -shape[a]) else e, t)
+    model = node_model("Slice", ["x", "s", "e", "a", "t"], {"x": x}, consts)
+    assert_matches(run_tether(model, {"x": x})[0], np.ascontiguousarray(x[tuple(index)]), f"{shape} {starts} {ends}")
+
+
+@pytest.mark.parametrize("shape, pads", [
+    ((1, 3, 56, 56, 8), [0, 0, 0, 0, 0, 0, 0, 1, 1, 0]),     # window padding of a windowed-attention model
+    ((2, 3, 5, 7), [0, 0, 1, 2, 0, 0, 3, 1]),
+    ((2, 3, 5, 7), [0, 1, -1, 2, 0, 0, 1, -3]),               # negative pads crop
+    ((4, 6), [2, 0, 0, 0]),
+])
+@pytest.mark.parametrize("value", [0.0, -1.5])
+def test_constant_pad_equals_numpy(shape, pads, value):
+    """Constant Pad (a fill and a copy of the input's box when it only grows; cropping pads too)
+    against numpy."""
+    x = np.random.default_rng(12).standard_normal(shape).astype(np.float32)
+    k = len(shape)
+    model = node_model("Pad", ["x", "p", "v"], {"x": x}, {"p": np.array(pads, np.int64), "v": np.array(value, np.float32)})
+    begin, end = pads[:k], pads[k:]
+    grown = np.pad(x, [(max(b, 0), max(e, 0)) for b, e in zip(begin, end, strict=True)], constant_values=value)
+    ref = grown[tuple(slice(max(-b, 0), grown.shape[d] - max(-e, 0)) for d, (b, e) in enumerate(zip(begin, end, strict=True)))]
+    assert_matches(run_tether(model, {"x": x})[0], np.ascontiguousarray(ref), f"{shape} {pads}")

@@ -273,6 +273,50 @@ std::unique_ptr<Kernel> split_kernel(const KernelInit& init) {
   });
 }
 
+// Copies a box of `dims` elements (of esize bytes) from src to dst, element i at
+// src + sum i_d * src_strides[d] and dst + sum i_d * dst_strides[d] (strides in elements).
+// Trailing dims that are contiguous in both merge into runs copied whole; the rows of runs are
+// shared between the threads.
+void copy_box(const RunContext& ctx, std::byte* dst, const std::vector<int64_t>& dst_strides, const std::byte* src,
+              const std::vector<int64_t>& src_strides, const std::vector<int64_t>& dims, size_t esize) {
+  const size_t rank = dims.size();
+  for (int64_t d : dims)
+    if (d == 0) return;
+  // The run: the last dim when both strides are 1, widened over the dims before it while
+  // both sides stay contiguous.
+  size_t k = rank;
+  int64_t run = 1;
+  if (rank > 0 && src_strides[rank - 1] == 1 && dst_strides[rank - 1] == 1) {
+    run = dims[rank - 1];
+    k = rank - 1;
+    while (k > 0 && src_strides[k - 1] == run && dst_strides[k - 1] == run) run *= dims[--k];
+  }
+  // Without a contiguous run, the last dim is a strided loop.
+  const bool strided = k == rank && rank > 0;
+  const size_t outer_dims = strided ? rank - 1 : k;
+  const int64_t inner = strided ? dims[rank - 1] : run;
+  int64_t rows = 1;
+  for (size_t d = 0; d < outer_dims; ++d) rows *= dims[d];
+  const auto e = static_cast<int64_t>(esize);
+  parallel(ctx, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(inner * e, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t rem = r, so = 0, dof = 0;
+      for (size_t d = outer_dims; d-- > 0;) {
+        const int64_t i = rem % dims[d];
+        rem /= dims[d];
+        so += i * src_strides[d];
+        dof += i * dst_strides[d];
+      }
+      if (!strided) {
+        std::memcpy(dst + dof * e, src + so * e, static_cast<size_t>(inner * e));
+      } else {
+        const int64_t ss = src_strides[rank - 1], ds = dst_strides[rank - 1];
+        for (int64_t i = 0; i < inner; ++i) std::memcpy(dst + (dof + i * ds) * e, src + (so + i * ss) * e, esize);
+      }
+    }
+  });
+}
+
 // Slice: starts/ends/axes/steps from inputs (opset >= 10) or attributes (older).
 class SliceKernel final : public Kernel {
  public:
@@ -306,16 +350,14 @@ class SliceKernel final : public Kernel {
     const std::vector<int64_t> xs = strides_of(x.dims);
     const auto& od = out[0].dims;
     const size_t size = elem_bytes(x.dtype);
-    parallel(ctx, out[0].numel(), 1 << 12, [&](int64_t o0, int64_t o1) {
-      for (int64_t o = o0; o < o1; ++o) {
-        int64_t rem = o, src = 0;
-        for (size_t d = od.size(); d-- > 0;) {
-          src += (start[d] + (rem % od[d]) * step[d]) * xs[d];
-          rem /= od[d];
-        }
-        copy_elem(out[0].as<std::byte>(), o, x.as<std::byte>(), src, size);
-      }
-    });
+    int64_t base = 0;
+    std::vector<int64_t> src_strides(x.rank());
+    for (size_t d = 0; d < x.rank(); ++d) {
+      base += start[d] * xs[d];
+      src_strides[d] = step[d] * xs[d];
+    }
+    copy_box(ctx, out[0].as<std::byte>(), strides_of(od), x.as<std::byte>() + base * static_cast<int64_t>(size),
+             src_strides, od, size);
   }
 
  private:
@@ -445,6 +487,7 @@ class PadKernel final : public Kernel {
       if (!from_attrs_ && present(in, 2)) std::memcpy(fill.data(), in[2].data, size);
       else if (x.dtype == DType::kFloat32) std::memcpy(fill.data(), &attr_value_, size);
     }
+    if (mode_ == "constant" && constant_fast(ctx, x, out[0], begin, fill)) return;
     parallel(ctx, out[0].numel(), 1 << 12, [&](int64_t o0, int64_t o1) {
       for (int64_t o = o0; o < o1; ++o) {
         int64_t rem = o, src = 0;
@@ -478,6 +521,27 @@ class PadKernel final : public Kernel {
   }
 
  private:
+  // Constant padding that only grows the input (no negative pads): the output filled with the
+  // value, then the input copied into its box.
+  static bool constant_fast(const RunContext& ctx, const View& x, View& y, const std::vector<int64_t>& begin,
+                            const std::vector<std::byte>& fill) {
+    for (size_t d = 0; d < x.rank(); ++d)
+      if (begin[d] < 0 || begin[d] + x.dims[d] > y.dims[d]) return false;
+    const size_t size = fill.size();
+    auto* out = y.as<std::byte>();
+    const int64_t n = y.numel();
+    if (std::all_of(fill.begin(), fill.end(), [](std::byte b) { return b == std::byte{0}; })) {
+      std::memset(out, 0, static_cast<size_t>(n) * size);
+    } else {
+      for (int64_t i = 0; i < n; ++i) std::memcpy(out + i * static_cast<int64_t>(size), fill.data(), size);
+    }
+    const std::vector<int64_t> ys = strides_of(y.dims);
+    int64_t base = 0;
+    for (size_t d = 0; d < x.rank(); ++d) base += begin[d] * ys[d];
+    copy_box(ctx, out + base * static_cast<int64_t>(size), ys, x.as<std::byte>(), strides_of(x.dims), x.dims, size);
+    return true;
+  }
+
   std::string mode_;
   std::vector<int64_t> attr_pads_;
   bool from_attrs_;
