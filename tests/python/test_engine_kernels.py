@@ -852,3 +852,23 @@ def test_constant_pad_equals_numpy(shape, pads, value):
     grown = np.pad(x, [(max(b, 0), max(e, 0)) for b, e in zip(begin, end, strict=True)], constant_values=value)
     ref = grown[tuple(slice(max(-b, 0), grown.shape[d] - max(-e, 0)) for d, (b, e) in enumerate(zip(begin, end, strict=True)))]
     assert_matches(run_tether(model, {"x": x})[0], np.ascontiguousarray(ref), f"{shape} {pads}")
+
+
+@pytest.mark.parametrize("op, attrs", [("RNN", {}), ("GRU", {}), ("GRU", {"linear_before_reset": 1}), ("LSTM", {})])
+@pytest.mark.parametrize("weights", ["constant", "input"])
+def test_recurrent_ops_at_model_sizes_match_onnxruntime(op, attrs, weights):
+    """Hidden and input sizes past a vector's width (the input GEMM over all steps, R h by R's
+    columns), bidirectional with ragged lengths, and weights packed at compile time or read at
+    run time."""
+    rng = np.random.default_rng(33)
+    (model, feeds), _ = recurrent_model(op, rng, 9, 3, 19, 37, "bidirectional", 0, lens=[9, 4, 6], **attrs)
+    if weights == "input":  # W, R and B become graph inputs
+        m = onnx.load_from_string(model)
+        moved = [i for i in m.graph.initializer if i.name in ("W", "R", "B")]
+        for init in moved:
+            feeds[init.name] = numpy_helper.to_array(init)
+            m.graph.input.append(helper.make_tensor_value_info(init.name, onnx.TensorProto.FLOAT, list(init.dims)))
+            m.graph.initializer.remove(init)
+        model = m.SerializeToString()
+    for k, (a, b) in enumerate(zip(run_tether(model, feeds), run_ort(model, feeds), strict=True)):
+        assert_matches(a, b, f"{op} {attrs} {weights} output {k}")

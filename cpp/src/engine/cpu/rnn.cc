@@ -1,13 +1,17 @@
 // Recurrent layers: RNN, GRU, LSTM. Forward, reverse and bidirectional; layout 0
 // ([seq, batch, ...]) and 1 ([batch, seq, ...]); sequence_lens; initial states; LSTM
 // peepholes and input_forget; GRU linear_before_reset; the activations attribute with its
-// alphas and betas; clip. Each (direction, batch row) runs on its own, in parallel; gate sums
-// accumulate in float, as onnxruntime's do.
+// alphas and betas; clip. The input's share of every gate, W x + Wb, is one GEMM per
+// direction over all time steps and batch rows (W packed once when constant); then each
+// (direction, batch row) runs its recurrence on its own, in parallel, R h as a sum of R's
+// columns scaled by h (R stored transposed), in float as onnxruntime's sums.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 
 #include "engine/cpu/cpu.h"
+#include "engine/cpu/gemm.h"
+#include "util/multiversion.h"
 
 namespace tether::engine::cpu {
 
@@ -95,16 +99,17 @@ std::vector<std::string> activation_names(const ir::Node& n, Cell cell) {
 
 // Everything one (direction, batch row) sequence needs to read and write.
 struct Sequence {
-  const float *x, *w, *r, *wb, *rb, *p, *h0, *c0;
+  const float *gx, *rt, *rb, *p, *h0, *c0;  // gx: W x + Wb of each time step; rt: R transposed [h, g * h]
   float *y, *yh, *yc;
-  int64_t len, x_step, y_step;  // elements between consecutive time steps in x and y
+  int64_t len, gx_step, y_step;  // elements between consecutive time steps in gx and y
   bool reverse;
 };
 
 class RecurrentKernel final : public Kernel {
  public:
   explicit RecurrentKernel(const KernelInit& init)
-      : cell_(cell_of(init.node.op_type())),
+      : threads_(init.threads),
+        cell_(cell_of(init.node.op_type())),
         hidden_(init.node.attr_int("hidden_size", 0)),
         dirs_(directions_of(init.node)),
         reverse_(init.node.attr_string("direction", "forward") == "reverse"),
@@ -125,11 +130,27 @@ class RecurrentKernel final : public Kernel {
       if (info->uses_beta && bi < betas.size()) act.beta = betas[bi++];
       acts_.push_back(act);
     }
+    // Constant weights: W of each direction packed as the GEMM's B ([input, g * h]), R
+    // transposed.
+    const ir::Tensor* w = init.constant(1);
+    const ir::Tensor* r = init.constant(2);
+    const int64_t gh = gates_of(cell_) * hidden_;
+    if (w != nullptr && w->rank() == 3 && w->dims()[0] == dirs_ && w->dims()[1] == gh) {
+      const int64_t input = w->dims()[2];
+      for (int64_t d = 0; d < dirs_; ++d)
+        packed_w_.push_back(PackedMatrix::pack(w->data<float>() + d * gh * input, input, gh, 1, input, gemm_isa().nr));
+    }
+    if (r != nullptr && r->dims() == std::vector<int64_t>{dirs_, gh, hidden_}) {
+      rt_.resize(static_cast<size_t>(dirs_ * gh * hidden_));
+      for (int64_t d = 0; d < dirs_; ++d) transpose_r(r->data<float>() + d * gh * hidden_, gh, hidden_, rt_.data() + d * gh * hidden_);
+    }
   }
 
+  bool packs_input(size_t i) const override { return (i == 1 && !packed_w_.empty()) || (i == 2 && !rt_.empty()); }
+
   int64_t scratch_bytes(const std::vector<View>& in, const std::vector<View>&) const override {
-    const int64_t batch = in[0].dims[batch_first_ ? 0 : 1];
-    return dirs_ * batch * per_task_floats() * static_cast<int64_t>(sizeof(float));
+    Layout l = layout_of(in[0]);
+    return 4 * l.floats(dirs_, packed_w_.empty(), rt_.empty(), per_task_floats(), threads_);
   }
 
   void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
@@ -157,19 +178,41 @@ class RecurrentKernel final : public Kernel {
     float* yh = out.size() > 1 && out[1].data != nullptr ? out[1].as<float>() : nullptr;
     float* yc = out.size() > 2 && out[2].data != nullptr ? out[2].as<float>() : nullptr;
     // Y is [seq, dirs, batch, h] or [batch, seq, dirs, h]; states [dirs, batch, h] or [batch, dirs, h].
-    const int64_t x_step = batch_first_ ? input : batch * input;
     const int64_t y_step = batch_first_ ? dirs_ * h : dirs_ * batch * h;
     auto state_at = [&](int64_t d, int64_t b) { return (batch_first_ ? b * dirs_ + d : d * batch + b) * h; };
+    const Layout l = layout_of(x);
     auto* scratch = reinterpret_cast<float*>(ctx.scratch);
+    float* gx_all = scratch + l.gx;
+    // The input's share of the gates: x's rows (time steps and batch rows, in x's order) times W.
+    for (int64_t d = 0; d < dirs_; ++d) {
+      GemmB wb;
+      if (!packed_w_.empty()) {
+        wb.packed = packed_w_[static_cast<size_t>(d)].data();
+      } else {
+        PackedMatrix::pack_into(scratch + l.w, in[1].as<float>() + d * g * h * input, input, g * h, 1, input, gemm_isa().nr);
+        wb.packed = scratch + l.w;
+      }
+      GemmA xa;
+      xa.data = x.as<float>();
+      xa.lda = input;
+      GemmEpilogue ep;
+      ep.col_bias = present(in, 3) ? in[3].as<float>() + d * 2 * g * h : nullptr;
+      sgemm(ctx, seq * batch, g * h, input, xa, wb, gx_all + d * seq * batch * g * h, g * h, ep, scratch + l.gemm);
+    }
+    const float* rt = rt_.data();
+    if (rt_.empty()) {
+      for (int64_t d = 0; d < dirs_; ++d) transpose_r(in[2].as<float>() + d * g * h * h, g * h, h, scratch + l.r + d * g * h * h);
+      rt = scratch + l.r;
+    }
     parallel(ctx, dirs_ * batch, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t d = t / batch, b = t % batch;
         Sequence s{};
-        s.x = x.as<float>() + (batch_first_ ? b * seq * input : b * input);
-        s.w = in[1].as<float>() + d * g * h * input;
-        s.r = in[2].as<float>() + d * g * h * h;
-        s.wb = present(in, 3) ? in[3].as<float>() + d * 2 * g * h : nullptr;
-        s.rb = s.wb != nullptr ? s.wb + g * h : nullptr;
+        // Row (time k, batch b) of x is row k * batch + b, or b * seq + k batch first.
+        s.gx = gx_all + (d * seq * batch + (batch_first_ ? b * seq : b)) * g * h;
+        s.gx_step = (batch_first_ ? 1 : batch) * g * h;
+        s.rt = rt + d * g * h * h;
+        s.rb = present(in, 3) ? in[3].as<float>() + d * 2 * g * h + g * h : nullptr;
         s.p = cell_ == Cell::kLstm && present(in, 7) ? in[7].as<float>() + d * 3 * h : nullptr;
         s.h0 = present(in, 5) ? in[5].as<float>() + state_at(d, b) : nullptr;
         s.c0 = cell_ == Cell::kLstm && present(in, 6) ? in[6].as<float>() + state_at(d, b) : nullptr;
@@ -177,12 +220,11 @@ class RecurrentKernel final : public Kernel {
         s.yh = yh != nullptr ? yh + state_at(d, b) : nullptr;
         s.yc = yc != nullptr ? yc + state_at(d, b) : nullptr;
         s.len = lens[static_cast<size_t>(b)];
-        s.x_step = x_step;
         s.y_step = y_step;
         s.reverse = reverse_ || d == 1;
         if (s.y != nullptr)  // steps past the row's length stay zero
           for (int64_t k = s.len; k < seq; ++k) std::fill_n(s.y + k * y_step, h, 0.0f);
-        run_sequence(s, input, d, scratch + t * per_task_floats());
+        run_sequence(s, d, scratch + l.tasks + t * per_task_floats());
       }
     });
   }
@@ -203,20 +245,50 @@ class RecurrentKernel final : public Kernel {
 
   float clipped(float v) const { return has_clip_ ? std::clamp(v, -clip_, clip_) : v; }
 
-  // gx = W x + Wb and gh = R h + Rb for every gate row; float sums, in index order.
-  static void affine(const float* m, int64_t rows, int64_t cols, const float* v, const float* bias, float* out) {
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* row = m + r * cols;
-      float acc = 0;
-      for (int64_t c = 0; c < cols; ++c) acc += row[c] * v[c];
-      out[r] = bias != nullptr ? acc + bias[r] : acc;
+  // Scratch of one run, in floats: the gates' input shares of every direction, step and batch
+  // row; W packed and R transposed when not constant; sgemm's; each task's.
+  struct Layout {
+    int64_t seq, batch, input, h, g;
+    int64_t gx = 0, w = 0, r = 0, gemm = 0, tasks = 0;
+    int64_t floats(int64_t dirs, bool pack_w, bool pack_r, int64_t per_task, int threads) {
+      w = gx + round16(dirs * seq * batch * g * h);
+      r = w + (pack_w ? round16(PackedMatrix::floats_needed(input, g * h, gemm_isa().nr)) : 0);
+      gemm = r + (pack_r ? round16(dirs * g * h * h) : 0);
+      tasks = gemm + round16(sgemm_scratch_floats(seq * batch, g * h, input, threads));
+      return tasks + dirs * batch * per_task;
+    }
+    static int64_t round16(int64_t v) { return (v + 15) / 16 * 16; }
+  };
+
+  Layout layout_of(const View& x) const {
+    Layout l{x.dims[batch_first_ ? 1 : 0], x.dims[batch_first_ ? 0 : 1], x.dims[2], hidden_, gates_of(cell_)};
+    l.floats(dirs_, packed_w_.empty(), rt_.empty(), per_task_floats(), threads_);
+    return l;
+  }
+
+  // rt[c * rows + r] = r_[r * cols + c]: R [rows, cols] stored by columns.
+  static void transpose_r(const float* r, int64_t rows, int64_t cols, float* rt) {
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t c = 0; c < cols; ++c) rt[c * rows + i] = r[i * cols + c];
+  }
+
+  // out[j] = bias[j] + sum over c of v[c] * rt[c * ld + j] for j < rows: rows of R (from its
+  // transposed columns, ld apart) times v, vectorised along the rows.
+  TETHER_MULTIVERSION static void matvec_t(const float* __restrict rt, int64_t ld, int64_t rows, int64_t cols,
+                                           const float* __restrict v, const float* __restrict bias,
+                                           float* __restrict out) {
+    if (bias != nullptr) std::copy_n(bias, rows, out);
+    else std::fill_n(out, rows, 0.0f);
+    for (int64_t c = 0; c < cols; ++c) {
+      const float vc = v[c];
+      const float* __restrict col = rt + c * ld;
+      for (int64_t j = 0; j < rows; ++j) out[j] += vc * col[j];
     }
   }
 
-  void run_sequence(const Sequence& s, int64_t input, int64_t d, float* scratch) const {
+  void run_sequence(const Sequence& s, int64_t d, float* scratch) const {
     const int64_t h = hidden_, g = gates_of(cell_);
-    float* gx = scratch;
-    float* gh = gx + g * h;
+    float* gh = scratch + g * h;
     float* hs = gh + g * h;
     float* cs = hs + h;
     float* reset = cs + h;
@@ -229,8 +301,8 @@ class RecurrentKernel final : public Kernel {
     const int64_t recurrent_rows = cell_ == Cell::kGru && !linear_before_reset_ ? 2 * h : g * h;
     for (int64_t k = 0; k < s.len; ++k) {
       const int64_t t = s.reverse ? s.len - 1 - k : k;
-      affine(s.w, g * h, input, s.x + t * s.x_step, s.wb, gx);
-      affine(s.r, recurrent_rows, h, hs, s.rb, gh);
+      const float* gx = s.gx + t * s.gx_step;
+      matvec_t(s.rt, g * h, recurrent_rows, h, hs, s.rb, gh);
       if (cell_ == Cell::kRnn) {
         for (int64_t j = 0; j < h; ++j) hs[j] = act[0](clipped(gx[j] + gh[j]));
       } else if (cell_ == Cell::kGru) {
@@ -256,7 +328,7 @@ class RecurrentKernel final : public Kernel {
       for (int64_t j = 0; j < h; ++j) cand[j] = act[1](clipped(gx[2 * h + j] + gh[h + j] * cand[j]));
     } else {
       for (int64_t j = 0; j < h; ++j) reset[j] = gh[h + j] * hs[j];
-      affine(s.r + 2 * h * h, h, h, reset, s.rb != nullptr ? s.rb + 2 * h : nullptr, cand);
+      matvec_t(s.rt + 2 * h, 3 * h, h, h, reset, s.rb != nullptr ? s.rb + 2 * h : nullptr, cand);
       for (int64_t j = 0; j < h; ++j) cand[j] = act[1](clipped(gx[2 * h + j] + cand[j]));
     }
     for (int64_t j = 0; j < h; ++j) hs[j] = (1.0f - gh[j]) * cand[j] + gh[j] * hs[j];
@@ -283,6 +355,7 @@ class RecurrentKernel final : public Kernel {
     }
   }
 
+  int threads_;
   Cell cell_;
   int64_t hidden_;
   int64_t dirs_;
@@ -291,6 +364,8 @@ class RecurrentKernel final : public Kernel {
   bool has_clip_, linear_before_reset_, input_forget_;
   std::vector<Activation> acts_;  // per direction, activations_of(cell_) each
   std::string name_;
+  std::vector<PackedMatrix> packed_w_;  // per direction, when W is constant
+  std::vector<float> rt_;               // R transposed per direction, when constant
 };
 
 std::string recurrent_check(const KernelInit& init) {
