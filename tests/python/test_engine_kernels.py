@@ -872,3 +872,13 @@ def test_recurrent_ops_at_model_sizes_match_onnxruntime(op, attrs, weights):
         model = m.SerializeToString()
     for k, (a, b) in enumerate(zip(run_tether(model, feeds), run_ort(model, feeds), strict=True)):
         assert_matches(a, b, f"{op} {attrs} {weights} output {k}")
+
+
+@pytest.mark.parametrize("op, hidden, attrs", [("LSTM", 192, {}), ("GRU", 256, {"linear_before_reset": 1}),
+                                                ("GRU", 384, {})])
+def test_one_long_sequence_shares_each_step_between_threads_and_matches_onnxruntime(op, hidden, attrs):
+    """One sequence (batch 1, forward) with a recurrent product large enough that each step's
+    R h is split between the threads."""
+    (model, feeds), _ = recurrent_model(op, np.random.default_rng(34), 12, 1, 24, hidden, "forward", 0, **attrs)
+    for k, (a, b) in enumerate(zip(run_tether(model, feeds), run_ort(model, feeds), strict=True)):
+        assert_matches(a, b, f"{op} {hidden} output {k}")

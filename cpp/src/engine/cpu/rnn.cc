@@ -223,7 +223,12 @@ class RecurrentKernel final : public Kernel {
       for (int64_t d = 0; d < dirs_; ++d) transpose_r(in[2].as<float>() + d * g * h * h, g * h, h, scratch + l.r + d * g * h * h);
       rt = scratch + l.r;
     }
-    parallel(ctx, dirs_ * batch, 1, [&](int64_t t0, int64_t t1) {
+    // Fewer sequences than threads: the sequences run one after another, each step's R h
+    // shared between the threads (the rows of R a thread reads stay in its cache).
+    const int threads = ctx.pool != nullptr ? ctx.pool->threads() : 1;
+    const bool split_steps = dirs_ * batch < threads;
+    const RunContext step_ctx{split_steps ? ctx.pool : nullptr, nullptr};
+    auto sequences = [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t d = t / batch, b = t % batch;
         Sequence s{};
@@ -243,9 +248,11 @@ class RecurrentKernel final : public Kernel {
         s.reverse = reverse_ || d == 1;
         if (s.y != nullptr)  // steps past the row's length stay zero
           for (int64_t k = s.len; k < seq; ++k) std::fill_n(s.y + k * y_step, h, 0.0f);
-        run_sequence(s, d, scratch + l.tasks + t * per_task_floats());
+        run_sequence(step_ctx, s, d, scratch + l.tasks + t * per_task_floats());
       }
-    });
+    };
+    if (split_steps) sequences(0, dirs_ * batch);
+    else parallel(ctx, dirs_ * batch, 1, sequences);
   }
 
  private:
@@ -293,6 +300,21 @@ class RecurrentKernel final : public Kernel {
 
   // out[j] = bias[j] + sum over c of v[c] * rt[c * ld + j] for j < rows: rows of R (from its
   // transposed columns, ld apart) times v, each sum in column order.
+  // The same on the context's pool, in blocks of 128 rows, when the product is large enough
+  // to pay for a hand-off (a few hundred thousand multiply-adds).
+  static void matvec_t(const RunContext& ctx, const float* rt, int64_t ld, int64_t rows, int64_t cols, const float* v,
+                       const float* bias, float* out) {
+    constexpr int64_t kRows = 128;
+    if (ctx.pool == nullptr || rows * cols < (1 << 17) || rows < 2 * kRows) {
+      matvec_t(rt, ld, rows, cols, v, bias, out);
+      return;
+    }
+    parallel(ctx, (rows + kRows - 1) / kRows, 1, [&](int64_t b0, int64_t b1) {
+      const int64_t j0 = b0 * kRows, j1 = std::min(rows, b1 * kRows);
+      matvec_t(rt + j0, ld, j1 - j0, cols, v, bias != nullptr ? bias + j0 : nullptr, out + j0);
+    });
+  }
+
   static void matvec_t(const float* rt, int64_t ld, int64_t rows, int64_t cols, const float* v, const float* bias,
                        float* out) {
     static const bool avx512 = util::cpu_features().avx512;
@@ -326,7 +348,7 @@ class RecurrentKernel final : public Kernel {
     return j0;
   }
 
-  void run_sequence(const Sequence& s, int64_t d, float* scratch) const {
+  void run_sequence(const RunContext& ctx, const Sequence& s, int64_t d, float* scratch) const {
     const int64_t h = hidden_, g = gates_of(cell_);
     float* gh = scratch + g * h;
     float* hs = gh + g * h;
@@ -342,12 +364,12 @@ class RecurrentKernel final : public Kernel {
     for (int64_t k = 0; k < s.len; ++k) {
       const int64_t t = s.reverse ? s.len - 1 - k : k;
       const float* gx = s.gx + t * s.gx_step;
-      matvec_t(s.rt, g * h, recurrent_rows, h, hs, s.rb, gh);
+      matvec_t(ctx, s.rt, g * h, recurrent_rows, h, hs, s.rb, gh);
       if (cell_ == Cell::kRnn) {
         for (int64_t j = 0; j < h; ++j) hs[j] = clipped(gx[j] + gh[j]);
         apply(act[0], hs, h);
       } else if (cell_ == Cell::kGru) {
-        gru_step(gx, gh, hs, reset, s, act);
+        gru_step(ctx, gx, gh, hs, reset, s, act);
       } else {
         lstm_step(gx, gh, hs, cs, s.p, act, reset);
       }
@@ -358,7 +380,8 @@ class RecurrentKernel final : public Kernel {
   }
 
   // Gates z, r, h; gh's z and r rows become the activated gates in place.
-  void gru_step(const float* gx, float* gh, float* hs, float* reset, const Sequence& s, const Activation* act) const {
+  void gru_step(const RunContext& ctx, const float* gx, float* gh, float* hs, float* reset, const Sequence& s,
+                const Activation* act) const {
     const int64_t h = hidden_;
     for (int64_t j = 0; j < 2 * h; ++j) gh[j] = clipped(gx[j] + gh[j]);  // z, r
     apply(act[0], gh, 2 * h);
@@ -367,7 +390,7 @@ class RecurrentKernel final : public Kernel {
       for (int64_t j = 0; j < h; ++j) cand[j] = clipped(gx[2 * h + j] + gh[h + j] * cand[j]);
     } else {
       for (int64_t j = 0; j < h; ++j) reset[j] = gh[h + j] * hs[j];
-      matvec_t(s.rt + 2 * h, 3 * h, h, h, reset, s.rb != nullptr ? s.rb + 2 * h : nullptr, cand);
+      matvec_t(ctx, s.rt + 2 * h, 3 * h, h, h, reset, s.rb != nullptr ? s.rb + 2 * h : nullptr, cand);
       for (int64_t j = 0; j < h; ++j) cand[j] = clipped(gx[2 * h + j] + cand[j]);
     }
     apply(act[1], cand, h);
