@@ -64,6 +64,13 @@ TEST(FastMath, TanhAndSigmoidAbsoluteErrorIsBelow3e7) {
   });
   EXPECT_LT(worst_tanh, 3e-7);
   EXPECT_LT(worst_sigmoid, 3e-7);
+  // Relative to tanh too, small arguments included (no cancellation near 0).
+  double worst_relative = 0;
+  for_floats(-100.0f, 100.0f, [&](float x) {
+    const double want = std::tanh(static_cast<double>(x));
+    if (want != 0) worst_relative = std::max(worst_relative, std::fabs(fast_tanh(x) - want) / std::fabs(want));
+  });
+  EXPECT_LT(worst_relative, 5e-7);
   EXPECT_EQ(fast_tanh(std::numeric_limits<float>::infinity()), 1.0f);
   EXPECT_EQ(fast_tanh(-std::numeric_limits<float>::infinity()), -1.0f);
   EXPECT_TRUE(std::isnan(fast_tanh(std::nanf(""))));

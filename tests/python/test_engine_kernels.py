@@ -880,5 +880,19 @@ def test_one_long_sequence_shares_each_step_between_threads_and_matches_onnxrunt
     """One sequence (batch 1, forward) with a recurrent product large enough that each step's
     R h is split between the threads."""
     (model, feeds), _ = recurrent_model(op, np.random.default_rng(34), 12, 1, 24, hidden, "forward", 0, **attrs)
-    for k, (a, b) in enumerate(zip(run_tether(model, feeds), run_ort(model, feeds), strict=True)):
-        assert_matches(a, b, f"{op} {hidden} output {k}")
+    # Twelve steps of sums over hundreds of float terms leave both engines ~1e-5 away from the
+    # exact result, each in its own summation order: the oracle is the float64 evaluation of
+    # the same model (onnx's reference), and tether must be as close to it as onnxruntime.
+    from onnx.reference import ReferenceEvaluator
+
+    m = onnx.load_from_string(model)
+    for init in m.graph.initializer:
+        if init.data_type == onnx.TensorProto.FLOAT:
+            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init).astype(np.float64), init.name))
+    for vi in m.graph.input:
+        vi.type.tensor_type.elem_type = onnx.TensorProto.DOUBLE
+    exact = ReferenceEvaluator(m).run(None, {k: v.astype(np.float64) for k, v in feeds.items()})
+    ours, theirs = run_tether(model, feeds), run_ort(model, feeds)
+    for k, (a, b, e) in enumerate(zip(ours, theirs, exact, strict=True)):
+        err, ort_err = float(np.abs(a - e).max()), float(np.abs(b - e).max())
+        assert err <= 2 * ort_err + 1e-6, f"{op} {hidden} output {k}: {err:.3g} from float64, onnxruntime {ort_err:.3g}"
