@@ -220,3 +220,25 @@ def test_reshape_shares_its_input_bytes_and_keeps_them_alive():
     # a, b (its bytes), c, d (c's bytes), e: three buffers of 32 KiB live at most, not five.
     m = sess.memory()
     assert m["intermediate_bytes"] == 3 * x.nbytes, m
+
+
+def test_an_output_buffer_is_reused_only_once_the_caller_dropped_it():
+    """The session writes an output into last run's buffer when nothing outside holds it any
+    more; an array the caller keeps is never overwritten by a later run."""
+    node = helper.make_node("Mul", ["x", "x"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 1024])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 1024])])
+    sess = tt.compile(tt.load(helper.make_model(graph).SerializeToString()))
+    a = np.full((64, 1024), 2.0, np.float32)
+    b = np.full((64, 1024), 3.0, np.float32)
+    kept = sess.run({"x": a})["y"]
+    again = sess.run({"x": b})["y"]  # `kept` is still held: a new buffer
+    assert kept.ctypes.data != again.ctypes.data
+    np.testing.assert_array_equal(kept, 4.0)
+    np.testing.assert_array_equal(again, 9.0)
+    address = again.ctypes.data
+    del again
+    third = sess.run({"x": a})["y"]  # the second run's buffer was dropped: written again
+    assert third.ctypes.data == address
+    np.testing.assert_array_equal(third, 4.0)
+    np.testing.assert_array_equal(kept, 4.0)

@@ -126,6 +126,27 @@ class CpuSession final : public Session {
   bool profile_ = false;
 
   mutable std::mutex plans_mutex_;
+  // The buffer each output had in the last run. When the caller no longer holds it (the
+  // session's reference is the only one), the next run writes that output into it again: no
+  // fresh pages to fault in and zero for every run of a model with large outputs.
+  mutable std::mutex spare_mutex_;
+  mutable std::vector<std::shared_ptr<ir::Buffer>> spare_;
+
+  ir::Tensor output_tensor(size_t k, ir::DType dtype, const std::vector<int64_t>& dims) const {
+    std::shared_ptr<ir::Buffer> reuse;
+    {
+      std::lock_guard<std::mutex> lock(spare_mutex_);
+      if (spare_.size() < outputs_.size()) spare_.resize(outputs_.size());
+      std::shared_ptr<ir::Buffer>& b = spare_[k];
+      const std::optional<int64_t> n = ir::checked_num_elements(dims);
+      const std::optional<int64_t> bytes = n ? ir::storage_bytes(dtype, *n) : std::nullopt;
+      if (b != nullptr && b.use_count() == 1 && dtype != ir::DType::kString && bytes && b->size() == *bytes)
+        reuse = std::move(b);
+      b.reset();
+    }
+    if (reuse != nullptr) return ir::Tensor::from_buffer(dtype, dims, std::move(reuse));
+    return ir::Tensor::zeros(dtype, dims);
+  }
   mutable std::map<std::vector<Dims>, std::shared_ptr<Plan>> plans_;
   mutable MemoryStats last_;
 };
@@ -589,7 +610,7 @@ std::vector<ir::Tensor> CpuSession::run_steps(const std::vector<std::pair<std::s
       case Slot::kArena: data[i] = base + plan->offsets[i]; break;
       case Slot::kOutput:
         if (e.constant == nullptr) {
-          outputs[static_cast<size_t>(e.output)] = ir::Tensor::zeros(e.value->type().dtype(), plan->dims[i]);
+          outputs[static_cast<size_t>(e.output)] = output_tensor(static_cast<size_t>(e.output), e.value->type().dtype(), plan->dims[i]);
           data[i] = outputs[static_cast<size_t>(e.output)].mutable_raw_data();
         } else if (e.constant->dtype() != ir::DType::kString) {
           // A Constant node's value that is also an output: kernels read the constant, and
@@ -633,6 +654,12 @@ std::vector<ir::Tensor> CpuSession::run_steps(const std::vector<std::pair<std::s
     if (watch == nullptr) continue;
     for (size_t k = 0; k < step.outputs.size(); ++k)
       if (step.outputs[k] >= 0) notify(step.outputs[k], outs[k]);
+  }
+  {
+    // Kept for the next run: a buffer the caller has dropped by then is reused (see output_tensor).
+    std::lock_guard<std::mutex> lock(spare_mutex_);
+    for (size_t k = 0; k < outputs.size(); ++k)
+      if (outputs[k].is_valid() && outputs[k].dtype() != ir::DType::kString) spare_[k] = outputs[k].buffer();
   }
   // Outputs that no step writes (a graph input or a constant passed straight through) are copies.
   for (size_t k = 0; k < outputs_.size(); ++k) {
