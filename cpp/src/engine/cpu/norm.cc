@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include <immintrin.h>
+
 #include "engine/cpu/cpu.h"
+#include "util/cpu_features.h"
 #include "util/fastmath.h"
 
 namespace tether::engine::cpu {
@@ -162,20 +165,47 @@ std::unique_ptr<Kernel> group_norm(const KernelInit& init) {
   });
 }
 
-// Softmax (or LogSoftmax) of one contiguous row: max, exponentials, sum, scale. The max and
-// the sum run over 16 lanes, the exponentials in a loop of their own: a single running
-// reduction keeps compilers from vectorising (it would fix the order of the float adds).
+// The largest of n floats (NaN ignored: a NaN still makes the row NaN through its exponential).
+// Compilers do not vectorise a float max reduction on their own (they keep the order of the
+// comparisons), so the vector forms are written out.
+__attribute__((target("avx512f"))) float row_max_avx512(const float* x, int64_t n) {
+  __m512 m = _mm512_set1_ps(-INFINITY);
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(x + j));
+  if (j < n) m = _mm512_mask_max_ps(m, static_cast<__mmask16>((1u << (n - j)) - 1), m, _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << (n - j)) - 1), x + j));
+  return _mm512_reduce_max_ps(m);
+}
+
+__attribute__((target("avx2"))) float row_max_avx2(const float* x, int64_t n) {
+  __m256 m = _mm256_set1_ps(-INFINITY);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + j));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  float r = -INFINITY;
+  for (float v : lanes) r = v > r ? v : r;
+  for (; j < n; ++j) r = x[j] > r ? x[j] : r;
+  return r;
+}
+
+float row_max(const float* x, int64_t n) {
+  static const int isa = util::cpu_features().avx512 ? 2 : util::cpu_features().avx2 ? 1 : 0;
+  if (isa == 2) return row_max_avx512(x, n);
+  if (isa == 1) return row_max_avx2(x, n);
+  float r = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) r = x[j] > r ? x[j] : r;
+  return r;
+}
+
+// Softmax (or LogSoftmax) of one contiguous row: max, exponentials, sum, scale. The sum runs
+// over 16 lanes, the exponentials in a loop of their own: a single running reduction keeps
+// compilers from vectorising (it would fix the order of the float adds).
 TETHER_MULTIVERSION
 void softmax_row(const float* __restrict x, float* __restrict y, int64_t len, bool log) {
   constexpr int kLanes = 16;
   float lane[kLanes];
-  for (float& v : lane) v = -INFINITY;
+  const float m = row_max(x, len);
   int64_t j = 0;
-  for (; j + kLanes <= len; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) lane[l] = x[j + l] > lane[l] ? x[j + l] : lane[l];
-  float m = -INFINITY;
-  for (; j < len; ++j) m = x[j] > m ? x[j] : m;
-  for (float v : lane) m = v > m ? v : m;
   for (j = 0; j < len; ++j) y[j] = util::fast_exp(x[j] - m);
   for (float& v : lane) v = 0.0f;
   for (j = 0; j + kLanes <= len; j += kLanes)
