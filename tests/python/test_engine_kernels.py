@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import math
 
 import numpy as np
 import onnx
@@ -896,3 +897,22 @@ def test_one_long_sequence_shares_each_step_between_threads_and_matches_onnxrunt
     for k, (a, b, e) in enumerate(zip(ours, theirs, exact, strict=True)):
         err, ort_err = float(np.abs(a - e).max()), float(np.abs(b - e).max())
         assert err <= 2 * ort_err + 1e-6, f"{op} {hidden} output {k}: {err:.3g} from float64, onnxruntime {ort_err:.3g}"
+
+
+@pytest.mark.parametrize("exponent", [np.array(2.0, np.float32), np.array([3.0], np.float32), np.array(0.5, np.float32),
+                                      np.array(1, np.int64), np.array(2.5, np.float32)])
+def test_pow_of_a_scalar_exponent_equals_numpy(exponent):
+    """Pow with one exponent for every element (squares in RMSNorm, cubes in the tanh Gelu: a
+    multiply per element; other exponents the general path), against C's pow, negative bases,
+    infinities and NaN included."""
+    x = np.random.default_rng(13).standard_normal((3, 70, 33)).astype(np.float32) * 3
+    x[0, 0, :4] = [np.nan, -0.0, np.inf, -np.inf]
+    model = node_model("Pow", ["x", "e"], {"x": x}, {"e": exponent})
+    e = float(exponent.reshape(-1)[0])
+    ref = np.array([math.pow(v, e) if not (math.isfinite(v) and v < 0 and e != int(e)) else math.nan for v in x.astype(np.float64).ravel()],
+                   np.float64).astype(np.float32).reshape(x.shape)  # C's pow, as ONNX and onnxruntime
+    got = run_tether(model, {"x": x})[0]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    finite = np.isfinite(ref)
+    np.testing.assert_allclose(got[finite], ref[finite], rtol=1e-6)
+    np.testing.assert_array_equal(got[~finite & ~np.isnan(ref)], ref[~finite & ~np.isnan(ref)])
