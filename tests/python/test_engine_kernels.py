@@ -916,3 +916,21 @@ def test_pow_of_a_scalar_exponent_equals_numpy(exponent):
     finite = np.isfinite(ref)
     np.testing.assert_allclose(got[finite], ref[finite], rtol=1e-6)
     np.testing.assert_array_equal(got[~finite & ~np.isnan(ref)], ref[~finite & ~np.isnan(ref)])
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [
+    ((2, 5, 3, 4), (2, 5, 1, 1)),     # squeeze-excite scaling: rows of H * W against one value
+    ((2, 5, 3, 4), (1, 1, 3, 4)),     # one plane for every (N, C)
+    ((2, 5, 3, 4), (5, 1, 4)),
+    ((1, 5, 1, 4), (2, 1, 3, 1)),     # both sides broadcast
+    ((3, 1), (1, 6)),
+    ((2, 3, 4), (2, 3, 4)),
+])
+@pytest.mark.parametrize("op, dtype", [("Mul", np.float32), ("Sub", np.float32), ("Add", np.int64), ("Greater", np.float32)])
+def test_broadcasting_binary_ops_equal_numpy(a_shape, b_shape, op, dtype):
+    """Binary ops whose broadcast dims merge into long rows (or cannot), against numpy."""
+    rng = np.random.default_rng(14)
+    a, b = (rng.standard_normal(a_shape) * 9).astype(dtype), (rng.standard_normal(b_shape) * 9).astype(dtype)
+    model = node_model(op, ["a", "b"], {"a": a, "b": b})
+    ref = {"Mul": np.multiply, "Sub": np.subtract, "Add": np.add, "Greater": np.greater}[op](a, b)
+    assert_matches(run_tether(model, {"a": a, "b": b})[0], ref, f"{op} {a_shape} {b_shape}")

@@ -98,13 +98,27 @@ BroadcastRows::BroadcastRows(const std::vector<int64_t>& out_dims, const std::ve
     row_ = out_dims.back();
     outer_dims_.assign(out_dims.begin(), out_dims.end() - 1);
   }
-  for (int64_t d : outer_dims_) rows_ *= d;
   for (const auto* in : inputs) {
     std::vector<int64_t> s = broadcast_strides(*in, out_dims);
     inner_.push_back(s.empty() ? 0 : s.back());
     if (!s.empty()) s.pop_back();
     outer_strides_.push_back(std::move(s));
   }
+  // Longer rows: the dim before the row joins it while every input either runs on through it
+  // contiguously (stride 1 along the row, and the dim's stride the row's length) or is
+  // broadcast over both (stride 0). [N, C, H, W] * [N, C, 1, 1] then has rows of H * W.
+  while (!outer_dims_.empty()) {
+    bool joins = true;
+    for (size_t k = 0; k < inner_.size() && joins; ++k) {
+      const int64_t stride = outer_strides_[k].back();
+      joins = (inner_[k] == 1 && stride == row_) || (inner_[k] == 0 && stride == 0);
+    }
+    if (!joins) break;
+    row_ *= outer_dims_.back();
+    outer_dims_.pop_back();
+    for (auto& st : outer_strides_) st.pop_back();
+  }
+  for (int64_t d : outer_dims_) rows_ *= d;
 }
 
 int64_t broadcast_offset(int64_t index, const std::vector<int64_t>& dims, const std::vector<int64_t>& strides) {

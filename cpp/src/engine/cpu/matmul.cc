@@ -171,14 +171,15 @@ class GemmKernel final : public Kernel {
     lhs.lda = k;
     sgemm(ctx, m, n, k, lhs, source, y, n, ep, scratch);
     if (fused) return;
-    BroadcastRows rows(out[0].dims, {c != nullptr ? &c->dims : &out[0].dims});
+    // C's strides along the output's rows and columns (0 where it is broadcast).
+    const std::vector<int64_t> cs = broadcast_strides(c != nullptr ? c->dims : out[0].dims, out[0].dims);
     parallel(ctx, m, 1, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         float* row = y + i * n;
         for (int64_t j = 0; j < n; ++j) row[j] *= alpha_;
         if (c != nullptr) {
-          const float* cr = c->as<float>() + rows.offset(0, i);
-          for (int64_t j = 0; j < n; ++j) row[j] += beta_ * cr[j * rows.inner_stride(0)];
+          const float* cr = c->as<float>() + i * cs[0];
+          for (int64_t j = 0; j < n; ++j) row[j] += beta_ * cr[j * cs[1]];
         }
         epilogue_.apply(row, n);
       }
