@@ -242,3 +242,24 @@ def test_an_output_buffer_is_reused_only_once_the_caller_dropped_it():
     assert third.ctypes.data == address
     np.testing.assert_array_equal(third, 4.0)
     np.testing.assert_array_equal(kept, 4.0)
+
+
+def test_the_plan_cache_keeps_the_16_shapes_used_last():
+    """Each new input shape gets a plan (and arenas) once; past 16 shapes the one used longest
+    ago is dropped, and a shape that comes back after that is planned again, with the same
+    results."""
+    node = helper.make_node("Softmax", ["x"], ["y"], axis=-1)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])])
+    sess = tt.compile(tt.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()))
+    rng = np.random.default_rng(15)
+    inputs = {n: rng.standard_normal((n, 8)).astype(np.float32) for n in range(1, 21)}
+    want = {n: run_ort(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString(),
+                       {"x": x})[0] for n, x in inputs.items()}
+    for n in range(1, 21):
+        np.testing.assert_allclose(sess.run({"x": inputs[n]})["y"], want[n], rtol=1e-6, atol=1e-7)
+        assert sess.memory()["plans"] == min(n, 16)
+    sess.run({"x": inputs[20]})  # the newest stays
+    assert sess.memory()["plans"] == 16
+    np.testing.assert_allclose(sess.run({"x": inputs[1]})["y"], want[1], rtol=1e-6, atol=1e-7)  # planned again
+    assert sess.memory()["plans"] == 16

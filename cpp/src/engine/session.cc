@@ -147,7 +147,14 @@ class CpuSession final : public Session {
     if (reuse != nullptr) return ir::Tensor::from_buffer(dtype, dims, std::move(reuse));
     return ir::Tensor::zeros(dtype, dims);
   }
-  mutable std::map<std::vector<Dims>, std::shared_ptr<Plan>> plans_;
+  // Plans by input shapes (and shape-deciding input values), at most kMaxPlans of them.
+  static constexpr size_t kMaxPlans = 16;
+  struct CachedPlan {
+    std::shared_ptr<Plan> plan;
+    uint64_t last_use = 0;
+  };
+  mutable std::map<std::vector<Dims>, CachedPlan> plans_;
+  mutable uint64_t plan_clock_ = 0;
   mutable MemoryStats last_;
 };
 
@@ -398,10 +405,22 @@ std::shared_ptr<Plan> CpuSession::plan_for(const std::vector<const ir::Tensor*>&
     key.push_back(std::move(words));
   }
   std::lock_guard<std::mutex> lock(plans_mutex_);
+  ++plan_clock_;
   auto it = plans_.find(key);
-  if (it != plans_.end()) return it->second;
+  if (it != plans_.end()) {
+    it->second.last_use = plan_clock_;
+    return it->second.plan;
+  }
   std::shared_ptr<Plan> plan = make_plan(bound);
-  plans_.emplace(std::move(key), plan);
+  // A bounded cache: past kMaxPlans shapes, the one used longest ago goes, with its arenas
+  // (a run still using it holds its own reference).
+  if (plans_.size() >= kMaxPlans) {
+    auto oldest = plans_.begin();
+    for (auto p = plans_.begin(); p != plans_.end(); ++p)
+      if (p->second.last_use < oldest->second.last_use) oldest = p;
+    plans_.erase(oldest);
+  }
+  plans_.emplace(std::move(key), CachedPlan{plan, plan_clock_});
   last_.arena_bytes = plan->arena_bytes;
   last_.intermediate_bytes = plan->intermediate_bytes;
   last_.scratch_bytes = plan->scratch_bytes;
