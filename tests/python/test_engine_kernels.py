@@ -934,3 +934,30 @@ def test_broadcasting_binary_ops_equal_numpy(a_shape, b_shape, op, dtype):
     model = node_model(op, ["a", "b"], {"a": a, "b": b})
     ref = {"Mul": np.multiply, "Sub": np.subtract, "Add": np.add, "Greater": np.greater}[op](a, b)
     assert_matches(run_tether(model, {"a": a, "b": b})[0], ref, f"{op} {a_shape} {b_shape}")
+
+
+@pytest.mark.parametrize("act", ["sigmoid", "silu"])
+def test_sigmoid_and_silu_epilogues_hold_at_extreme_values(act):
+    """A 1x1 convolution followed by Sigmoid (or x * Sigmoid(x)), fused into the convolution's
+    epilogue: against numpy in float64 for outputs from -1e4 to 1e4, NaN included."""
+    x = np.linspace(-1e4, 1e4, 2 * 4 * 9 * 9, dtype=np.float32).reshape(2, 4, 9, 9)
+    x[0, 0, 0, :3] = [np.nan, -90.0, 90.0]
+    w = np.eye(4, dtype=np.float32).reshape(4, 4, 1, 1)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Sigmoid", ["c"], ["s"])]
+    if act == "silu":
+        nodes.append(helper.make_node("Mul", ["c", "s"], ["y"]))
+    out = "y" if act == "silu" else "s"
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x.shape)],
+                              [helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    sess = tt.compile(tt.load(model), threads=2, profile=True)
+    got = sess.run({"x": x})[out]
+    assert [p["op_type"] for p in sess.profile()] == ["ai.tether:FusedConv"]
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = np.einsum("oi,nihw->nohw", w[:, :, 0, 0].astype(np.float64), x.astype(np.float64))  # NaN * 0 is NaN
+        ref = 1.0 / (1.0 + np.exp(-v))
+        ref = v * ref if act == "silu" else ref
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    ok = ~np.isnan(ref)
+    np.testing.assert_allclose(got[ok], ref[ok], rtol=2e-6, atol=1e-30)

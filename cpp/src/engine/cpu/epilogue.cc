@@ -94,13 +94,17 @@ namespace {
 
 // Sigmoid (or x * sigmoid(x), SiLU) of n floats on AVX-512: the exponential by vscalefps and
 // 1 / (1 + e) by vrcp14ps and a Newton step instead of a division (within 2 ulp of
-// util::fast_sigmoid's quotient). NaN stays NaN.
+// util::fast_sigmoid's quotient; below x = -87, where that quotient underflows, a value under
+// 2e-38). NaN stays NaN.
 __attribute__((target("avx512f"))) void sigmoid_row_avx512(float* y, int64_t n, bool times_x) {
   const __m512 one = _mm512_set1_ps(1.0f), two = _mm512_set1_ps(2.0f);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
     const __m512 x = _mm512_maskz_loadu_ps(m, y + i);
-    const __m512 d = _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), x)));
+    // e^-x at most e^87, so that 1 + e^-x stays below 2^126 and its reciprocal normal (below
+    // x = -87 sigmoid is under 2e-38 either way).
+    const __m512 neg = _mm512_min_ps(_mm512_sub_ps(_mm512_setzero_ps(), x), _mm512_set1_ps(87.0f));
+    const __m512 d = _mm512_add_ps(one, exp16(neg));
     __m512 r = _mm512_rcp14_ps(d);
     r = _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, two));
     __m512 v = times_x ? _mm512_mul_ps(x, r) : r;
