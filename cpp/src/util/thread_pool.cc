@@ -168,7 +168,12 @@ void ThreadPool::parallel_for_indexed(int64_t n, int64_t grain, const std::funct
   if (!spin_until([&] { return job.done.load(std::memory_order_acquire) == job.chunks; }))
     while (job.done.load(std::memory_order_acquire) != job.chunks) std::this_thread::sleep_for(std::chrono::microseconds(20));
   current_.store(nullptr);
-  while (inside_.load() != 0) cpu_relax();
+  // A worker between counting itself in and finding the slot empty is a few instructions from
+  // leaving, unless the OS took its core: then let it run.
+  for (int spins = 0; inside_.load() != 0; ++spins) {
+    if (spins < 4096) cpu_relax();
+    else std::this_thread::yield();
+  }
   if (job.error) std::rethrow_exception(job.error);
 }
 
