@@ -256,8 +256,9 @@ class RecurrentKernel final : public Kernel {
   }
 
  private:
-  // gx and gh (a row per gate), the hidden and cell states, and GRU's reset state.
-  int64_t per_task_floats() const { return 2 * gates_of(cell_) * hidden_ + 3 * hidden_; }
+  // gh (R h, a row per gate, then the gates in place), the hidden and cell states, and GRU's
+  // reset state (LSTM's tanh of the cell state).
+  int64_t per_task_floats() const { return gates_of(cell_) * hidden_ + 3 * hidden_; }
 
   void check_optional(const std::vector<View>& in, size_t i, const std::vector<int64_t>& dims, const char* what) const {
     auto text = [](const std::vector<int64_t>& v) {
@@ -350,7 +351,7 @@ class RecurrentKernel final : public Kernel {
 
   void run_sequence(const RunContext& ctx, const Sequence& s, int64_t d, float* scratch) const {
     const int64_t h = hidden_, g = gates_of(cell_);
-    float* gh = scratch + g * h;
+    float* gh = scratch;
     float* hs = gh + g * h;
     float* cs = hs + h;
     float* reset = cs + h;
