@@ -5,6 +5,7 @@ Example:
     $ tether inspect model.onnx --json
     $ tether run model.onnx --inputs x.npz --threads 2 --repeat 20
     $ tether compare model.onnx --against onnxruntime --layerwise --html report.html
+    $ tether compare edited.onnx --against original.onnx --runner onnxruntime --json -
     $ tether quantize model.onnx --data calib.npz --method entropy -o model.int8.onnx --html int8.html
 """
 
@@ -26,8 +27,10 @@ from tether.parity import (
     GoldenError,
     GoldenRunner,
     OnnxRuntimeRunner,
+    Runner,
     TetherRunner,
     Tolerance,
+    check_feeds,
     compare,
     generate_inputs,
     iter_feeds,
@@ -52,23 +55,28 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dims(items: Sequence[str]) -> dict[str, int]:
+def _dims(items: Sequence[str], inputs: object = None) -> dict[str, int]:
     dims = {}
     for item in items:
         name, _, value = item.partition("=")
-        if not value.lstrip("-").isdigit():
+        if not name or not value.lstrip("-").isdigit():
             raise tether.ArgumentError(f"--dim {item!r}: expected NAME=SIZE")
         dims[name] = int(value)
+    if dims and inputs is not None:
+        raise tether.ArgumentError("--dim sizes the generated inputs; it does not apply to inputs that are given "
+                                   "(--inputs or a golden bundle's samples)")
     return dims
 
 
 def _run(args: argparse.Namespace) -> int:
     sess = tether.compile(args.model, device=args.device, threads=args.threads)
     runner = TetherRunner(sess)
+    dims = _dims(args.dim, args.inputs)
     if args.inputs:
         feeds = next(iter_feeds(args.inputs, runner.input_specs()))
+        check_feeds(feeds, runner.input_specs(), args.inputs)
     else:
-        feeds = generate_inputs(runner.input_specs(), seed=args.seed, dims=_dims(args.dim))[0]
+        feeds = generate_inputs(runner.input_specs(), seed=args.seed, dims=dims)[0]
     outputs = sess.run(feeds)  # the first run plans memory for these shapes
     times = []
     for _ in range(args.repeat):
@@ -90,31 +98,74 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+_ENGINES = ("tether", "onnxruntime")
+
+
+def _engine(engine: str, model: str, args: argparse.Namespace, name: str) -> TetherRunner | OnnxRuntimeRunner:
+    if engine == "tether":
+        return TetherRunner(model, name, device=args.device, threads=args.threads, optimize=not args.no_optimize)
+    return OnnxRuntimeRunner(model, name, threads=args.threads)
+
+
+def _reference(args: argparse.Namespace) -> tuple[Runner, bool]:
+    """The runner ``--against`` names, and whether it is a golden bundle."""
+    against = args.against
+    if against in _ENGINES:
+        return _engine(against, args.model, args, against), False
+    if os.path.isdir(against):
+        return GoldenRunner(against), True
+    if os.path.isfile(against):
+        return _engine(args.reference_runner, against, args,
+                       f"{args.reference_runner}: {os.path.basename(against)}"), False
+    if os.sep in against or "." in against or (os.altsep and os.altsep in against):
+        raise tether.ArgumentError(f"--against '{against}': no such file or directory")
+    raise tether.ArgumentError(f"--against '{against}': not a runner, a file or a folder; use 'onnxruntime', "
+                               "'tether', an ONNX file or a golden bundle folder")
+
+
+def _output_map(items: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        ref, sep, cand = item.partition("=")
+        if not sep or not ref or not cand:
+            raise tether.ArgumentError(f"--output-map {item!r}: expected REFERENCE_NAME=CANDIDATE_NAME")
+        out[ref] = cand
+    return out
+
+
 def _compare(args: argparse.Namespace) -> int:
     tol: Tolerance | None = None  # each output by its dtype
     if args.profile or args.atol is not None or args.rtol is not None or args.rule:
         base = Tolerance.profile(args.profile or "fp32")
         tol = Tolerance(args.atol if args.atol is not None else base.atol,
                         args.rtol if args.rtol is not None else base.rtol, args.rule or base.rule)
-    candidate = TetherRunner(args.model, device=args.device, threads=args.threads, optimize=not args.no_optimize)
+    if args.json == "-" and args.html == "-":
+        raise tether.ArgumentError("--json - and --html - both ask for standard output; send one to a file")
+    if not os.path.isfile(args.model):
+        raise tether.ArgumentError(f"model '{args.model}': no such file" if not os.path.exists(args.model)
+                                   else f"model '{args.model}' is not a file")
+    reference, golden = _reference(args)
+    two_files = os.path.isfile(args.against) and args.against not in _ENGINES
+    name = f"{args.runner}: {os.path.basename(args.model)}" if two_files else args.runner
+    if name == reference.name:
+        name += " (candidate)"
+    candidate = _engine(args.runner, args.model, args, name)
+    dims = _dims(args.dim, args.inputs if args.inputs else (True if golden else None))
     inputs: object = args.inputs
-    if args.against == "onnxruntime":
-        reference: object = OnnxRuntimeRunner(args.model, threads=args.threads)
-    elif os.path.isdir(args.against):
-        golden = GoldenRunner(args.against)
-        reference = golden
-        inputs = inputs or golden.samples()
-    else:
-        raise tether.ArgumentError(f"--against {args.against!r}: use 'onnxruntime' or a golden bundle folder")
     report = compare(reference, candidate, inputs, tolerance=tol, layerwise=args.layerwise, seed=args.seed,
-                     dims=_dims(args.dim), model=candidate.model)
-    print(report.table())
-    if args.html:
-        report.to_html(args.html)
-        print(f"HTML report written to {args.html}")
-    if args.json:
-        report.to_json(args.json)
-        print(f"JSON report written to {args.json}")
+                     dims=dims, model=candidate.model, output_map=_output_map(args.output_map))
+    to_stdout = "-" in (args.json, args.html)
+    # A report on standard output stays parseable: the table goes to standard error then.
+    text = sys.stderr if to_stdout else sys.stdout
+    print(report.table(), file=text)
+    for kind, dest, render in (("HTML", args.html, report.to_html), ("JSON", args.json, report.to_json)):
+        if not dest:
+            continue
+        if dest == "-":
+            sys.stdout.write(render().rstrip("\n") + "\n")
+        else:
+            render(dest)
+            print(f"{kind} report written to {dest}", file=text)
     return 0 if report.ok else 1
 
 
@@ -167,23 +218,30 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("model", help="an ONNX file")
     run.add_argument("--inputs", help=".npz file with one array per input name (default: random inputs)")
     run.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
-                     help="size of a symbolic dim for random inputs (default 1); repeatable")
+                     help="size of a symbolic dim of the model for random inputs (default 1); repeatable")
     run.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     run.add_argument("--device", default="cpu")
     run.add_argument("--threads", type=int, default=None, help="threads per run (default: physical cores)")
     run.add_argument("--repeat", type=int, default=10, help="timed runs after the first (0: none)")
     run.add_argument("--save", help="write the outputs to this .npz file")
     run.set_defaults(run=_run)
-    cmp = sub.add_parser("compare", help="compare tether's engine with onnxruntime or a golden bundle; exit 1 on a "
-                         "parity failure")
-    cmp.add_argument("model", help="an ONNX file, run by tether")
-    cmp.add_argument("--against", default="onnxruntime", help="'onnxruntime' (default) or a golden bundle folder")
+    cmp = sub.add_parser("compare", help="compare a model run by one engine with another engine, another ONNX file "
+                         "or a golden bundle; exit 1 on a parity failure")
+    cmp.add_argument("model", help="an ONNX file: the candidate, run by --runner")
+    cmp.add_argument("--against", default="onnxruntime", help="the reference: 'onnxruntime' (default) or 'tether' "
+                     "running the same file, another ONNX file (run by --reference-runner), or a golden bundle folder")
+    cmp.add_argument("--runner", choices=_ENGINES, default="tether", help="what runs the model (default tether)")
+    cmp.add_argument("--reference-runner", choices=_ENGINES, default="onnxruntime",
+                     help="what runs the --against ONNX file (default onnxruntime)")
     cmp.add_argument("--inputs", help=".npz file with one array per input name (default: random inputs, or the "
                      "golden bundle's)")
+    cmp.add_argument("--output-map", action="append", default=[], metavar="REF=CAND",
+                     help="the candidate's name for a reference output, when they differ; repeatable")
     cmp.add_argument("--layerwise", action="store_true", help="compare every intermediate value and name the first "
                      "node that diverges")
-    cmp.add_argument("--html", help="write the HTML report here")
-    cmp.add_argument("--json", help="write the JSON report here")
+    cmp.add_argument("--html", help="write the HTML report here ('-': standard output)")
+    cmp.add_argument("--json", help="write the JSON report here ('-': standard output, the table then goes to "
+                     "standard error)")
     cmp.add_argument("--profile", choices=sorted(PROFILES),
                      help="tolerance profile for every output (default: by each output's dtype)")
     cmp.add_argument("--atol", type=float, help="absolute tolerance (overrides the profile)")
@@ -191,11 +249,11 @@ def _parser() -> argparse.ArgumentParser:
     cmp.add_argument("--rule", choices=["numpy", "either"], help="numpy: |c-r| <= atol + rtol*|r|; either: "
                      "|c-r| <= atol or |c-r|/|r| <= rtol")
     cmp.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
-                     help="size of a symbolic dim for random inputs (default 1); repeatable")
+                     help="size of a symbolic dim of the model for random inputs (default 1); repeatable")
     cmp.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     cmp.add_argument("--device", default="cpu")
     cmp.add_argument("--threads", type=int, default=None)
-    cmp.add_argument("--no-optimize", action="store_true", help="compile without the graph passes")
+    cmp.add_argument("--no-optimize", action="store_true", help="compile without tether's graph passes")
     cmp.set_defaults(run=_compare)
     q = sub.add_parser("quantize", help="calibrate INT8 from an .npz of samples and write a QDQ model; exit 1 when a "
                        "budget is not met")

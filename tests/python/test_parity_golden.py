@@ -391,3 +391,37 @@ def test_model_sha256_covers_the_external_data_file_after_the_model(tmp_path):
     before = model_sha256(path)
     data.write_bytes(data.read_bytes()[:-1] + b"\x01")
     assert model_sha256(path) != before
+
+
+def _scale_model(path: Path, scale: float) -> Path:
+    g = helper.make_graph(
+        [helper.make_node("Mul", ["x", "s"], ["y"], name="scale")], "scale",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", 3])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["batch", 3])],
+        [numpy_helper.from_array(np.array(scale, np.float32), "s")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_compare_with_a_golden_runner_and_no_inputs_runs_on_the_stored_samples(tmp_path):
+    import tether as tt
+
+    model = _scale_model(tmp_path / "m.onnx", 3.0)
+    rng = np.random.default_rng(5)
+    xs = [rng.standard_normal((n, 3)).astype(np.float32) for n in (2, 5)]
+    bundle = save_golden(tmp_path / "g", [({"x": x}, {"y": x * np.float32(3)}) for x in xs],
+                         {"model_sha256": hashlib.sha256(model.read_bytes()).hexdigest()})
+    rep = tt.compare(GoldenRunner(bundle), tt.compile(model))
+    assert rep.ok and rep.batches == 2, rep.table()
+    assert [m.shape for m in rep.outputs[0].batches] == [(2, 3), (5, 3)]
+    assert any("the 2 samples stored in golden bundle" in n for n in rep.notes), rep.notes
+    assert not any("SHA-256" in n for n in rep.notes)
+    # The same bundle against a model file whose hash differs from the recorded one says so.
+    other = _scale_model(tmp_path / "other.onnx", 3.5)
+    from tether.parity import TetherRunner
+
+    rep = tt.compare(GoldenRunner(bundle), TetherRunner(other))
+    assert not rep.ok
+    notes = [n for n in rep.notes if "SHA-256" in n]
+    actual = hashlib.sha256(other.read_bytes()).hexdigest()
+    assert len(notes) == 1 and actual[:16] in notes[0] and "other.onnx" in notes[0], rep.notes

@@ -19,7 +19,7 @@ from tether.parity._golden import (
     save_golden,
     write_onnx_test_dir,
 )
-from tether.parity._inputs import generate_inputs, iter_feeds
+from tether.parity._inputs import check_dims, check_feeds, generate_inputs, iter_feeds, load_npz
 from tether.parity._litert import LiteRTRunner
 from tether.parity._metrics import PROFILES, Metrics, Tolerance, compare_arrays
 from tether.parity._report import BisectResult, LayerResult, OutputResult, ParityReport, SliceResult
@@ -47,12 +47,15 @@ __all__ = [
     "TorchRunner",
     "as_runner",
     "bisect",
+    "check_dims",
+    "check_feeds",
     "compare",
     "compare_arrays",
     "generate_inputs",
     "iter_feeds",
     "layerwise_compare",
     "load_golden",
+    "load_npz",
     "model_sha256",
     "read_onnx_test_dir",
     "save_golden",

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from tether import _core
 from tether._model import Model
-from tether.parity._inputs import Feeds, generate_inputs, iter_feeds
+from tether.parity._inputs import Feeds, check_feeds, generate_inputs, iter_feeds
 from tether.parity._metrics import Metrics, Tolerance, compare_arrays
 from tether.parity._report import BisectResult, LayerResult, OutputResult, ParityReport, SliceResult
-from tether.parity._runners import TorchRunner, as_runner
+from tether.parity._runners import OnnxRuntimeRunner, TetherRunner, TorchRunner, as_runner
 from tether.parity._types import InputSpec, Runner
 
 # Elements of |c - r| kept per output for the report's histogram.
@@ -48,6 +49,46 @@ def _name_torch(runner: Runner, other: Runner) -> None:
 
 def _specs(reference: Runner, candidate: Runner) -> list[InputSpec]:
     return reference.input_specs() or candidate.input_specs()
+
+
+def _declared_specs(reference: Runner, candidate: Runner) -> list[tuple[Runner, list[InputSpec]]]:
+    """The runners that read their inputs from a model (so their specs are the model's, not
+    one sample's), tether's first: feeds are checked against them before anything runs."""
+    found = [r for r in (reference, candidate) if isinstance(r, TetherRunner | OnnxRuntimeRunner)]
+    found.sort(key=lambda r: not isinstance(r, TetherRunner))
+    return [(r, r.input_specs()) for r in found]
+
+
+def _stored_samples(reference: Runner, candidate: Runner) -> tuple[Runner, list[Feeds]] | None:
+    """A golden runner's stored inputs: the only inputs it can answer."""
+    from tether.parity._golden import GoldenRunner
+
+    for r in (reference, candidate):
+        if isinstance(r, GoldenRunner):
+            return r, r.samples()
+    return None
+
+
+def _hash_notes(reference: Runner, candidate: Runner) -> list[str]:
+    """A note when a golden bundle records the SHA-256 of another model file than the one the
+    other side runs."""
+    from tether.parity._golden import GoldenRunner, model_sha256
+
+    notes = []
+    for golden, other in ((reference, candidate), (candidate, reference)):
+        if not isinstance(golden, GoldenRunner):
+            continue
+        recorded = golden.bundle.metadata.get("model_sha256")
+        model = getattr(other, "model", None)
+        path = model.path if isinstance(model, Model) else ""
+        if not recorded or not path or not os.path.isfile(path):
+            continue
+        actual = model_sha256(path)
+        if actual != recorded:
+            notes.append(f"golden bundle '{golden.name}' was recorded for a model with SHA-256 {recorded[:16]}…, "
+                         f"but {os.path.basename(path)} has SHA-256 {actual[:16]}…: a different model file (its "
+                         "outputs may differ by design, e.g. after quantization)")
+    return notes
 
 
 def _map_outputs(ref_out: dict[str, np.ndarray], cand_out: dict[str, np.ndarray], output_map: Mapping[str, str],
@@ -88,7 +129,9 @@ def _aggregate(batches: list[Metrics], tol: Tolerance) -> Metrics:
         mismatch_fraction=mism / total if total else 0.0, worst_index=worst.worst_index,
         worst_reference=worst.worst_reference, worst_candidate=worst.worst_candidate,
         required_atol=max(m.required_atol for m in batches), required_rtol=max(m.required_rtol for m in batches),
-        ok=mism == 0, tolerance=tol)
+        ok=mism == 0, tolerance=tol, reference_nan=sum(m.reference_nan for m in batches),
+        reference_inf=sum(m.reference_inf for m in batches), candidate_nan=sum(m.candidate_nan for m in batches),
+        candidate_inf=sum(m.candidate_inf for m in batches))
 
 
 def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: Tolerance | str | None = None,
@@ -128,8 +171,19 @@ def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: To
     output_map = dict(output_map or {})
     perms = {k: _permutation(v) for k, v in (layouts or {}).items()}
     specs = _specs(ref, cand)
-    stream = iter_feeds(inputs, specs) if inputs is not None else iter(
-        generate_inputs(specs, seed=seed, batches=batches, ranges=ranges, dims=dims))
+    declared = _declared_specs(ref, cand)
+    stored = _stored_samples(ref, cand) if inputs is None else None
+    if stored is not None:
+        n = len(stored[1])
+        inputs_note = f"inputs: the {n} sample{'s' if n != 1 else ''} stored in golden bundle '{stored[0].name}'"
+        stream: Iterator[Feeds] = iter(stored[1])
+    elif inputs is not None:
+        inputs_note = ""
+        stream = iter_feeds(inputs, specs)
+    else:
+        inputs_note = f"inputs generated from the input specs with seed {seed}"
+        stream = iter(generate_inputs(specs, seed=seed, batches=batches, ranges=ranges, dims=dims))
+    where = os.fspath(inputs) if isinstance(inputs, str | os.PathLike) else ""
 
     per_output: dict[str, list[Metrics]] = {}
     cand_names: dict[str, str] = {}
@@ -140,6 +194,8 @@ def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: To
     count = 0
     for feeds in stream:
         count += 1
+        for _, declared_specs in declared[:1]:
+            check_feeds(feeds, declared_specs, where or (f"batch {count - 1}" if count > 1 else ""))
         if first_feeds is None:
             first_feeds = feeds
         pairs = _map_outputs(ref.run(feeds), cand.run(feeds), output_map, perms, ref, cand)
@@ -166,14 +222,16 @@ def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: To
             if o.metrics.tolerance != tol and not o.metrics.exact:
                 report.notes.append(f"output '{o.name}' is {per_output_dtype[o.name]}: compared with "
                                     f"atol={o.metrics.tolerance.atol:g} rtol={o.metrics.tolerance.rtol:g}")
-    if inputs is None:
-        report.notes.append(f"inputs generated from the input specs with seed {seed}")
+    if inputs_note:
+        report.notes.append(inputs_note)
+    report.notes.extend(_hash_notes(ref, cand))
     if labels is not None:
         report.slices = _slices(top1, labels)
     if layerwise:
         report.layers = layerwise_compare(ref, cand, first_feeds, tolerance=given, model=model)
         if count > 1:
             report.notes.append("layer-wise comparison ran on the first batch")
+        report.first_divergent_bisect = _bisect_fused_first(ref, cand, report, first_feeds, given, model)
     return report
 
 
@@ -222,6 +280,15 @@ def _intermediates(runner: Runner, feeds: Feeds, names: list[str]) -> dict[str, 
     return dict(fn(feeds, names))
 
 
+def _defined(runner: Runner, names: list[str]) -> list[str]:
+    """``names`` that the runner's own graph computes (all of them when it holds no graph)."""
+    model = getattr(runner, "model", None)
+    if not isinstance(model, Model):
+        return names
+    own = {o for n in model.nodes for o in n.outputs if o}
+    return [n for n in names if n in own]
+
+
 def _fused_groups(runner: Runner) -> tuple[dict[str, str], dict[str, list[str]]]:
     """For the runner's fused kernels: node name -> the kernel that computes it without
     writing its output, and the kernel's last node -> every node it computes."""
@@ -252,8 +319,10 @@ def layerwise_compare(reference: Any, candidate: Any, feeds: Feeds, *, tolerance
     ref, cand = as_runner(reference), as_runner(candidate)
     graph = _graph_model(ref, cand, model)
     names = [o for n in graph.nodes for o in n.outputs if o]
-    ref_vals = _intermediates(ref, feeds, names)
-    cand_vals = _intermediates(cand, feeds, names)
+    # Two different files (an original and its edited or quantized copy) share only some values:
+    # each runner is asked for those its own graph defines.
+    ref_vals = _intermediates(ref, feeds, _defined(ref, names))
+    cand_vals = _intermediates(cand, feeds, _defined(cand, names))
     ref_inside, ref_groups = _fused_groups(ref)
     cand_inside, cand_groups = _fused_groups(cand)
     fused, groups = {**ref_inside, **cand_inside}, {**ref_groups, **cand_groups}
@@ -274,48 +343,124 @@ def layerwise_compare(reference: Any, candidate: Any, feeds: Feeds, *, tolerance
     return out
 
 
-def bisect(reference: Any, candidate: Any, node: str, feeds: Feeds, *, tolerance: Tolerance | None = None,
-           model: Model | None = None) -> BisectResult:
-    """Separates the error ``node`` creates from the error it inherits: the candidate's kind of
-    runner runs the node alone on the reference's values of its inputs, and that output is
-    compared with the reference's; the whole-run comparison of the same value is beside it.
+def _bisect_fused_first(ref: Runner, cand: Runner, report: ParityReport, feeds: Feeds,
+                        tolerance: Tolerance | None, model: Model | None) -> BisectResult | None:
+    """When a fused kernel of the candidate writes the first divergent value, the node that
+    creates the error may be any node of the kernel: each is bisected alone to name it."""
+    first = report.first_divergent
+    if first is None or len(first.fused_from) < 2 or not _kernel_nodes(cand, first.node) \
+            or getattr(cand, "for_model", None) is None:
+        return None
+    try:
+        return bisect(ref, cand, first.node, feeds, tolerance=tolerance, model=model)
+    except (_core.Error, ValueError) as e:
+        report.notes.append(f"the fused kernel writing '{first.value}' could not be bisected node by node: {e}")
+        return None
 
-    The candidate must offer ``for_model`` (TetherRunner and OnnxRuntimeRunner do).
 
-    Example:
-        >>> print(bisect(ort, tether, "layer2.conv1", {"x": x}))   # doctest: +SKIP
-        node 'layer2.conv1' creates the error: alone max abs 0.31, in the whole run max abs 0.33
-    """
+def _first_feeds(inputs: Any, reference: Runner, candidate: Runner) -> Feeds:
+    """The first batch of ``inputs``, in any form :func:`compare` takes."""
+    specs = _specs(reference, candidate)
+    for feeds in iter_feeds(inputs, specs):
+        for _, declared_specs in _declared_specs(reference, candidate)[:1]:
+            check_feeds(feeds, declared_specs, os.fspath(inputs) if isinstance(inputs, str | os.PathLike) else "")
+        return feeds
+    raise _core.ArgumentError("no inputs: the iterable of batches was empty")
+
+
+def _kernel_nodes(runner: Runner, node: str) -> list[str]:
+    """Every node of the runner's fused kernel that computes ``node``, in order, or ``[]``
+    when the runner computes it alone."""
+    steps = getattr(runner, "steps", None)
+    for st in steps() if callable(steps) else []:
+        if len(st["fused_from"]) > 1 and node in st["fused_from"]:
+            return list(st["fused_from"])
+    return []
+
+
+def _single_node_model(proto: Any, node: str, values: Mapping[str, np.ndarray]) -> bytes:
+    """A model holding only ``node`` of ``proto``: its weights, its inputs and outputs typed
+    from the arrays in ``values`` (the reference's), the opsets and local functions kept."""
     import onnx
-    import onnx.utils
+    from onnx import helper
 
-    ref, cand = as_runner(reference), as_runner(candidate)
-    tol = tolerance or Tolerance()
-    # The node runs alone as the candidate holds it (its weights, its attributes).
-    graph = _graph_model(cand, ref, model)
+    target = next(n for n in proto.graph.node if n.name == node or (not n.name and node in n.output))
+    weights = {i.name: i for i in proto.graph.initializer}
+
+    def typed(name: str) -> Any:
+        a = values[name]
+        return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
+
+    graph = helper.make_graph(
+        [target], f"{node} alone", [typed(i) for i in dict.fromkeys(target.input) if i and i not in weights],
+        [typed(o) for o in target.output if o], [weights[i] for i in dict.fromkeys(target.input) if i in weights])
+    model = helper.make_model(graph, opset_imports=list(proto.opset_import), ir_version=proto.ir_version)
+    model.functions.extend(proto.functions)
+    return bytes(model.SerializeToString()) if isinstance(model, onnx.ModelProto) else b""
+
+
+def _bisect_node(ref: Runner, cand: Runner, graph: Model, proto: Any, node: str, feeds: Feeds,
+                 tolerance: Tolerance | None) -> BisectResult:
     found = [n for n in graph.nodes if n.name == node or (not n.name and node in n.outputs)]
     if not found:
         raise _core.ArgumentError(f"node '{node}' is not in the model")
     target = found[0]
     inits = set(graph.initializer_names)
-    inputs = [i for i in target.inputs if i and i not in inits]
+    inputs = [i for i in dict.fromkeys(target.inputs) if i and i not in inits]
     outputs = [o for o in target.outputs if o]
     value = outputs[0]
-    ref_vals = _intermediates(ref, feeds, list(inputs) + outputs)
-    for_graph_inputs = {i: feeds[i] for i in inputs if i in feeds}
-    sub_feeds = {i: for_graph_inputs.get(i, ref_vals.get(i)) for i in inputs}
-    missing = [i for i, v in sub_feeds.items() if v is None]
+    ref_vals = _intermediates(ref, feeds, [i for i in inputs if i not in feeds] + outputs)
+    sub_feeds = {i: feeds[i] if i in feeds else ref_vals.get(i) for i in inputs}
+    missing = [i for i, v in sub_feeds.items() if v is None] + [o for o in outputs if o not in ref_vals]
     if missing:
-        raise _core.ArgumentError(f"the reference did not produce input {missing[0]!r} of node '{node}'")
-    proto = onnx.load_from_string(graph.to_bytes())
-    sub = onnx.utils.Extractor(proto).extract_model(inputs, outputs)
+        raise _core.ArgumentError(f"the reference did not produce value {missing[0]!r} of node '{node}' (a reference "
+                                  "that fuses it away cannot show it: compile it with optimize=False)")
     make = getattr(cand, "for_model", None)
     if make is None:
         raise _core.ArgumentError(f"runner '{cand.name}' cannot run a single node; bisect needs a TetherRunner or an "
                                   "OnnxRuntimeRunner as the candidate")
-    alone = make(sub.SerializeToString()).run({k: v for k, v in sub_feeds.items() if v is not None})
+    typed = {k: np.asarray(v) for k, v in {**sub_feeds, **ref_vals}.items() if v is not None}
+    alone = make(_single_node_model(proto, node, typed)).run({k: v for k, v in sub_feeds.items() if v is not None})
     whole = _intermediates(cand, feeds, outputs)
     tol = tolerance or Tolerance.for_dtype(ref_vals[value].dtype)
     local = compare_arrays(ref_vals[value], alone[value], tol)
     total = compare_arrays(ref_vals[value], whole[value], tol) if value in whole else None
-    return BisectResult(target.name or value, value, local, total)
+    return BisectResult(target.name or value, value, local, total, op_type=target.op_type)
+
+
+def bisect(reference: Any, candidate: Any, node: str, inputs: Any, *, tolerance: Tolerance | None = None,
+           model: Model | None = None) -> BisectResult:
+    """Separates the error ``node`` creates from the error it inherits: the candidate's kind of
+    runner runs the node alone on the reference's values of its inputs, and that output is
+    compared with the reference's; the whole-run comparison of the same value is beside it.
+
+    ``inputs`` takes every form :func:`compare` takes (an array, a dict, a tuple, a ``.npz``
+    path, an iterable of batches: the first batch is used). When the candidate computes
+    ``node`` inside a fused kernel (Conv + BatchNormalization + Relu, MatMul + Add + Gelu),
+    every node of that kernel is run alone in turn: ``parts`` holds each result,
+    ``fused_from`` the kernel's nodes, and ``origin`` the first node that leaves tolerance
+    on its own, the one that creates the error. The candidate must offer ``for_model``
+    (TetherRunner and OnnxRuntimeRunner do).
+
+    Example:
+        >>> print(bisect(ort, tether, "layer2.conv1", x))          # doctest: +SKIP
+        node 'layer2.conv1' creates the error: alone max abs 0.31, in the whole run max abs 0.33
+        >>> bisect(ort, tether, "node_gelu", x).origin             # doctest: +SKIP
+        'node_MatMul_1'
+    """
+    ref, cand = as_runner(reference), as_runner(candidate)
+    _name_torch(ref, cand)
+    feeds = _first_feeds(inputs, ref, cand)
+    # The node runs alone as the candidate holds it (its weights, its attributes).
+    graph = _graph_model(cand, ref, model)
+    import onnx
+
+    proto = onnx.load_from_string(graph.to_bytes())
+    kernel = _kernel_nodes(cand, node)
+    if not kernel:
+        return _bisect_node(ref, cand, graph, proto, node, feeds, tolerance)
+    parts = [_bisect_node(ref, cand, graph, proto, n, feeds, tolerance) for n in kernel]
+    asked = next((p for p in parts if p.node == node), parts[-1])
+    written = parts[-1]
+    return BisectResult(asked.node, asked.value, asked.local, written.total, op_type=asked.op_type,
+                        fused_from=list(kernel), parts=parts, written_value=written.value)

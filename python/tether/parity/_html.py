@@ -25,6 +25,7 @@ table{border-collapse:collapse;font-size:.85em;margin:.5em 0}
 th,td{border:1px solid #ccc;padding:.2em .5em;text-align:right;white-space:nowrap}
 th{background:#f0f0f0}td.name,td.text{text-align:left}td.problem{white-space:normal;max-width:30em}
 tr.fail td.status{color:#b3261e;font-weight:bold}tr.first-divergent td{background:#ffe08a}
+tr.error-origin td{background:#ffc9c4}
 div.scroll{overflow-x:auto}figure.chart{display:inline-block;margin:.5em 1em .5em 0;vertical-align:top}
 figure.chart svg{max-width:100%;height:auto}p.note{color:#555;font-style:italic}
 """
@@ -136,8 +137,10 @@ def _histogram(name: str, errors: Any, m: Metrics) -> str:
 _LAYER_HEADER = ["#", "node", "op", "value", "status", "max abs", "SNR dB", "ok"]
 
 
-def _layer_row(la: LayerResult, first: LayerResult | None) -> str:
+def _layer_row(la: LayerResult, first: LayerResult | None, origin: str | None = None) -> str:
     status = f"fused into {la.fused_into}" if la.status == "fused" and la.fused_into else la.status
+    if origin is not None and la.node == origin:
+        status += "; creates the error (bisected alone)"
     m = la.metrics
     cells = [_td(la.index, "index"), _td(la.node, "name node"), _td(la.op_type, "text op"), _td(la.value, "text value"),
              _td(status, "text status"),
@@ -145,6 +148,8 @@ def _layer_row(la: LayerResult, first: LayerResult | None) -> str:
              _td(m.snr_db, "snr", True) if m else _td("", "snr"),
              _td("" if m is None else ("yes" if m.ok else "no"), "ok")]
     classes = ["ok" if la.ok else "fail", la.status]
+    if origin is not None and la.node == origin:
+        classes.append("error-origin")
     anchor = ""
     if la is first:
         classes.append("first-divergent")
@@ -243,6 +248,7 @@ def render(report: ParityReport) -> str:
                                               for o in report.outputs) + "</div>"]
     if report.layers is not None:
         first = report.first_divergent
+        origin = report.first_divergent_bisect.origin if report.first_divergent_bisect is not None else None
         compared = sum(1 for la in report.layers if la.status == "compared")
         fused = sum(1 for la in report.layers if la.status == "fused")
         summary = f"{compared} values compared, {fused} inside fused kernels of the candidate. "
@@ -251,8 +257,12 @@ def render(report: ParityReport) -> str:
         else:
             summary_html = (f'{_esc(summary)}First divergent node: <a href="#first-divergent">{_esc(first.node)}</a>'
                             f" ({_esc(first.op_type)}), value {_esc(first.value)}.")
+            caveat = report.fused_caveat()
+            if caveat:
+                summary_html += ('<span id="fused-caveat">' + "".join(f"<br>{_esc(line[:1].upper() + line[1:])}."
+                                                                      for line in caveat) + "</span>")
         body += ["<h2>Layers</h2>", f'<p id="layer-summary">{summary_html}</p>', _snr_chart(report.layers, first),
-                 _table("layers", _LAYER_HEADER, [_layer_row(la, first) for la in report.layers])]
+                 _table("layers", _LAYER_HEADER, [_layer_row(la, first, origin) for la in report.layers])]
     if report.slices:
         body += ["<h2>Per label</h2>",
                  _table("slices", ["label", "samples", "top-1 agreement", "reference acc", "candidate acc"],

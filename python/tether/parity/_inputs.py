@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import zipfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -35,6 +36,7 @@ def generate_inputs(specs: Sequence[InputSpec], *, seed: int = 0, batches: int =
     if unknown:
         raise _core.ArgumentError(f"ranges name unknown inputs {sorted(unknown)}; the inputs are "
                                   f"{[s.name for s in specs]}")
+    check_dims(dims, specs)
     out = []
     for _ in range(batches):
         feeds: Feeds = {}
@@ -51,6 +53,89 @@ def generate_inputs(specs: Sequence[InputSpec], *, seed: int = 0, batches: int =
                 raise _core.ArgumentError(f"input '{s.name}' is {s.dtype}; give its values instead of generating them")
         out.append(feeds)
     return out
+
+
+def symbolic_dims(specs: Sequence[InputSpec]) -> list[str]:
+    """The names of the symbolic dims of ``specs``, in order of first use.
+
+    Example:
+        >>> symbolic_dims([InputSpec("x", np.dtype("float32"), ("batch", 3)),
+        ...                InputSpec("m", np.dtype("bool"), ("batch", "seq"))])
+        ['batch', 'seq']
+    """
+    found: list[str] = []
+    for s in specs:
+        for d in s.shape or ():
+            if isinstance(d, str) and d not in found:
+                found.append(d)
+    return found
+
+
+def check_dims(dims: Mapping[str, int], specs: Sequence[InputSpec]) -> None:
+    """Raises ArgumentError when ``dims`` names a dim that no input of ``specs`` has (a typo
+    would otherwise leave the real dim at its default) or gives a size below 1.
+
+    Example:
+        >>> check_dims({"bacth": 7}, [InputSpec("x", np.dtype("float32"), ("batch", 3))])
+        Traceback (most recent call last):
+        ...
+        tether.ArgumentError: dim 'bacth' is not a symbolic dim of the inputs; the model's dims are: batch
+    """
+    known = symbolic_dims(specs)
+    for name, size in dims.items():
+        if name not in known:
+            listed = ", ".join(known) if known else "none (every input has a fixed shape)"
+            raise _core.ArgumentError(f"dim '{name}' is not a symbolic dim of the inputs; the model's dims are: "
+                                      f"{listed}")
+        if int(size) < 1:
+            raise _core.ArgumentError(f"dim '{name}' = {size}: a size must be at least 1")
+
+
+def check_feeds(feeds: Mapping[str, np.ndarray], specs: Sequence[InputSpec], where: str = "") -> None:
+    """Raises ArgumentError when ``feeds`` do not fit ``specs``: a missing or unknown input, a
+    dtype other than the declared one, another rank, or a size that contradicts a fixed dim or
+    another input's size for the same symbolic dim. ``where`` (a file name, say) starts the
+    message. Empty ``specs`` accept anything.
+
+    Example:
+        >>> spec = InputSpec("x", np.dtype("float32"), ("batch", 3))
+        >>> check_feeds({"x": np.zeros((2, 4), np.float32)}, [spec], "x.npz")
+        Traceback (most recent call last):
+        ...
+        tether.ArgumentError: x.npz: input 'x' has shape [2, 4], the model expects ['batch', 3] (dim 1 is 4, expected 3)
+    """
+    if not specs:
+        return
+    prefix = f"{where}: " if where else ""
+    names = [s.name for s in specs]
+    unknown = [n for n in feeds if n not in names]
+    if unknown:
+        raise _core.ArgumentError(f"{prefix}unknown input '{unknown[0]}'; the model's inputs are: {', '.join(names)}")
+    missing = [n for n in names if n not in feeds]
+    if missing:
+        raise _core.ArgumentError(f"{prefix}input '{missing[0]}' is missing; the model's inputs are: "
+                                  f"{', '.join(names)}")
+    bound: dict[str, tuple[int, str]] = {}
+    for s in specs:
+        a = np.asarray(feeds[s.name])
+        if a.dtype != s.dtype and not (s.dtype == object and a.dtype.kind in "OU"):
+            raise _core.ArgumentError(f"{prefix}input '{s.name}' is {a.dtype}, the model expects {s.dtype}")
+        if s.shape is None:
+            continue
+        expected = [d if d is not None else "?" for d in s.shape]
+        if a.ndim != len(s.shape):
+            raise _core.ArgumentError(f"{prefix}input '{s.name}' has shape {list(a.shape)} (rank {a.ndim}), the model "
+                                      f"expects {expected} (rank {len(s.shape)})")
+        for k, (d, n) in enumerate(zip(s.shape, a.shape, strict=True)):
+            if isinstance(d, int) and d >= 0 and d != n:
+                raise _core.ArgumentError(f"{prefix}input '{s.name}' has shape {list(a.shape)}, the model expects "
+                                          f"{expected} (dim {k} is {n}, expected {d})")
+            if isinstance(d, str):
+                if d in bound and bound[d][0] != n:
+                    raise _core.ArgumentError(
+                        f"{prefix}input '{s.name}' has {d}={n} (dim {k}), but input '{bound[d][1]}' has {d}="
+                        f"{bound[d][0]}")
+                bound.setdefault(d, (int(n), s.name))
 
 
 def _concrete_shape(spec: InputSpec, dims: Mapping[str, int]) -> tuple[int, ...]:
@@ -82,10 +167,7 @@ def iter_feeds(data: Any, specs: Sequence[InputSpec] | None = None) -> Iterator[
     names = [s.name for s in specs or []]
     if isinstance(data, str | os.PathLike):
         path = os.fspath(data)
-        if not os.path.exists(path):
-            raise _core.ArgumentError(f"input file '{path}' does not exist")
-        with np.load(path, allow_pickle=False) as npz:
-            yield {k: npz[k] for k in npz.files}
+        yield load_npz(path)
         return
     if isinstance(data, np.ndarray):
         yield _one(data, names)
@@ -114,6 +196,29 @@ def iter_feeds(data: Any, specs: Sequence[InputSpec] | None = None) -> Iterator[
         else:
             raise _core.ArgumentError(f"a batch of type {type(item).__name__} is not understood: give an array, a "
                                       "dict of arrays or a tuple of arrays")
+
+
+def load_npz(path: str | os.PathLike[str]) -> Feeds:
+    """The arrays of an ``.npz`` file by key, read in full; ArgumentError naming the file when it
+    does not exist, is not an npz archive or holds something other than plain arrays.
+
+    Example:
+        >>> load_npz("/etc/hostname")                          # doctest: +SKIP
+        Traceback (most recent call last):
+        tether.ArgumentError: input file '/etc/hostname' is not an .npz archive of arrays (...)
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise _core.ArgumentError(f"input file '{path}' does not exist")
+    if os.path.isdir(path):
+        raise _core.ArgumentError(f"input file '{path}' is a directory, not an .npz file")
+    if not zipfile.is_zipfile(path):
+        raise _core.ArgumentError(f"input file '{path}' is not an .npz archive of arrays (np.savez writes one)")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise _core.ArgumentError(f"input file '{path}' is not a readable .npz of plain arrays: {e}") from None
 
 
 def _one(array: np.ndarray, names: list[str]) -> Feeds:

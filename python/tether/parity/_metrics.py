@@ -119,6 +119,26 @@ class Metrics:
     ok: bool
     problem: str = ""
     tolerance: Tolerance = field(default_factory=Tolerance)
+    #: NaN and infinity counts on each side, counted even where both sides agree.
+    reference_nan: int = 0
+    reference_inf: int = 0
+    candidate_nan: int = 0
+    candidate_inf: int = 0
+
+    @property
+    def nonfinite(self) -> bool:
+        """True when either side holds a NaN or an infinity, agreeing or not."""
+        return bool(self.reference_nan or self.reference_inf or self.candidate_nan or self.candidate_inf)
+
+    def nonfinite_text(self) -> str:
+        """The NaN and infinity counts of both sides, as ``"reference 2 NaN 0 inf, candidate 2 NaN 0 inf"``.
+
+        Example:
+            >>> compare_arrays(np.float32([np.nan, 1]), np.float32([np.nan, 1])).nonfinite_text()
+            'reference 1 NaN 0 inf, candidate 1 NaN 0 inf'
+        """
+        return (f"reference {self.reference_nan} NaN {self.reference_inf} inf, "
+                f"candidate {self.candidate_nan} NaN {self.candidate_inf} inf")
 
     def to_dict(self) -> dict[str, Any]:
         """The metrics as a JSON-able dict (infinities and NaN as strings).
@@ -133,6 +153,9 @@ class Metrics:
                 d[k] = str(v)
         d["worst_index"] = None if self.worst_index is None else list(self.worst_index)
         d["shape"] = list(self.shape)
+        if self.exact:  # integers, bools, strings: judged by the mismatch count alone
+            for k in ("max_rel_error", "cosine", "snr_db", "required_atol", "required_rtol"):
+                d[k] = None
         return d
 
 
@@ -181,6 +204,7 @@ def compare_arrays(reference: Any, candidate: Any, tolerance: Tolerance | None =
     if r.dtype == object or c.dtype == object:
         return _compare_objects(r, c, tol)
     d = _core.compare(r, c, tol.atol, tol.rtol, tol.rule)
+    counts = _nonfinite_counts(r) + _nonfinite_counts(c)
     flat = int(d["worst_index"])
     idx = None if flat < 0 or d["problem"] else tuple(int(i) for i in np.unravel_index(flat, r.shape))
     return Metrics(
@@ -191,5 +215,14 @@ def compare_arrays(reference: Any, candidate: Any, tolerance: Tolerance | None =
         worst_reference=None if idx is None else r[idx].item(),
         worst_candidate=None if idx is None else c[idx].item(),
         required_atol=d["required_atol"], required_rtol=d["required_rtol"], ok=d["ok"], problem=d["problem"],
-        tolerance=tol,
+        tolerance=tol, reference_nan=counts[0], reference_inf=counts[1], candidate_nan=counts[2],
+        candidate_inf=counts[3],
     )
+
+
+def _nonfinite_counts(a: np.ndarray) -> tuple[int, int]:
+    """(NaN count, infinity count) of a float array; (0, 0) for other kinds."""
+    if a.dtype.kind not in "fc" and a.dtype.name != "bfloat16":
+        return 0, 0
+    f = a if a.dtype.kind in "fc" else a.astype(np.float32)
+    return int(np.count_nonzero(np.isnan(f))), int(np.count_nonzero(np.isinf(f)))

@@ -20,11 +20,26 @@ class OutputResult:
     batches: list[Metrics] = field(default_factory=list)
     candidate_name: str = ""  # the candidate's name for it, when mapped
 
+    @property
+    def worst_batch(self) -> int | None:
+        """In dataset mode, the index of the batch that holds the worst element (the batch whose
+        metrics gave ``worst_index``); None with a single batch."""
+        if len(self.batches) < 2:
+            return None
+        return max(range(len(self.batches)), key=lambda k: _badness(self.batches[k]))
+
     def to_dict(self) -> dict[str, Any]:
-        d = {"name": self.name, "metrics": self.metrics.to_dict(), "batches": len(self.batches)}
+        d = {"name": self.name, "metrics": self.metrics.to_dict(), "batches": len(self.batches),
+             "worst_batch": self.worst_batch}
         if self.candidate_name and self.candidate_name != self.name:
             d["candidate_name"] = self.candidate_name
         return d
+
+
+def _badness(m: Metrics) -> tuple[bool, bool, float]:
+    """How bad a batch is, to find the one holding the worst element: a NaN or infinity
+    disagreement first, then a failure, then the largest error."""
+    return (m.nonfinite_mismatches > 0, not m.ok, m.max_abs_error)
 
 
 @dataclass
@@ -80,32 +95,85 @@ class SliceResult:
 @dataclass
 class BisectResult:
     """Error a node creates (run alone on the reference's inputs) versus the error it shows
-    in the whole run (created plus inherited)."""
+    in the whole run (created plus inherited).
+
+    When the candidate computes the node inside a fused kernel, ``fused_from`` lists every
+    node of the kernel and ``parts`` holds each one bisected alone; ``total`` is then the
+    whole-run comparison of the value the kernel writes (``written_value``), and ``origin``
+    names the node that creates the error.
+    """
 
     node: str
     value: str
     local: Metrics
     total: Metrics | None  # None when the candidate computes the value inside a fused kernel
+    op_type: str = ""
+    fused_from: list[str] = field(default_factory=list)
+    parts: list[BisectResult] = field(default_factory=list)
+    written_value: str = ""
+
+    @property
+    def origin(self) -> str | None:
+        """The node that creates the error: the first node of the fused kernel (or the node
+        itself) that leaves tolerance when run alone; None when none does."""
+        for p in self.parts or [self]:
+            if not p.local.ok:
+                return p.node
+        return None
 
     @property
     def creates_error(self) -> bool:
-        """True when the node alone, on the reference's own inputs, leaves tolerance."""
-        return not self.local.ok
+        """True when the node alone, on the reference's own inputs, leaves tolerance; for a
+        node computed inside a fused kernel, when any node of that kernel does (``origin``
+        names it)."""
+        return self.origin is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"node": self.node, "value": self.value, "creates_error": self.creates_error,
-                "local": self.local.to_dict(), "total": None if self.total is None else self.total.to_dict()}
+        d: dict[str, Any] = {"node": self.node, "op_type": self.op_type, "value": self.value,
+                             "creates_error": self.creates_error, "origin": self.origin,
+                             "local": self.local.to_dict(),
+                             "total": None if self.total is None else self.total.to_dict()}
+        if self.fused_from:
+            d["fused_from"] = list(self.fused_from)
+            d["written_value"] = self.written_value
+            d["parts"] = [p.to_dict() for p in self.parts]
+        return d
+
+    def lines(self) -> list[str]:
+        """The verdict as text lines: one for a node alone, a line per node for a fused kernel."""
+        if not self.parts:
+            verdict = "creates the error" if self.creates_error else "inherits the error from its inputs"
+            whole = "not computed on its own" if self.total is None else f"max abs {_num(self.total.max_abs_error)}"
+            return [f"node '{self.node}' {verdict}: alone max abs {_num(self.local.max_abs_error)}, in the whole run "
+                    f"{whole}"]
+        origin = self.origin
+        head = (f"node '{self.node}' is computed by a fused kernel of the candidate with {', '.join(self.fused_from)};"
+                " each node bisected alone on the reference's inputs: ")
+        head += (f"node '{origin}' creates the error" if origin is not None
+                 else "none creates the error alone, so the kernel inherits it from its inputs")
+        out = [head]
+        for p in self.parts:
+            mark = "creates the error" if not p.local.ok else "within tolerance"
+            out.append(f"  {p.node} ({p.op_type}): alone max abs {_num(p.local.max_abs_error)}, {mark}")
+        if self.total is not None:
+            out.append(f"  the kernel's output '{self.written_value}' in the whole run: max abs "
+                       f"{_num(self.total.max_abs_error)}")
+        return out
 
     def __str__(self) -> str:
-        verdict = "creates the error" if self.creates_error else "inherits the error from its inputs"
-        whole = "not computed on its own" if self.total is None else f"max abs {_num(self.total.max_abs_error)}"
-        return f"node '{self.node}' {verdict}: alone max abs {_num(self.local.max_abs_error)}, in the whole run {whole}"
+        return "\n".join(self.lines())
 
 
 def _num(x: float) -> str:
     if isinstance(x, float) and not math.isfinite(x):
         return str(x)
     return f"{x:.3g}"
+
+
+def _agreement(m: Metrics) -> str:
+    if m.nonfinite_mismatches:
+        return f" ({m.nonfinite_mismatches} positions disagree)"
+    return " (both sides agree on their positions)"
 
 
 def _row(cells: list[str], widths: list[int]) -> str:
@@ -120,6 +188,9 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 def _metric_cells(m: Metrics) -> list[str]:
     if m.problem:
         return ["FAIL", m.problem, "", "", "", "", ""]
+    if m.exact:  # integers, bools, strings: only the count of unequal elements means something
+        return ["ok" if m.ok else "FAIL", _num(m.max_abs_error) if math.isfinite(m.max_abs_error) else "", "", "", "",
+                f"{m.mismatches} of {m.elements}", "exact"]
     return ["ok" if m.ok else "FAIL", _num(m.max_abs_error), _num(m.max_rel_error), _num(m.cosine),
             _num(m.snr_db), f"{m.mismatch_fraction:.2%}", f"{_num(m.required_atol)} / {_num(m.required_rtol)}"]
 
@@ -153,6 +224,9 @@ class ParityReport:
     notes: list[str] = field(default_factory=list)
     #: A quantized candidate's quantization summary (tether.quantize.QuantizationSummary).
     quantization: Any = None
+    #: When a fused kernel of the candidate writes the first divergent value: each node of the
+    #: kernel bisected alone, naming in ``origin`` the node that creates the error.
+    first_divergent_bisect: BisectResult | None = None
     _errors: dict[str, Any] = field(default_factory=dict, repr=False)  # output -> sample of |c - r| for the HTML
 
     @property
@@ -166,6 +240,41 @@ class ParityReport:
             if layer.status == "compared" and not layer.ok:
                 return layer
         return None
+
+    def _nonfinite_layer_lines(self) -> list[str]:
+        found = [la for la in self.layers or [] if la.metrics is not None and la.metrics.nonfinite]
+        if not found:
+            return []
+        first = found[0]
+        assert first.metrics is not None
+        return [f"{len(found)} layer values hold NaN or infinity; the first: '{first.node}' ({first.op_type}), value "
+                f"'{first.value}': {first.metrics.nonfinite_text()}{_agreement(first.metrics)}"]
+
+    def fused_caveat(self) -> list[str]:
+        """What the report says when a fused kernel writes the first divergent value: the
+        kernel's nodes, and the node that creates the error when bisection found it."""
+        first = self.first_divergent
+        if first is None or not first.fused_from:
+            return []
+        out = [f"written by a fused kernel computing {', '.join(first.fused_from)}: the error may start in any of "
+               "them"]
+        b = self.first_divergent_bisect
+        if b is None:
+            out[0] += " (bisect each, or compare with TetherRunner(model, optimize=False))"
+            return out
+        origin = b.origin
+        if origin is None:
+            out.append("bisected alone on the reference's inputs, no node of the kernel leaves tolerance: the error "
+                       "comes in through the kernel's inputs")
+        else:
+            part = next(p for p in b.parts if p.node == origin)
+            out.append(f"bisected alone on the reference's inputs: node '{origin}' ({part.op_type}) creates the error "
+                       f"(alone max abs {_num(part.local.max_abs_error)}); the others stay within tolerance"
+                       if sum(not p.local.ok for p in b.parts) == 1 else
+                       f"bisected alone on the reference's inputs: node '{origin}' ({part.op_type}) is the first that "
+                       f"creates an error (alone max abs {_num(part.local.max_abs_error)}); also out of tolerance "
+                       f"alone: {', '.join(p.node for p in b.parts if not p.local.ok and p.node != origin)}")
+        return out
 
     def worst_layers(self, k: int = 5) -> list[LayerResult]:
         """The ``k`` compared layers with the lowest SNR (largest error relative to the signal)."""
@@ -182,9 +291,14 @@ class ParityReport:
         for o in self.outputs:
             m = o.metrics
             if not m.ok and m.worst_index is not None:
-                lines.append(f"worst element of '{o.name}': index {list(m.worst_index)}: reference "
+                batch = "" if o.worst_batch is None else f" (batch {o.worst_batch})"
+                lines.append(f"worst element of '{o.name}'{batch}: index {list(m.worst_index)}: reference "
                              f"{m.worst_reference!r}, candidate {m.worst_candidate!r} ({m.mismatches} of "
                              f"{m.elements} out of tolerance)")
+        for o in self.outputs:
+            if o.metrics.nonfinite:
+                lines.append(f"NaN or infinity in output '{o.name}': {o.metrics.nonfinite_text()}"
+                             f"{_agreement(o.metrics)}")
         if self.layers is not None:
             compared = sum(1 for la in self.layers if la.status == "compared")
             fused = sum(1 for la in self.layers if la.status == "fused")
@@ -196,9 +310,8 @@ class ParityReport:
                 assert first.metrics is not None
                 lines.append(f"first divergent node: '{first.node}' ({first.op_type}), value '{first.value}': "
                              f"max abs {_num(first.metrics.max_abs_error)}, SNR {_num(first.metrics.snr_db)} dB")
-                if first.fused_from:
-                    lines.append(f"  written by a fused kernel computing {', '.join(first.fused_from)}: the error may "
-                                 "start in any of them (bisect each, or compare unfused)")
+                lines.extend(f"  {line}" for line in self.fused_caveat())
+            lines.extend(self._nonfinite_layer_lines())
             worst = self.worst_layers()
             if worst:
                 lines.append(_table(["worst layers", "op", *_METRIC_HEADER],
@@ -227,6 +340,8 @@ class ParityReport:
             "outputs": [o.to_dict() for o in self.outputs],
             "layers": None if self.layers is None else [la.to_dict() for la in self.layers],
             "first_divergent": None if first is None else first.to_dict(),
+            "first_divergent_bisect": None if self.first_divergent_bisect is None
+            else self.first_divergent_bisect.to_dict(),
             "slices": None if self.slices is None else [s.to_dict() for s in self.slices],
             "notes": list(self.notes),
             "quantization": None if self.quantization is None else self.quantization.to_dict(),

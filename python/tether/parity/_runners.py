@@ -20,7 +20,7 @@ _ORT_TYPES = {
     "tensor(float)": "float32", "tensor(double)": "float64", "tensor(float16)": "float16",
     "tensor(int8)": "int8", "tensor(int16)": "int16", "tensor(int32)": "int32", "tensor(int64)": "int64",
     "tensor(uint8)": "uint8", "tensor(uint16)": "uint16", "tensor(uint32)": "uint32", "tensor(uint64)": "uint64",
-    "tensor(bool)": "bool", "tensor(string)": "object",
+    "tensor(bool)": "bool", "tensor(string)": "object", "tensor(bfloat16)": "bfloat16",
 }
 
 
@@ -134,9 +134,18 @@ class OnnxRuntimeRunner:
         return [o.name for o in self.session.get_outputs()]
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Runs the model in onnxruntime."""
+        """Runs the model in onnxruntime. Inputs onnxruntime refuses (a missing name, a wrong
+        dtype or shape) raise ArgumentError with its reason."""
         names = self.output_names()
-        return dict(zip(names, self.session.run(names, dict(feeds)), strict=True))
+        return dict(zip(names, self._run(self.session, names, feeds), strict=True))
+
+    def _run(self, sess: Any, names: Sequence[str], feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
+
+        try:
+            return list(sess.run(list(names), dict(feeds)))
+        except (InvalidArgument, ValueError) as e:
+            raise _core.ArgumentError(f"runner '{self.name}': onnxruntime refused the inputs: {e}") from None
 
     def intermediates(self, feeds: dict[str, np.ndarray], names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """The values ``names`` (default: every node output) from one run of a copy of the
@@ -152,7 +161,7 @@ class OnnxRuntimeRunner:
             sess = self._make_session(_with_outputs(self.model.to_bytes(), wanted))
             self._layer_sessions = {wanted: sess}  # one cached copy: they can be large
         got = [o.name for o in sess.get_outputs()]
-        return dict(zip(got, sess.run(got, dict(feeds)), strict=True))
+        return dict(zip(got, self._run(sess, got, feeds), strict=True))
 
     def for_model(self, model: ModelSource) -> OnnxRuntimeRunner:
         """A runner of the same kind and options for another model (used by bisection)."""
