@@ -289,6 +289,53 @@ def test_keras_export_of_an_op_the_onnx_converter_lacks_names_the_op_and_the_lay
     assert "is not supported" in message  # the converter's own words
     assert "tether.export.tflite" in message and "rewrite that layer" in message
     assert not path.exists() and not path.with_suffix(".golden").exists()
+    assert sorted(tmp_path.iterdir()) == []  # no staging folder either
+
+
+@pytest.fixture(scope="module")
+def two_inputs() -> tuple[Any, np.ndarray, np.ndarray]:
+    """Two inputs, 'image' then 'series', which LiteRT's signature may list in another order."""
+    keras.utils.set_random_seed(4)
+    image = keras.Input((8, 8, 3), name="image")
+    series = keras.Input((5, 2), name="series")
+    h = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 3, name="conv")(image))
+    s = keras.layers.Flatten()(series)
+    model = keras.Model([image, series], keras.layers.Dense(2, name="head")(keras.layers.Concatenate()([h, s])),
+                        name="two_inputs")
+    rng = np.random.default_rng(5)
+    return model, rng.random((2, 8, 8, 3), dtype=np.float32), rng.random((2, 5, 2), dtype=np.float32)
+
+
+def test_a_tuple_example_follows_the_keras_models_input_order_in_tflite(
+        two_inputs: tuple[Any, np.ndarray, np.ndarray], tmp_path: Path) -> None:
+    model, image, series = two_inputs
+    res = export_tflite(model, tmp_path / "two.tflite", example_inputs=(image, series))
+    assert res.ok, str(res)
+    assert res.report is not None and res.report.input_shapes == {"image": (2, 8, 8, 3), "series": (2, 5, 2)}
+    # The oracle: Keras called with the list in its own order.
+    got = LiteRTRunner(res.path).run({"image": image, "series": series})["output_0"]
+    np.testing.assert_allclose(got, np.asarray(model([image, series], training=False)), rtol=1e-4, atol=1e-5)
+
+
+def test_a_tuple_example_follows_the_keras_models_input_order_in_onnx_and_its_golden_bundle(
+        two_inputs: tuple[Any, np.ndarray, np.ndarray], tmp_path: Path) -> None:
+    model, image, series = two_inputs
+    res = export_keras(model, (image, series), tmp_path / "two.onnx")
+    assert res.ok, str(res)
+    (inputs, outputs), = load_golden(res.golden_path).samples
+    np.testing.assert_array_equal(inputs["image"], image)
+    np.testing.assert_array_equal(inputs["series"], series)
+    np.testing.assert_allclose(next(iter(outputs.values())), np.asarray(model([image, series], training=False)),
+                               rtol=1e-6, atol=1e-7)
+
+
+def test_a_tuple_example_of_the_wrong_length_is_an_argument_error(
+        two_inputs: tuple[Any, np.ndarray, np.ndarray], tmp_path: Path) -> None:
+    model, image, _ = two_inputs
+    with pytest.raises(tt.ArgumentError, match=r"example_inputs holds 1 arrays; model 'two_inputs' takes 2 inputs, in "
+                                               r"this order: \['image', 'series'\]"):
+        export_tflite(model, tmp_path / "two.tflite", example_inputs=(image,))
+    assert sorted(tmp_path.iterdir()) == []
 
 
 def test_tether_loads_a_model_after_tensorflow_was_imported(

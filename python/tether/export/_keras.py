@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from tether import _core
-from tether.export._result import ExportError, ExportResult, fail, first_line
+from tether.export._files import Staging, golden_path
+from tether.export._result import ExportError, ExportResult, fail, first_line, whole
 from tether.parity import (
     CallableRunner,
     InputSpec,
@@ -68,6 +69,18 @@ def _model_input_names(model: Any) -> list[str]:
         return [str(t.name) for t in (model.inputs or [])]
     except (AttributeError, ValueError):  # a subclassed model has no symbolic inputs
         return []
+
+
+def _by_keras_name(model: Any, example: Any) -> Any:
+    """A tuple example as a dict by Keras input name, in the model's input order (the exported
+    file and LiteRT may order their inputs otherwise); anything else as it is."""
+    names = _model_input_names(model)
+    if not isinstance(example, tuple) or not names:
+        return example
+    if len(example) != len(names):
+        raise _core.ArgumentError(f"example_inputs holds {len(example)} arrays; model '{model.name}' takes "
+                                  f"{len(names)} inputs, in this order: {names}")
+    return dict(zip(names, example, strict=True))
 
 
 def _call(model: Any, example: Any) -> Any:
@@ -267,7 +280,7 @@ def _tether_or_ort(path: Path, notes: list[str]) -> Any:
     try:
         return TetherRunner(path)
     except _core.UnsupportedError as e:
-        notes.append(f"tether cannot run the exported model ({first_line(e)}); verified with onnxruntime")
+        notes.append(f"tether cannot run the exported model ({whole(e)}); verified with onnxruntime")
         return OnnxRuntimeRunner(path)
 
 
@@ -317,42 +330,56 @@ def keras(model: Any, example_inputs: Any, path: str | os.PathLike[str], *, opse
     """
     _frameworks()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    example = _to_numpy(example_inputs)
+    example = _by_keras_name(model, _to_numpy(example_inputs))
     # Keras exports only a model that has been called; the call also checks the example.
     _call(model, example)
-    _export_onnx(model, path, opset)
-    input_names, output_names = _io_names(path)
-    feeds = _feeds(example, input_names)
-    reference = _reference(model, input_names, output_names)
-    result = ExportResult(path=path, exporter=f"keras Model.export(format='onnx') via tf2onnx {_tf2onnx_version()}",
-                          dynamic_dims=_dynamic_dims(path))
-    if verify:
-        _verify_onnx(reference, result, feeds)
-    if golden:
-        outputs = reference.run(feeds)
-        result.golden_path = save_golden(path.with_suffix(".golden"), [(feeds, outputs)], {
-            "model_sha256": model_sha256(path), "producer": _producer(), "exporter": result.exporter,
-            "tolerance": "fp32", "inputs": input_names, "outputs": output_names,
-            "dynamic_dims": {k: {str(a): d for a, d in v.items()} for k, v in result.dynamic_dims.items()},
-        }, overwrite=True)
-    if check and not result.ok:
-        fail(result, "\n".join(result.warnings) or "parity failed")
+    staging = Staging(path, golden=golden)
+    try:
+        result = _keras_staged(model, example, path, staging.path, opset, verify, golden, check)
+        staging.commit()
+    except BaseException:
+        staging.discard()
+        raise
     for w in result.warnings:
         warnings.warn(w, stacklevel=2)
     return result
 
 
-def _verify_onnx(reference: CallableRunner, result: ExportResult, feeds: dict[str, np.ndarray]) -> None:
-    runner = _tether_or_ort(result.path, result.warnings)
+def _keras_staged(model: Any, example: Any, path: Path, staged: Path, opset: int | None, verify: bool, golden: bool,
+                  check: bool) -> ExportResult:
+    """keras()'s export and checks on the file written at ``staged``, to be moved to ``path``."""
+    _export_onnx(model, staged, opset)
+    input_names, output_names = _io_names(staged)
+    feeds = _feeds(example, input_names)
+    reference = _reference(model, input_names, output_names)
+    result = ExportResult(path=path, exporter=f"keras Model.export(format='onnx') via tf2onnx {_tf2onnx_version()}",
+                          dynamic_dims=_dynamic_dims(staged))
+    if verify:
+        _verify_onnx(reference, result, feeds, staged)
+    if golden:
+        outputs = reference.run(feeds)
+        save_golden(golden_path(staged), [(feeds, outputs)], {
+            "model_sha256": model_sha256(staged), "producer": _producer(), "exporter": result.exporter,
+            "tolerance": "fp32", "inputs": input_names, "outputs": output_names,
+            "dynamic_dims": {k: {str(a): d for a, d in v.items()} for k, v in result.dynamic_dims.items()},
+        }, overwrite=True)
+        result.golden_path = golden_path(path)
+    if check and not result.ok:
+        result.golden_path = None
+        fail(result, "\n".join(result.warnings) or "parity failed")
+    return result
+
+
+def _verify_onnx(reference: CallableRunner, result: ExportResult, feeds: dict[str, np.ndarray], staged: Path) -> None:
+    runner = _tether_or_ort(staged, result.warnings)
     result.report = compare(reference, runner, feeds, tolerance="fp32")
     if not result.report.ok:
         result.warnings.append(_failed(result.report, runner.name))
     if isinstance(runner, TetherRunner):
         try:
-            ort = compare(reference, OnnxRuntimeRunner(result.path), feeds, tolerance="fp32")
+            ort = compare(reference, OnnxRuntimeRunner(staged), feeds, tolerance="fp32")
         except Exception as e:  # noqa: BLE001 - onnxruntime's verdict is a second opinion, reported as a warning
-            result.warnings.append(f"onnxruntime cannot run the exported model: {type(e).__name__}: {first_line(e)}")
+            result.warnings.append(f"onnxruntime cannot run the exported model: {type(e).__name__}: {whole(e)}")
         else:
             if not ort.ok:
                 result.warnings.append(_failed(ort, "onnxruntime") + f":\n{ort.table()}")
@@ -453,21 +480,35 @@ def tflite(model: Any, path: str | os.PathLike[str], *, representative_data: Ite
         >>> q = tt.export.tflite(model, "model_int8.tflite", representative_data=batches)  # doctest: +SKIP
         >>> q.ok, q.report.tolerance                                                      # doctest: +SKIP
     """
-    from tether.parity._litert import LiteRTRunner
-
     _, tf = _frameworks()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    example = _to_numpy(example_inputs) if example_inputs is not None else None
+    example = _by_keras_name(model, _to_numpy(example_inputs)) if example_inputs is not None else None
     if example is not None:
         _call(model, example)
     representative = _representative(model, representative_data) if representative_data is not None else None
-    path.write_bytes(_convert_tflite(model, representative))
+    flatbuffer = _convert_tflite(model, representative)
     kind = "int8 (float input and output)" if representative is not None else "float32"
     result = ExportResult(path=path, exporter=f"tf.lite.TFLiteConverter (tensorflow {tf.__version__}), {kind}")
-    if not verify:
-        return result
-    runner = LiteRTRunner(path)
+    staging = Staging(path, golden=False)
+    try:
+        staging.path.write_bytes(flatbuffer)
+        if verify:
+            _verify_tflite(model, staging.path, result, example, representative, check)
+        staging.commit()
+    except BaseException:
+        staging.discard()
+        raise
+    for w in result.warnings:
+        warnings.warn(w, stacklevel=2)
+    return result
+
+
+def _verify_tflite(model: Any, staged: Path, result: ExportResult, example: Any, representative: list[Any] | None,
+                   check: bool) -> None:
+    """LiteRT runs the file written at ``staged`` and is compared with Keras."""
+    from tether.parity._litert import LiteRTRunner
+
+    runner = LiteRTRunner(staged)
     input_names = [s.name for s in runner.input_specs()]
     probe = _keras_outputs(model, input_names, _first_feeds(runner, example, representative))
     reference = _reference(model, input_names, _tflite_output_names(runner, len(probe)), runner.input_specs())
@@ -481,10 +522,7 @@ def tflite(model: Any, path: str | os.PathLike[str], *, representative_data: Ite
     if not result.report.ok:
         result.warnings.append(_failed(result.report, "LiteRT"))
         if check:
-            fail(result, f"{result.warnings[-1]}\n{result.report.table()}")
-    for w in result.warnings:
-        warnings.warn(w, stacklevel=2)
-    return result
+            fail(result, result.warnings[-1], result.report.table())
 
 
 def _batch_feeds(batch: Any, names: list[str]) -> dict[str, np.ndarray]:
