@@ -346,3 +346,20 @@ def test_custom_translation_table_exports_an_op_onnx_lacks(tmp_path: Path) -> No
     assert res.ok and res.exporter == "torch.onnx.export(dynamo=True)"
     x = np.random.default_rng(0).standard_normal((5, 4), dtype=np.float32)
     np.testing.assert_allclose(_ort(res.path, {"x": x})[0], _torch(module, x), rtol=1e-5, atol=1e-6)
+
+
+class _TwoScales(nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x * 5000.0, x * 1e-3
+
+
+def test_each_output_gets_atol_scaled_by_its_own_peak_and_the_golden_bundle_records_it(tmp_path: Path) -> None:
+    x = torch.rand(3, 4) + 0.5
+    res = tt.export.torch(_TwoScales().eval(), x, tmp_path / "two.onnx", output_names=["big", "small"], generated_inputs=0)
+    big, small = (o.metrics.tolerance for o in res.report.outputs)
+    peak = float(np.abs(x.numpy() * np.float32(5000.0)).max())  # numpy's own product is the oracle
+    assert big.atol == pytest.approx(1e-5 * peak) and big.rtol == 1e-4
+    assert small == Tolerance(atol=1e-5, rtol=1e-4)  # a peak below 1 keeps the profile's atol
+    meta = tt.parity.load_golden(res.golden_path).metadata
+    assert meta["output_tolerances"]["big"]["atol"] == pytest.approx(1e-5 * peak)
+    assert meta["output_tolerances"]["small"]["atol"] == 1e-5
