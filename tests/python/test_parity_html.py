@@ -144,6 +144,7 @@ LAYERS: list[tuple[str, str, str, np.ndarray | None, np.ndarray | None, str]] = 
     ("block.1/add <b>x</b>", "Add", "compared", _A, _A + np.float32(3e-2), ""),
     ("block.2/mul", "Mul", "compared", _A, _A * np.float32(1.5), ""),
     ("head/softmax", "Softmax", "missing", None, None, ""),
+    ("encoder/" + "a_very_long_module_path_" * 10 + "matmul", "MatMul", "compared", _A, _A.copy(), ""),
 ]
 
 
@@ -280,7 +281,8 @@ def test_slices_table_matches_numpy_top1_agreement(failing_dom: Node) -> None:
 
 
 def test_hostile_names_stay_text_and_inject_no_script(failing_dom: Node, failing_page: Path) -> None:
-    assert failing_dom.find_all("script") == []
+    scripts = failing_dom.find_all("script")  # only the page's own table tools, inline
+    assert [(sc.attrs.get("id"), sc.attrs.get("src")) for sc in scripts] == [("tether-tables", None)]
     nodes = failing_dom.find_all("td", class_="node")
     assert all(not n.children for n in nodes)  # the <b> in a node name is text, not an element
     assert any(n.text() == "block.1/add <b>x</b>" for n in nodes)
@@ -314,3 +316,115 @@ def test_screenshot_is_a_png_of_the_requested_size(chromium: str, failing_page: 
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
     assert struct.unpack(">II", data[16:24]) == (1200, 2000)
     assert len(data) > 10_000  # a blank page compresses to far less
+
+
+# --- layout and table tools, measured and driven in the browser -----------------------------------
+
+_PROBE = """<script>
+(function () {
+  var out = {}, t = document.getElementById("layers");
+  out.tableRight = t.getBoundingClientRect().right;
+  out.scrollWidth = document.documentElement.scrollWidth;
+  out.innerWidth = window.innerWidth;
+  function rows(onlyShown) {
+    return Array.prototype.filter.call(t.tBodies[0].rows, function (r) { return !onlyShown || r.style.display !== "none"; })
+      .map(function (r) { return r.cells[1].textContent; });
+  }
+  var heads = t.tHead.rows[0].cells;
+  var col = Array.prototype.findIndex.call(heads, function (h) { return h.textContent === "max abs"; });
+  heads[col].click(); out.ascending = rows(false);
+  heads[col].click(); out.descending = rows(false);
+  var f = document.getElementById("layer-filter");
+  f.value = "BLOCK"; f.dispatchEvent(new Event("input")); out.filtered = rows(true);
+  f.value = ""; f.dispatchEvent(new Event("input"));
+  var c = document.getElementById("layer-failing");
+  c.checked = true; c.dispatchEvent(new Event("change")); out.failing = rows(true);
+  out.count = document.getElementById("layer-count").textContent;
+  out.boxes = Array.prototype.map.call(document.querySelectorAll("figure.snr svg text"), function (e) {
+    var b = e.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom, e.textContent];
+  });
+  var pre = document.createElement("pre"); pre.id = "probe"; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>"""
+
+
+@pytest.fixture(scope="module")
+def probe(chromium: str, failing_page: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The failing page at 1400 px, with a script that measures the layout and drives the table
+    tools as a user would (clicks, typing, a checkbox), its findings returned in the DOM."""
+    import json
+
+    folder = tmp_path_factory.mktemp("probe")
+    page = folder / "probed.html"
+    page.write_text(failing_page.read_text(encoding="utf-8").replace("</body>", _PROBE + "</body>"), encoding="utf-8")
+    dom = _parse(_chromium(chromium, page, folder / "profile", "--window-size=1400,2000", "--dump-dom").stdout)
+    return json.loads(dom.find("pre", id="probe").text())
+
+
+def test_layer_table_fits_a_1400_pixel_page(probe: dict) -> None:
+    assert probe["innerWidth"] == 1400
+    assert probe["tableRight"] <= 1400 and probe["scrollWidth"] <= 1400, probe
+
+
+def test_layer_table_sorts_by_a_clicked_column_with_empty_cells_last(probe: dict) -> None:
+    compared = [(float(_abs_err(r, c).max()), node) for node, _, status, r, c, _ in LAYERS
+                if status == "compared" and r is not None and c is not None]
+    empty = [node for node, _, status, *_ in LAYERS if status != "compared"]
+    ascending = [n for _, n in sorted(compared, key=lambda t: t[0])]
+    descending = [n for _, n in sorted(compared, key=lambda t: -t[0])]
+    # Equal values keep their order (a stable sort), as Python's sorted does.
+    assert probe["ascending"] == ascending + empty
+    assert probe["descending"] == descending + empty
+
+
+def test_layer_table_filters_by_text_and_by_failure(probe: dict) -> None:
+    # The rows stay in the order the last sort left them: compare as sets of rows.
+    assert sorted(probe["filtered"]) == sorted(node for node, *_ in LAYERS if "block" in node.lower())
+    failing = [node for node, _, status, r, c, _ in LAYERS
+               if status == "compared" and r is not None and c is not None and not _within(r, c).all()]
+    assert sorted(probe["failing"]) == sorted(failing)
+    assert probe["count"] == f"{len(failing)} of {len(LAYERS)} rows"
+
+
+def test_snr_chart_labels_do_not_overlap(probe: dict) -> None:
+    boxes = [b for b in probe["boxes"] if b[4].strip()]
+    assert any(b[4].startswith("first divergent:") for b in boxes)
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            overlap_x = min(a[2], b[2]) - max(a[0], b[0])
+            overlap_y = min(a[3], b[3]) - max(a[1], b[1])
+            assert overlap_x <= 0.5 or overlap_y <= 0.5, (a, b)
+
+
+def test_dataset_mode_names_the_batch_of_the_worst_element(failing_dom: Node) -> None:
+    table = failing_dom.find("table", id="outputs")
+    for name in ("y", HOSTILE_OUTPUT):
+        errors = [float(_abs_err(_ref(x)[name], _cand(x)[name]).max()) for x in BATCHES]
+        cell = table.find("tr", **{"data-output": name}).find("td", class_="worst_batch")
+        assert cell.text() == str(int(np.argmax(errors))), name
+
+
+def test_header_names_each_model_file_and_its_sha256(chromium: str, tmp_path: Path) -> None:
+    import hashlib
+
+    import onnx
+    from onnx import helper, numpy_helper
+    from tether.parity import OnnxRuntimeRunner, TetherRunner
+
+    def model(path: Path, k: float) -> Path:
+        g = helper.make_graph([helper.make_node("Mul", ["x", "k"], ["y"], name="scale")], "m",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])],
+                              [numpy_helper.from_array(np.array(k, np.float32), "k")])
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+        return path
+
+    a, b = model(tmp_path / "a.onnx", 2.0), model(tmp_path / "b.onnx", 2.5)
+    rep = compare(OnnxRuntimeRunner(a), TetherRunner(b), np.ones(2, np.float32))
+    rep.to_html(tmp_path / "r.html")
+    dom = _dom(chromium, tmp_path / "r.html", tmp_path / "profile")
+    for role, path in (("reference", a), ("candidate", b)):
+        dd = dom.find("dd", class_=f"{role}_file")
+        assert dd.find("span", class_="path").text() == str(path)
+        assert dd.find("code", class_="sha256").text() == hashlib.sha256(path.read_bytes()).hexdigest()

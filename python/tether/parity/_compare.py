@@ -12,6 +12,7 @@ from tether import _core
 from tether._model import Model
 from tether.parity._inputs import Feeds, check_feeds, generate_inputs, iter_feeds
 from tether.parity._metrics import Metrics, Tolerance, compare_arrays
+from tether.parity._provenance import NodeOrigin, node_origins
 from tether.parity._report import BisectResult, LayerResult, OutputResult, ParityReport, SliceResult
 from tether.parity._runners import OnnxRuntimeRunner, TetherRunner, TorchRunner, as_runner
 from tether.parity._types import InputSpec, Runner
@@ -66,6 +67,21 @@ def _stored_samples(reference: Runner, candidate: Runner) -> tuple[Runner, list[
     for r in (reference, candidate):
         if isinstance(r, GoldenRunner):
             return r, r.samples()
+    return None
+
+
+def _model_file(runner: Runner) -> dict[str, str] | None:
+    """The file a runner runs and its SHA-256; a golden bundle's folder and the hash it records."""
+    from tether.parity._golden import GoldenRunner, model_sha256
+
+    if isinstance(runner, GoldenRunner):
+        if not runner.path:
+            return None
+        return {"kind": "golden bundle", "path": runner.path,
+                "sha256": str(runner.bundle.metadata.get("model_sha256", ""))}
+    model = getattr(runner, "model", None)
+    if isinstance(model, Model) and model.path and os.path.isfile(model.path):
+        return {"kind": "model", "path": model.path, "sha256": model_sha256(model.path)}
     return None
 
 
@@ -225,6 +241,7 @@ def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: To
     if inputs_note:
         report.notes.append(inputs_note)
     report.notes.extend(_hash_notes(ref, cand))
+    report.models = {role: f for role, r in (("reference", ref), ("candidate", cand)) if (f := _model_file(r))}
     if labels is not None:
         report.slices = _slices(top1, labels)
     if layerwise:
@@ -326,6 +343,7 @@ def layerwise_compare(reference: Any, candidate: Any, feeds: Feeds, *, tolerance
     ref_inside, ref_groups = _fused_groups(ref)
     cand_inside, cand_groups = _fused_groups(cand)
     fused, groups = {**ref_inside, **cand_inside}, {**ref_groups, **cand_groups}
+    origins = _origins(graph)
     out = []
     for k, node in enumerate(graph.nodes):
         label = node.name or (node.outputs[0] if node.outputs else f"#{k}")
@@ -340,7 +358,18 @@ def layerwise_compare(reference: Any, candidate: Any, feeds: Feeds, *, tolerance
                 out.append(LayerResult(k, label, op, value, "fused", fused_into=fused[label]))
             else:
                 out.append(LayerResult(k, label, op, value, "missing"))
+            out[-1].origin = origins.get(label)
     return out
+
+
+def _origins(graph: Model) -> dict[str, NodeOrigin]:
+    try:
+        return node_origins(graph)
+    except (OSError, ValueError) as e:  # a file the onnx package cannot read: the report goes on without origins
+        import warnings
+
+        warnings.warn(f"torch origins of the nodes could not be read: {e}", stacklevel=3)
+        return {}
 
 
 def _bisect_fused_first(ref: Runner, cand: Runner, report: ParityReport, feeds: Feeds,

@@ -359,6 +359,8 @@ class GoldenRunner:
 
     def __init__(self, bundle_or_path: GoldenBundle | str | os.PathLike[str], name: str = "golden") -> None:
         self.name = name
+        #: The bundle's folder, when it was loaded from one.
+        self.path = "" if isinstance(bundle_or_path, GoldenBundle) else os.fspath(bundle_or_path)
         self.bundle = bundle_or_path if isinstance(bundle_or_path, GoldenBundle) else load_golden(bundle_or_path)
 
     def input_specs(self) -> list[InputSpec]:

@@ -26,8 +26,83 @@ th,td{border:1px solid #ccc;padding:.2em .5em;text-align:right;white-space:nowra
 th{background:#f0f0f0}td.name,td.text{text-align:left}td.problem{white-space:normal;max-width:30em}
 tr.fail td.status{color:#b3261e;font-weight:bold}tr.first-divergent td{background:#ffe08a}
 tr.error-origin td{background:#ffc9c4}
-div.scroll{overflow-x:auto}figure.chart{display:inline-block;margin:.5em 1em .5em 0;vertical-align:top}
+div.scroll{overflow-x:auto}th{cursor:pointer}th[aria-sort=ascending]::after{content:" \\25B2"}
+th[aria-sort=descending]::after{content:" \\25BC"}
+table#layers{table-layout:fixed;width:100%}table#layers td,table#layers th{white-space:normal;overflow-wrap:anywhere}
+td.nonfinite{color:#8a4b00;font-weight:bold}div.table-tools{margin:.5em 0;font-size:.9em}
+dd code.sha256{font-size:.85em;overflow-wrap:anywhere}
+figure.chart{display:inline-block;margin:.5em 1em .5em 0;vertical-align:top}
 figure.chart svg{max-width:100%;height:auto}p.note{color:#555;font-style:italic}
+"""
+
+
+# Sorting (click a header; again to reverse) and filtering of tables, inline: the page works offline.
+# Numbers sort by their data-value, text by its content, empty cells last.
+_SCRIPT = """
+(function () {
+  function key(td) {
+    if (!td) return null;
+    var v = td.getAttribute("data-value");
+    if (v !== null) {
+      if (v === "inf") return Infinity;
+      if (v === "-inf") return -Infinity;
+      var f = parseFloat(v);
+      if (!isNaN(f)) return f;
+    }
+    var t = td.textContent.trim();
+    return t === "" ? null : t.toLowerCase();
+  }
+  function compare(a, b) {
+    if (a === b) return 0;
+    if (a === null) return 1;
+    if (b === null) return -1;
+    if (typeof a !== typeof b) return typeof a === "number" ? -1 : 1;
+    return a < b ? -1 : 1;
+  }
+  function sortBy(table, col, th) {
+    var asc = th.getAttribute("aria-sort") !== "ascending";
+    var heads = table.tHead.rows[0].cells;
+    for (var i = 0; i < heads.length; i++) heads[i].removeAttribute("aria-sort");
+    th.setAttribute("aria-sort", asc ? "ascending" : "descending");
+    var body = table.tBodies[0];
+    var rows = Array.prototype.slice.call(body.rows);
+    rows.sort(function (r, s) {
+      var c = compare(key(r.cells[col]), key(s.cells[col]));
+      if (c === 0) return 0;
+      return asc || key(r.cells[col]) === null || key(s.cells[col]) === null ? c : -c;
+    });
+    rows.forEach(function (r) { body.appendChild(r); });
+  }
+  var tables = document.querySelectorAll("table.sortable");
+  Array.prototype.forEach.call(tables, function (table) {
+    var heads = table.tHead.rows[0].cells;
+    Array.prototype.forEach.call(heads, function (th, col) {
+      th.title = "sort by " + th.textContent;
+      th.addEventListener("click", function () { sortBy(table, col, th); });
+    });
+  });
+  var filter = document.getElementById("layer-filter");
+  var failing = document.getElementById("layer-failing");
+  var layers = document.getElementById("layers");
+  function apply() {
+    if (!layers) return;
+    var words = filter.value.toLowerCase().trim();
+    var shown = 0, rows = layers.tBodies[0].rows;
+    for (var i = 0; i < rows.length; i++) {
+      var r = rows[i];
+      var hit = (!words || r.textContent.toLowerCase().indexOf(words) >= 0) &&
+                (!failing.checked || r.classList.contains("fail"));
+      r.style.display = hit ? "" : "none";
+      if (hit) shown++;
+    }
+    document.getElementById("layer-count").textContent = shown + " of " + rows.length + " rows";
+  }
+  if (filter && failing && layers) {
+    filter.addEventListener("input", apply);
+    failing.addEventListener("change", apply);
+    apply();
+  }
+})();
 """
 
 
@@ -55,8 +130,8 @@ def _td(x: Any, cls: str = "", number: bool = False) -> str:
 
 def _table(table_id: str, header: list[str], rows: list[str]) -> str:
     head = "".join(f"<th>{_esc(h)}</th>" for h in header)
-    return (f'<div class="scroll"><table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>\n' + "\n".join(rows)
-            + "\n</tbody></table></div>")
+    return (f'<div class="scroll"><table id="{table_id}" class="sortable"><thead><tr>{head}</tr></thead><tbody>\n'
+            + "\n".join(rows) + "\n</tbody></table></div>")
 
 
 def _svg(fig: Figure) -> str:
@@ -80,23 +155,30 @@ def _figure() -> Figure:
 
 
 _OUTPUT_HEADER = ["output", "status", "max abs", "mean abs", "max rel", "cosine", "SNR dB", "out of tol",
-                  "out of tol (count)", "required atol", "required rtol", "worst index", "reference", "candidate",
-                  "problem"]
+                  "out of tol (count)", "required atol", "required rtol", "worst batch", "worst index", "reference",
+                  "candidate", "NaN / inf (ref)", "NaN / inf (cand)", "problem"]
 
 
 def _output_row(o: OutputResult) -> str:
     m = o.metrics
     name = o.name if not o.candidate_name or o.candidate_name == o.name else f"{o.name} (candidate: {o.candidate_name})"
     idx = "" if m.worst_index is None else str(list(m.worst_index))
+    # Integers, bools and strings are judged by the count of unequal elements alone.
+    fl = not m.exact
     cells = [
         _td(name, "name"), _td("ok" if m.ok else "FAIL", "status"),
         _td(m.max_abs_error, "max_abs", True), _td(m.mean_abs_error, "mean_abs", True),
-        _td(m.max_rel_error, "max_rel", True), _td(m.cosine, "cosine", True), _td(m.snr_db, "snr", True),
+        _td(m.max_rel_error if fl else "", "max_rel", fl), _td(m.cosine if fl else "", "cosine", fl),
+        _td(m.snr_db if fl else "", "snr", fl),
         f'<td class="mismatch_fraction" data-value="{m.mismatch_fraction!r}">{m.mismatch_fraction:.2%}</td>',
         _td(f"{m.mismatches} of {m.elements}", "mismatches"),
-        _td(m.required_atol, "required_atol", True), _td(m.required_rtol, "required_rtol", True),
+        _td(m.required_atol if fl else "exact", "required_atol", fl),
+        _td(m.required_rtol if fl else "exact", "required_rtol", fl),
+        _td("" if o.worst_batch is None else o.worst_batch, "worst_batch", o.worst_batch is not None),
         _td(idx, "worst_index"), _td(_num(m.worst_reference), "worst_reference"),
-        _td(_num(m.worst_candidate), "worst_candidate"), _td(m.problem, "problem"),
+        _td(_num(m.worst_candidate), "worst_candidate"),
+        _nonfinite_cell(m.reference_nan, m.reference_inf, "nonfinite_reference"),
+        _nonfinite_cell(m.candidate_nan, m.candidate_inf, "nonfinite_candidate"), _td(m.problem, "problem"),
     ]
     return f'<tr class="{"ok" if m.ok else "fail"}" data-output="{_esc(o.name)}">' + "".join(cells) + "</tr>"
 
@@ -134,7 +216,15 @@ def _histogram(name: str, errors: Any, m: Metrics) -> str:
     return f"{open_tag}{_svg(fig)}<figcaption>{caption}</figcaption></figure>"
 
 
-_LAYER_HEADER = ["#", "node", "op", "value", "status", "max abs", "SNR dB", "ok"]
+_LAYER_HEADER = ["#", "node", "op", "value", "status", "max abs", "SNR dB", "NaN / inf (ref)", "NaN / inf (cand)",
+                 "ok", "torch module", "source"]
+# Column widths of the layer table, in percent of the page: names wrap so the table fits any page width.
+_LAYER_WIDTHS = [3, 18, 7, 12, 13, 6, 5, 5, 5, 3, 12, 11]
+
+
+def _nonfinite_cell(nan: int, inf: int, cls: str) -> str:
+    flag = " nonfinite" if nan or inf else ""
+    return f'<td class="{cls}{flag}" data-value="{nan + inf}">{nan} / {inf}</td>'
 
 
 def _layer_row(la: LayerResult, first: LayerResult | None, origin: str | None = None) -> str:
@@ -142,11 +232,19 @@ def _layer_row(la: LayerResult, first: LayerResult | None, origin: str | None = 
     if origin is not None and la.node == origin:
         status += "; creates the error (bisected alone)"
     m = la.metrics
-    cells = [_td(la.index, "index"), _td(la.node, "name node"), _td(la.op_type, "text op"), _td(la.value, "text value"),
-             _td(status, "text status"),
+    o = la.origin
+    source = (f'<td class="text source" title="{_esc(o.file)}:{o.line}">{_esc(o.source)}</td>' if o and o.file
+              else _td("", "text source"))
+    cells = [_td(la.index, "index", True), _td(la.node, "name node"), _td(la.op_type, "text op"),
+             _td(la.value, "text value"), _td(status, "text status"),
              _td(m.max_abs_error, "max_abs", True) if m else _td("", "max_abs"),
-             _td(m.snr_db, "snr", True) if m else _td("", "snr"),
-             _td("" if m is None else ("yes" if m.ok else "no"), "ok")]
+             _td(m.snr_db, "snr", True) if m and not m.exact else _td("", "snr"),
+             _nonfinite_cell(m.reference_nan, m.reference_inf, "nonfinite_reference") if m
+             else _td("", "nonfinite_reference"),
+             _nonfinite_cell(m.candidate_nan, m.candidate_inf, "nonfinite_candidate") if m
+             else _td("", "nonfinite_candidate"),
+             _td("" if m is None else ("yes" if m.ok else "no"), "ok"),
+             _td(o.label if o else "", "text module"), source]
     classes = ["ok" if la.ok else "fail", la.status]
     if origin is not None and la.node == origin:
         classes.append("error-origin")
@@ -155,6 +253,16 @@ def _layer_row(la: LayerResult, first: LayerResult | None, origin: str | None = 
         classes.append("first-divergent")
         anchor = ' id="first-divergent"'
     return f'<tr{anchor} class="{" ".join(classes)}">' + "".join(cells) + "</tr>"
+
+
+def _layer_table(rows: list[str]) -> str:
+    cols = "".join(f'<col style="width:{w}%">' for w in _LAYER_WIDTHS)
+    head = "".join(f"<th>{_esc(h)}</th>" for h in _LAYER_HEADER)
+    tools = ('<div class="table-tools"><label>filter <input type="search" id="layer-filter" '
+             'placeholder="node, op, value or module"></label> <label><input type="checkbox" id="layer-failing"> '
+             'only out of tolerance</label> <span id="layer-count"></span></div>')
+    return (f'{tools}<table id="layers" class="sortable"><colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead>'
+            "<tbody>\n" + "\n".join(rows) + "\n</tbody></table>")
 
 
 def _snr_chart(layers: list[LayerResult], first: LayerResult | None) -> str:
@@ -169,7 +277,7 @@ def _snr_chart(layers: list[LayerResult], first: LayerResult | None) -> str:
     fig = _figure()
     from matplotlib.ticker import MaxNLocator
 
-    fig.set_size_inches(max(5.2, min(14.0, 0.12 * len(pts))), 3.2)
+    fig.set_size_inches(max(6.4, min(13.0, 0.12 * len(pts))), 3.2)
     ax = fig.add_subplot()
     xs = np.array([p[0] for p in pts], dtype=np.float64)
     ys = np.array([min(max(p[1], bottom), top) for p in pts], dtype=np.float64)
@@ -184,15 +292,18 @@ def _snr_chart(layers: list[LayerResult], first: LayerResult | None) -> str:
             if keep.any():
                 ax.scatter(xs[keep], ys[keep], s=20, marker=marker, color=color, zorder=2, label=what + label)
     if first is not None and first.metrics is not None:
-        y = min(max(first.metrics.snr_db, bottom), top)
-        ax.annotate(f"first divergent: {first.node}", (first.index, y), xytext=(8, 14), textcoords="offset points",
-                    fontsize="small", color="#b3261e", parse_math=False, arrowprops={"arrowstyle": "->",
-                                                                                      "color": "#b3261e"})
+        # A dashed line at the layer and its name above the axes: text inside the plot would
+        # cover points or the legend.
+        ax.axvline(first.index, color="#b3261e", linestyle="--", linewidth=0.8, zorder=0)
+        name = first.node if len(first.node) <= 60 else first.node[:59] + "…"
+        ax.set_title(f"first divergent: {name} (#{first.index})", fontsize="small", color="#b3261e",
+                     loc="left")
     ax.set_ylim(bottom, top + (top - bottom) * 0.05)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("layer (topological order)")
     ax.set_ylabel("SNR dB")
-    ax.legend(loc="lower left", fontsize="x-small")
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right upper", fontsize="x-small")
     caption = "signal-to-noise ratio of every compared value; higher is closer to the reference"
     return f'<figure class="chart snr">{_svg(fig)}<figcaption>{caption}</figcaption></figure>'
 
@@ -216,6 +327,11 @@ def _header(report: ParityReport) -> str:
              ("tolerance", f"rule {t.rule}, atol {t.atol:g}, rtol {t.rtol:g}"),
              ("batches", str(report.batches)), ("input shapes", shapes)]
     meta = "".join(f'<dt>{_esc(k)}</dt><dd class="{k.replace(" ", "_")}">{_esc(v)}</dd>' for k, v in items)
+    for role, f in report.models.items():
+        what = "recorded model SHA-256" if f.get("kind") == "golden bundle" else "SHA-256"
+        meta += (f'<dt>{_esc(role)} {_esc(f.get("kind", "model"))}</dt><dd class="{role}_file">'
+                 f'<span class="path">{_esc(f["path"])}</span><br>{what} <code class="sha256">'
+                 f'{_esc(f["sha256"] or "not recorded")}</code></dd>')
     out = [f"<h1>tether parity: {_esc(report.candidate)} vs {_esc(report.reference)}</h1>",
            f'<p id="verdict" class="{verdict.lower()}">{verdict}</p>', f'<dl class="meta">{meta}</dl>']
     if report.notes:
@@ -262,7 +378,7 @@ def render(report: ParityReport) -> str:
                 summary_html += ('<span id="fused-caveat">' + "".join(f"<br>{_esc(line[:1].upper() + line[1:])}."
                                                                       for line in caveat) + "</span>")
         body += ["<h2>Layers</h2>", f'<p id="layer-summary">{summary_html}</p>', _snr_chart(report.layers, first),
-                 _table("layers", _LAYER_HEADER, [_layer_row(la, first, origin) for la in report.layers])]
+                 _layer_table([_layer_row(la, first, origin) for la in report.layers])]
     if report.slices:
         body += ["<h2>Per label</h2>",
                  _table("slices", ["label", "samples", "top-1 agreement", "reference acc", "candidate acc"],
@@ -271,4 +387,4 @@ def render(report: ParityReport) -> str:
         body.append('<section id="quantization">' + report.quantization.html() + "</section>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{_esc(title)}</title><style>{_CSS}</style></head>\n<body>\n"
-            + "\n".join(body) + "\n</body></html>\n")
+            + "\n".join(body) + f'\n<script id="tether-tables">{_SCRIPT}</script>\n</body></html>\n')

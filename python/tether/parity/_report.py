@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.parity._metrics import Metrics, Tolerance
+from tether.parity._provenance import NodeOrigin
 
 
 @dataclass
@@ -59,6 +60,8 @@ class LayerResult:
     metrics: Metrics | None = None
     fused_into: str = ""
     fused_from: list[str] = field(default_factory=list)  # every node of the fused kernel writing this value
+    #: The torch module and source line that produced the node (dynamo exporter's records), if known.
+    origin: NodeOrigin | None = None
 
     @property
     def ok(self) -> bool:
@@ -73,7 +76,16 @@ class LayerResult:
             d["fused_into"] = self.fused_into
         if self.fused_from:
             d["fused_from"] = list(self.fused_from)
+        if self.origin is not None:
+            d["origin"] = self.origin.to_dict()
         return d
+
+    def where(self) -> str:
+        """``"torch module fc1 (Linear), model.py:13"``, or ``""`` without recorded origin."""
+        if self.origin is None:
+            return ""
+        src = f", {self.origin.source}" if self.origin.source else ""
+        return f"torch module {self.origin.label}{src}"
 
 
 @dataclass
@@ -170,6 +182,13 @@ def _num(x: float) -> str:
     return f"{x:.3g}"
 
 
+def _file_text(f: dict[str, str]) -> str:
+    if f.get("kind") == "golden bundle":
+        recorded = f"recorded for a model with SHA-256 {f['sha256']}" if f["sha256"] else "no model hash recorded"
+        return f"golden bundle: {f['path']} ({recorded})"
+    return f"model: {f['path']} (SHA-256 {f['sha256']})"
+
+
 def _agreement(m: Metrics) -> str:
     if m.nonfinite_mismatches:
         return f" ({m.nonfinite_mismatches} positions disagree)"
@@ -227,6 +246,9 @@ class ParityReport:
     #: When a fused kernel of the candidate writes the first divergent value: each node of the
     #: kernel bisected alone, naming in ``origin`` the node that creates the error.
     first_divergent_bisect: BisectResult | None = None
+    #: The files each side ran, by role ("reference", "candidate"): ``path`` and ``sha256``
+    #: (for a golden bundle, the folder and the model hash it records).
+    models: dict[str, dict[str, str]] = field(default_factory=dict)
     _errors: dict[str, Any] = field(default_factory=dict, repr=False)  # output -> sample of |c - r| for the HTML
 
     @property
@@ -268,12 +290,15 @@ class ParityReport:
                        "comes in through the kernel's inputs")
         else:
             part = next(p for p in b.parts if p.node == origin)
+            traced = next((la for la in self.layers or [] if la.node == origin and la.origin is not None), None)
             out.append(f"bisected alone on the reference's inputs: node '{origin}' ({part.op_type}) creates the error "
                        f"(alone max abs {_num(part.local.max_abs_error)}); the others stay within tolerance"
                        if sum(not p.local.ok for p in b.parts) == 1 else
                        f"bisected alone on the reference's inputs: node '{origin}' ({part.op_type}) is the first that "
                        f"creates an error (alone max abs {_num(part.local.max_abs_error)}); also out of tolerance "
                        f"alone: {', '.join(p.node for p in b.parts if not p.local.ok and p.node != origin)}")
+            if traced is not None:
+                out.append(f"node '{origin}' comes from {traced.where()}")
         return out
 
     def worst_layers(self, k: int = 5) -> list[LayerResult]:
@@ -286,6 +311,8 @@ class ParityReport:
         lines = [f"parity: {self.candidate} vs {self.reference} ({self.batches} batch"
                  f"{'es' if self.batches != 1 else ''}; tolerance {self.tolerance.rule}: atol={self.tolerance.atol:g}"
                  f" rtol={self.tolerance.rtol:g}): {'PASS' if self.ok else 'FAIL'}"]
+        for role, f in self.models.items():
+            lines.append(f"{role} {_file_text(f)}")
         rows = [[o.name, *_metric_cells(o.metrics)] for o in self.outputs]
         lines.append(_table(["output", *_METRIC_HEADER], rows))
         for o in self.outputs:
@@ -310,12 +337,19 @@ class ParityReport:
                 assert first.metrics is not None
                 lines.append(f"first divergent node: '{first.node}' ({first.op_type}), value '{first.value}': "
                              f"max abs {_num(first.metrics.max_abs_error)}, SNR {_num(first.metrics.snr_db)} dB")
+                if first.origin is not None:
+                    lines.append(f"  from {first.where()}")
                 lines.extend(f"  {line}" for line in self.fused_caveat())
             lines.extend(self._nonfinite_layer_lines())
             worst = self.worst_layers()
             if worst:
-                lines.append(_table(["worst layers", "op", *_METRIC_HEADER],
-                                    [[la.node, la.op_type, *_metric_cells(la.metrics)] for la in worst if la.metrics]))
+                traced = any(la.origin is not None for la in worst)
+                lines.append(_table(["worst layers", "op", *_METRIC_HEADER, *(["torch module", "source"] if traced
+                                                                               else [])],
+                                    [[la.node, la.op_type, *_metric_cells(la.metrics),
+                                      *([la.origin.label if la.origin else "", la.origin.source if la.origin else ""]
+                                        if traced else [])]
+                                     for la in worst if la.metrics]))
         if self.slices:
             lines.append(_table(["label", "samples", "top-1 agreement", "reference acc", "candidate acc"],
                                 [[str(s.label), str(s.samples), f"{s.top1_agreement:.2%}",
@@ -344,6 +378,7 @@ class ParityReport:
             else self.first_divergent_bisect.to_dict(),
             "slices": None if self.slices is None else [s.to_dict() for s in self.slices],
             "notes": list(self.notes),
+            "models": {k: dict(v) for k, v in self.models.items()},
             "quantization": None if self.quantization is None else self.quantization.to_dict(),
         }
 
