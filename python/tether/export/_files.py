@@ -25,8 +25,8 @@ class Staging:
     nothing at ``path``, and a file there from an earlier export is left as it was.
 
     Example:
-        >>> staging = Staging(Path("out/net.onnx"))                 # doctest: +SKIP
-        >>> write_model(staging.path); staging.commit()             # doctest: +SKIP
+        >>> staging = Staging(Path("out/net.onnx"), golden=True)    # doctest: +SKIP
+        >>> model.save(staging.path); staging.commit()              # doctest: +SKIP
     """
 
     def __init__(self, path: Path, *, golden: bool) -> None:
@@ -36,10 +36,6 @@ class Staging:
             _check_replaceable(golden_path(path))
         self.dir = Path(tempfile.mkdtemp(prefix=f".{path.name}.export-", dir=path.parent))
         self.path = self.dir / path.name
-
-    def final_name(self, staged: Path | None) -> Path | None:
-        """The final path of a file written in the staging folder."""
-        return None if staged is None else self.final.parent / staged.relative_to(self.dir)
 
     def commit(self) -> None:
         """Moves every staged file into place (each replacing a file of the same name), the model
@@ -54,6 +50,7 @@ class Staging:
         self.discard()
 
     def discard(self) -> None:
+        """Removes the staging folder and everything in it."""
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
