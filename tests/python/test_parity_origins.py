@@ -35,15 +35,19 @@ def _line_of(text: str) -> int:
     return start + next(i for i, line in enumerate(lines) if text in line)
 
 
+_NETS: list[torch.nn.Module] = []
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("origins")
     torch.manual_seed(0)
     path = folder / "net.onnx"
+    net = _Net().eval()
+    _NETS.append(net)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(_Net().eval(), (torch.randn(2, 8),), str(path), input_names=["x"], dynamo=True,
-                          verbose=False)
+        torch.onnx.export(net, (torch.randn(2, 8),), str(path), input_names=["x"], dynamo=True, verbose=False)
     model = onnx.load(str(path))
     weight = next(i for i in model.graph.initializer if numpy_helper.to_array(i).shape == (16, 8)
                   or numpy_helper.to_array(i).shape == (8, 16))
@@ -60,7 +64,9 @@ def test_origin_is_read_from_the_exporters_node_metadata() -> None:
                    "pkg.torch.onnx.class_hierarchy": "['M', 'torch.nn.Sequential', 'B', 'torch.nn.Conv2d', 'aten.c']",
                    "pkg.torch.onnx.stack_trace": 'File "/src/m.py", line 9, in forward\n    y = self.layer1(x)\n'
                                                  '  File "/site-packages/torch/nn/modules/conv.py", line 5, in f\n'})
-    assert o == NodeOrigin("layer1.0.conv1", "torch.nn.Conv2d", "/src/m.py", 9)
+    assert o == NodeOrigin("layer1.0.conv1", "torch.nn.Conv2d", "/src/m.py", 9, ("", "layer1", "layer1.0",
+                                                                               "layer1.0.conv1"),
+                           ("M", "torch.nn.Sequential", "B", "torch.nn.Conv2d"))
     assert o.label == "layer1.0.conv1 (Conv2d)" and o.source == "m.py:9"
     assert origin_of({"tether.fused_from": "a,b"}) is None
 
@@ -91,3 +97,44 @@ def test_reports_name_the_torch_module_and_source_line_of_every_node(exported: t
     page = rep.to_html(tmp_path / "r.html")
     assert '<td class="text module">encoder.0 (Linear)</td>' in page
     assert f'{Path(__file__).name}:{_line_of("self.head(")}</td>' in page
+
+
+def _encoder_error(x: np.ndarray) -> float:
+    """max |1.3 W x - W x| for the first Linear, whose weight the edited file scales by 1.3."""
+    w = _NETS[0].encoder[0].weight.detach().numpy().astype(np.float64)
+    return float(np.abs(0.3 * (x.astype(np.float64) @ w.T)).max())
+
+
+@pytest.mark.parametrize("runner", ["onnxruntime", "tether"])
+def test_layerwise_against_torch_names_the_module_whose_weight_the_file_changed(
+        runner: str, exported: tuple[Path, Path]) -> None:
+    from tether.parity import TorchRunner
+
+    path, edited = exported
+    net = _NETS[0]
+    x = np.random.default_rng(1).standard_normal((2, 8)).astype(np.float32)
+    make = OnnxRuntimeRunner if runner == "onnxruntime" else TetherRunner
+    rep = compare(net, make(path), x, layerwise=True)
+    assert rep.ok and rep.first_divergent is None, rep.table()
+    compared = {la.node for la in rep.layers or [] if la.status == "compared"}
+    assert compared == {"encoder", "encoder.0", "encoder.1", "head"}, rep.table()
+    rep = compare(TorchRunner(net), make(edited), x, layerwise=True)
+    first = rep.first_divergent
+    assert first is not None and first.node == "encoder.0" and first.op_type == "Linear", rep.table()
+    assert first.metrics is not None
+    assert first.metrics.max_abs_error == pytest.approx(_encoder_error(x), rel=1e-4)
+    assert first.origin is not None and first.origin.line == _line_of("self.encoder(x)")
+    assert "from torch module encoder.0 (Linear)" in rep.table()
+
+
+def test_layerwise_against_torch_needs_the_exporters_module_scopes(tmp_path: Path) -> None:
+    import tether as tt
+    from onnx import helper
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "plain",
+                          [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])])
+    path = tmp_path / "plain.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    with pytest.raises(tt.ArgumentError, match="module scopes the dynamo exporter records"):
+        compare(torch.nn.ReLU(), OnnxRuntimeRunner(path), np.float32([-1, 1]), layerwise=True)

@@ -245,7 +245,13 @@ def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: To
     if labels is not None:
         report.slices = _slices(top1, labels)
     if layerwise:
-        report.layers = layerwise_compare(ref, cand, first_feeds, tolerance=given, model=model)
+        if isinstance(ref, TorchRunner) or isinstance(cand, TorchRunner):
+            report.layers, torch_notes = _torch_side(ref, cand, _graph_model(ref, cand, model), first_feeds, given)
+            report.notes.extend(torch_notes)
+            report.notes.append("layer-wise against torch: each submodule's output (forward hooks) compared with "
+                                "the value its nodes hand on, matched through the exporter's module scopes")
+        else:
+            report.layers = layerwise_compare(ref, cand, first_feeds, tolerance=given, model=model)
         if count > 1:
             report.notes.append("layer-wise comparison ran on the first batch")
         report.first_divergent_bisect = _bisect_fused_first(ref, cand, report, first_feeds, given, model)
@@ -335,6 +341,8 @@ def layerwise_compare(reference: Any, candidate: Any, feeds: Feeds, *, tolerance
     """
     ref, cand = as_runner(reference), as_runner(candidate)
     graph = _graph_model(ref, cand, model)
+    if isinstance(ref, TorchRunner) or isinstance(cand, TorchRunner):
+        return _torch_side(ref, cand, graph, feeds, tolerance)[0]
     names = [o for n in graph.nodes for o in n.outputs if o]
     # Two different files (an original and its edited or quantized copy) share only some values:
     # each runner is asked for those its own graph defines.
@@ -360,6 +368,26 @@ def layerwise_compare(reference: Any, candidate: Any, feeds: Feeds, *, tolerance
                 out.append(LayerResult(k, label, op, value, "missing"))
             out[-1].origin = origins.get(label)
     return out
+
+
+def _torch_side(ref: Runner, cand: Runner, graph: Model, feeds: Feeds,
+                tolerance: Tolerance | None) -> tuple[list[LayerResult], list[str]]:
+    """Module by module between a torch module and a runner of its ONNX export."""
+    from tether.parity._torch_layers import torch_layerwise
+
+    torch_is_reference = isinstance(ref, TorchRunner)
+    module, other = (ref, cand) if torch_is_reference else (cand, ref)
+    assert isinstance(module, TorchRunner)
+    if isinstance(other, TorchRunner):
+        raise _core.ArgumentError("layer-wise comparison of two torch modules is not supported: one side must run "
+                                  "the ONNX model (TetherRunner or OnnxRuntimeRunner)")
+    if getattr(other, "intermediates", None) is None:
+        raise _core.ArgumentError(f"runner '{other.name}' cannot read intermediate values; layer-wise comparison "
+                                  "with a torch module needs a TetherRunner or an OnnxRuntimeRunner on the other side")
+    inside, _ = _fused_groups(other)
+    return torch_layerwise(module, other, graph, feeds, torch_is_reference=torch_is_reference, tolerance=tolerance,
+                           intermediates=lambda r, f, names: _intermediates(r, f, _defined(r, names)),
+                           fused=inside)
 
 
 def _origins(graph: Model) -> dict[str, NodeOrigin]:

@@ -36,6 +36,10 @@ class NodeOrigin:
     module_class: str = ""
     file: str = ""
     line: int = 0
+    #: Every enclosing module's path, from the root's ``""`` to ``module``.
+    modules: tuple[str, ...] = ()
+    #: The class of each module in ``modules``.
+    classes: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -52,7 +56,8 @@ class NodeOrigin:
 
     def to_dict(self) -> dict[str, Any]:
         """The origin as JSON-able data, with the full file path."""
-        return {"module": self.module, "module_class": self.module_class, "file": self.file, "line": self.line}
+        return {"module": self.module, "module_class": self.module_class, "file": self.file, "line": self.line,
+                "modules": list(self.modules)}
 
 
 def _list(text: str) -> list[str]:
@@ -88,7 +93,7 @@ def origin_of(props: dict[str, str]) -> NodeOrigin | None:
     path = modules[-1] if modules else ""
     cls = classes[len(modules) - 1] if 0 < len(modules) <= len(classes) else ""
     file, line = _user_frame(props.get(_STACK, ""))
-    return NodeOrigin(path, cls, file, line)
+    return NodeOrigin(path, cls, file, line, tuple(modules), tuple(classes[:len(modules)]))
 
 
 def node_origins(model: Model) -> dict[str, NodeOrigin]:

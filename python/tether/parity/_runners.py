@@ -92,6 +92,23 @@ class TetherRunner:
         """A runner of the same kind and options for another model (used by bisection)."""
         return TetherRunner(model, self.name, **self._options)
 
+    def keeping(self, values: Sequence[str]) -> TetherRunner:
+        """The same model and options compiled again with ``values`` kept computed (never fused
+        into another kernel), so :meth:`intermediates` can read them; needs a runner built from
+        a model, not from a Session.
+
+        Example:
+            >>> r.keeping(["fc1_out"]).intermediates({"x": x}, ["fc1_out"])   # doctest: +SKIP
+        """
+        if self.model is None:
+            raise _core.ArgumentError(f"runner '{self.name}' was built from a Session: build it from the model to "
+                                      "compile it again")
+        runner = TetherRunner.__new__(TetherRunner)
+        runner.name, runner._options, runner.model = self.name, dict(self._options), self.model
+        runner.session = compile(self.model, self._options["device"], threads=self._options["threads"],
+                                 optimize=self._options["optimize"], keep=list(values))
+        return runner
+
 
 class OnnxRuntimeRunner:
     """A model run by onnxruntime (CPU provider by default). :meth:`intermediates` adds the
@@ -230,6 +247,36 @@ class TorchRunner:
             raise _core.ArgumentError(f"runner '{self.name}': the module returned {len(arrays)} outputs, "
                                       f"but {len(names_out)} output names were declared: {names_out}")
         return dict(zip(names_out, arrays, strict=True))
+
+
+    def module_outputs(self, feeds: dict[str, np.ndarray]) -> dict[str, list[list[np.ndarray]]]:
+        """Runs the module once with a forward hook on every submodule and returns, by module
+        path (``"layer1.0.conv1"``, as ``named_modules`` names it), the tensors each call of it
+        returned (a list per call, its outputs flattened in order). The root module is left out:
+        its outputs are :meth:`run`'s.
+
+        Example:
+            >>> r.module_outputs({"x": x})["fc1"][0][0].shape     # doctest: +SKIP
+            (2, 32)
+        """
+        import torch
+
+        captured: dict[str, list[list[np.ndarray]]] = {}
+
+        def hook(path: str) -> Callable[..., None]:
+            def record(_module: Any, _args: Any, output: Any) -> None:
+                # A copy now: an in-place op later in the forward would change the tensor.
+                captured.setdefault(path, []).append(
+                    [t.detach().cpu().numpy().copy() for t in _flatten(output) if isinstance(t, torch.Tensor)])
+            return record
+
+        handles = [m.register_forward_hook(hook(path)) for path, m in self.module.named_modules() if path]
+        try:
+            self.run(feeds)
+        finally:
+            for h in handles:
+                h.remove()
+        return captured
 
 
 def _flatten(out: Any) -> list[Any]:
