@@ -137,3 +137,12 @@ def test_report_of_an_intact_model_has_no_bisection(models: tuple[Path, Path]) -
     y = rep.outputs[0]
     assert y.metrics.ok
     np.testing.assert_allclose(TetherRunner(good).run({"x": X})["y"], gelu @ w["w2"], rtol=1e-4, atol=1e-5)
+
+
+def test_bisect_of_an_intact_model_says_every_node_is_within_tolerance(models: tuple[Path, Path]) -> None:
+    good, _ = models
+    fused = bisect(OnnxRuntimeRunner(good), TetherRunner(good), "act", X)
+    assert not fused.creates_error and fused.origin is None and all(p.local.ok for p in fused.parts)
+    assert "each is within tolerance, alone and in the whole run" in str(fused)
+    plain = bisect(OnnxRuntimeRunner(good), TetherRunner(good), "fc2", X)
+    assert str(plain).startswith("node 'fc2' is within tolerance alone and in the whole run")

@@ -191,7 +191,8 @@ def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: To
     stored = _stored_samples(ref, cand) if inputs is None else None
     if stored is not None:
         n = len(stored[1])
-        inputs_note = f"inputs: the {n} sample{'s' if n != 1 else ''} stored in golden bundle '{stored[0].name}'"
+        where = getattr(stored[0], "path", "") or stored[0].name
+        inputs_note = f"inputs: the {n} sample{'s' if n != 1 else ''} stored in golden bundle '{where}'"
         stream: Iterator[Feeds] = iter(stored[1])
     elif inputs is not None:
         inputs_note = ""

@@ -219,7 +219,7 @@ def _histogram(name: str, errors: Any, m: Metrics) -> str:
 _LAYER_HEADER = ["#", "node", "op", "value", "status", "max abs", "SNR dB", "NaN / inf (ref)", "NaN / inf (cand)",
                  "ok", "torch module", "source"]
 # Column widths of the layer table, in percent of the page: names wrap so the table fits any page width.
-_LAYER_WIDTHS = [3, 18, 7, 12, 13, 6, 5, 5, 5, 3, 12, 11]
+_LAYER_WIDTHS = [3, 16, 6, 11, 14, 7, 5, 5, 5, 3, 14, 11]
 
 
 def _nonfinite_cell(nan: int, inf: int, cls: str) -> str:

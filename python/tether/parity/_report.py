@@ -153,16 +153,20 @@ class BisectResult:
 
     def lines(self) -> list[str]:
         """The verdict as text lines: one for a node alone, a line per node for a fused kernel."""
+        whole_ok = self.total is not None and self.total.ok
         if not self.parts:
-            verdict = "creates the error" if self.creates_error else "inherits the error from its inputs"
+            verdict = ("creates the error" if self.creates_error else
+                       "is within tolerance alone and in the whole run" if whole_ok else
+                       "inherits the error from its inputs")
             whole = "not computed on its own" if self.total is None else f"max abs {_num(self.total.max_abs_error)}"
             return [f"node '{self.node}' {verdict}: alone max abs {_num(self.local.max_abs_error)}, in the whole run "
                     f"{whole}"]
         origin = self.origin
         head = (f"node '{self.node}' is computed by a fused kernel of the candidate with {', '.join(self.fused_from)};"
                 " each node bisected alone on the reference's inputs: ")
-        head += (f"node '{origin}' creates the error" if origin is not None
-                 else "none creates the error alone, so the kernel inherits it from its inputs")
+        head += (f"node '{origin}' creates the error" if origin is not None else
+                 "each is within tolerance, alone and in the whole run" if whole_ok else
+                 "none creates the error alone, so the kernel inherits it from its inputs")
         out = [head]
         for p in self.parts:
             mark = "creates the error" if not p.local.ok else "within tolerance"
