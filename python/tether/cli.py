@@ -302,6 +302,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (tether.Error, GoldenError) as e:
         print(f"tether: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # a report or output file that cannot be written
+        print(f"tether: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

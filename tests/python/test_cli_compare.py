@@ -191,3 +191,10 @@ def test_golden_bundle_of_another_model_file_is_named_by_both_hashes(tmp_path: P
     actual = hashlib.sha256(edited.read_bytes()).hexdigest()
     assert r.returncode == 1, r.stdout + r.stderr
     assert recorded[:16] in r.stdout and actual[:16] in r.stdout and "different model file" in r.stdout
+
+
+def test_a_report_path_that_cannot_be_written_is_one_line_with_exit_2(tmp_path: Path) -> None:
+    model = _linear(tmp_path / "lin.onnx")
+    target = tmp_path / "no" / "such" / "dir" / "r.json"
+    line = _one_line_error(_cli("compare", str(model), "--json", str(target)))
+    assert str(target) in line and "No such file or directory" in line

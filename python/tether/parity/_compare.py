@@ -160,8 +160,10 @@ def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: To
 
     Runners are anything :func:`as_runner` takes (a Runner, a tether Session, a torch module,
     a golden bundle, a callable). ``inputs`` is the user's data (an array, a dict, a ``.npz``
-    path, or an iterable of batches); without it, ``batches`` feeds are generated from the
-    input specs with ``seed``, ``ranges`` per input and ``dims`` for symbolic dims.
+    path, or an iterable of batches), checked against the model's inputs before anything runs
+    (:func:`check_feeds`); without it, a golden runner's stored samples are used, else
+    ``batches`` feeds are generated from the input specs with ``seed``, ``ranges`` per input and
+    ``dims`` for the model's symbolic dims (a name the model lacks is an error).
 
     ``tolerance``: a :class:`Tolerance` or a profile name (``"fp32"``, ``"fp16"``, ``"int8"``);
     by default each output takes the profile of its dtype (:meth:`Tolerance.for_dtype`).
@@ -170,8 +172,11 @@ def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: To
     to the reference's layout (``"NHWC->NCHW"`` or a permutation): names and layouts are
     declared, never guessed. ``layerwise=True`` also compares every intermediate value
     (both runners must offer ``intermediates``; ``model`` gives the graph when neither runner
-    holds it) on the first batch. ``labels`` (one per sample, in input order) breaks a
-    classifier output (``label_output``, default the first) down by label.
+    holds it) on the first batch; when a fused kernel of the candidate writes the first
+    divergent value, each node of the kernel is bisected and ``first_divergent_bisect`` names
+    the one that creates the error. With a torch module on one side, layer-wise comparison goes
+    module by module against its dynamo export. ``labels`` (one per sample, in input order)
+    breaks a classifier output (``label_output``, default the first) down by label.
 
     Example:
         >>> rep = compare(OnnxRuntimeRunner("m.onnx"), TetherRunner("m.onnx"), layerwise=True)  # doctest: +SKIP

@@ -81,7 +81,12 @@ class LayerResult:
         return d
 
     def where(self) -> str:
-        """``"torch module fc1 (Linear), model.py:13"``, or ``""`` without recorded origin."""
+        """``"torch module fc1 (Linear), model.py:13"``, or ``""`` without recorded origin.
+
+        Example:
+            >>> rep.first_divergent.where()                        # doctest: +SKIP
+            'torch module layer2.0.conv1 (Conv2d), model.py:41'
+        """
         if self.origin is None:
             return ""
         src = f", {self.origin.source}" if self.origin.source else ""
@@ -152,7 +157,12 @@ class BisectResult:
         return d
 
     def lines(self) -> list[str]:
-        """The verdict as text lines: one for a node alone, a line per node for a fused kernel."""
+        """The verdict as text lines: one for a node alone, a line per node for a fused kernel.
+
+        Example:
+            >>> bisect(ort, tether, "node_gelu", x).lines()[1]     # doctest: +SKIP
+            '  node_MatMul_1 (MatMul): alone max abs 0.572, creates the error'
+        """
         whole_ok = self.total is not None and self.total.ok
         if not self.parts:
             verdict = ("creates the error" if self.creates_error else
@@ -278,7 +288,13 @@ class ParityReport:
 
     def fused_caveat(self) -> list[str]:
         """What the report says when a fused kernel writes the first divergent value: the
-        kernel's nodes, and the node that creates the error when bisection found it."""
+        kernel's nodes, and the node that creates the error when bisection found it (the same
+        lines in the text and the HTML); empty otherwise.
+
+        Example:
+            >>> rep.fused_caveat()[1]                              # doctest: +SKIP
+            "bisected alone on the reference's inputs: node 'node_MatMul_1' (MatMul) creates the error ..."
+        """
         first = self.first_divergent
         if first is None or not first.fused_from:
             return []

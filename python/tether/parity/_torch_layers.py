@@ -54,7 +54,14 @@ def torch_layerwise(torch_runner: TorchRunner, other: Runner, graph: Model, feed
                     fused: dict[str, str]) -> tuple[list[LayerResult], list[str]]:
     """Every submodule of the torch side compared with the ONNX value its nodes hand on, sorted
     by the position of that value in the graph (the innermost module first at one position),
-    and notes on the modules that could not be matched."""
+    and notes on the modules that could not be matched. :func:`tether.parity.compare` calls it
+    when one side of a layer-wise comparison is a torch module.
+
+    Example:
+        >>> rep = compare(module, TetherRunner("m.onnx"), x, layerwise=True)   # doctest: +SKIP
+        >>> rep.first_divergent.node                                           # doctest: +SKIP
+        'encoder.0'
+    """
     origins = node_origins(graph)
     if not origins:
         raise _core.ArgumentError("layer-wise comparison with a torch module needs the module scopes the dynamo "
