@@ -293,4 +293,12 @@ class Graph {
 /// Tensors share their buffers.
 std::unique_ptr<Graph> clone_graph(const Graph& graph);
 
+/// Copies a subgraph into the empty graph `into` as a standalone graph: the subgraph's inputs,
+/// then one input per value of `captured` (the enclosing graphs' values its nodes read, same
+/// names and types), then its initializers, nodes and outputs. Tensors share their buffers.
+///
+///   ir::Graph body_alone;
+///   ir::copy_subgraph(*if_node->attr("then_branch")->as_graph(), {x}, body_alone);
+void copy_subgraph(const Graph& graph, const std::vector<const Value*>& captured, Graph& into);
+
 }  // namespace tether::ir

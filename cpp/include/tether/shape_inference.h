@@ -27,6 +27,16 @@ struct InferenceOptions {
   /// an engine binding a run's shape-carrying inputs ("shape tensors") passes them here. The
   /// tensors must outlive the call.
   std::unordered_map<std::string, const ir::Tensor*> input_values;
+  /// Values of node outputs known from a run, by value name: after its node's inference, each
+  /// such value takes the tensor's type and is used like a constant downstream. An engine that
+  /// has run a graph up to an op whose output sizes depend on data passes what that op gave.
+  std::unordered_map<std::string, const ir::Tensor*> output_values;
+  /// Sizes of node outputs known from a run, by value name: after its node's inference, each
+  /// such value takes these sizes (its element type stays as inferred).
+  std::unordered_map<std::string, std::vector<int64_t>> output_dims;
+  /// A subgraph whose inference fails (the branch of an If not taken for these shapes) leaves
+  /// its node's outputs as they were instead of failing the model.
+  bool tolerate_subgraph_errors = false;
 };
 
 struct InferenceReport {

@@ -1,6 +1,7 @@
 #include "engine/kernel.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace tether::engine {
 
@@ -26,6 +27,52 @@ std::vector<std::string> KernelRegistry::op_types() const {
   for (const auto& [k, e] : entries_) out.push_back(k);
   std::sort(out.begin(), out.end());
   return out;
+}
+
+namespace {
+bool inside(const ir::Graph* g, const ir::Graph* root) {
+  for (; g != nullptr; g = g->parent())
+    if (g == root) return true;
+  return false;
+}
+
+void collect_captures(const ir::Graph& g, const ir::Graph& root, std::vector<const ir::Value*>& out) {
+  auto note = [&](const ir::Value* v) {
+    if (v == nullptr || inside(v->graph(), &root) || (v->has_initializer() && !v->is_input())) return;
+    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+  };
+  for (const ir::Node* n : g.nodes()) {
+    for (const ir::Value* v : n->inputs()) note(v);
+    for (const ir::Attribute& a : n->attributes()) {
+      if (!a.ref_attr_name().empty()) continue;
+      if (a.kind() == ir::AttrKind::kGraph) collect_captures(*a.as_graph(), root, out);
+      if (a.kind() == ir::AttrKind::kGraphs)
+        for (const auto& sub : a.as_graphs()) collect_captures(*sub, root, out);
+    }
+  }
+  for (const ir::Value* v : g.outputs()) note(v);
+}
+}  // namespace
+
+std::vector<const ir::Value*> captured_values(const ir::Node& node) {
+  std::vector<const ir::Value*> out;
+  for (const ir::Attribute& a : node.attributes()) {
+    if (!a.ref_attr_name().empty()) continue;
+    if (a.kind() == ir::AttrKind::kGraph) collect_captures(*a.as_graph(), *a.as_graph(), out);
+    if (a.kind() == ir::AttrKind::kGraphs)
+      for (const auto& sub : a.as_graphs()) collect_captures(*sub, *sub, out);
+  }
+  return out;
+}
+
+void AllocatingKernel::run(const RunContext& ctx, const std::vector<View>& inputs, std::vector<View>& outputs) const {
+  std::vector<ir::Tensor> made = run_alloc(ctx, inputs, outputs);
+  for (size_t k = 0; k < outputs.size() && k < made.size(); ++k) {
+    if (outputs[k].data == nullptr || !made[k].is_valid()) continue;
+    TETHER_CHECK(made[k].dims() == outputs[k].dims && made[k].dtype() == outputs[k].dtype,
+                 "an allocating kernel's output differs from its planned shape");
+    if (made[k].nbytes() > 0) std::memcpy(outputs[k].data, made[k].raw_data(), static_cast<size_t>(made[k].nbytes()));
+  }
 }
 
 std::string require_dtype(const KernelInit& init, size_t i, std::initializer_list<ir::DType> allowed) {

@@ -11,6 +11,7 @@
 
 #include "tether/error.h"
 #include "tether/graph.h"
+#include "tether/model.h"
 
 namespace tether::util {
 class ThreadPool;
@@ -54,6 +55,26 @@ class Kernel {
   /// Computes outputs from inputs. Output views are allocated with the planned dims; the view
   /// of an input the kernel packed has no data.
   virtual void run(const RunContext& ctx, const std::vector<View>& inputs, std::vector<View>& outputs) const = 0;
+
+  /// True for a kernel that sizes and allocates its outputs itself (ops whose output sizes
+  /// depend on input values: NonZero, Unique, NonMaxSuppression, control flow). The session
+  /// then calls run_alloc instead of run, and plans the steps after it once it knows the sizes.
+  virtual bool allocates_outputs() const { return false; }
+  /// For a kernel that allocates its outputs: one tensor per node output (invalid where the
+  /// output is omitted). `outputs` carries the dims and dtypes as planned (dims may be empty
+  /// when the plan could not know them) and no data.
+  virtual std::vector<ir::Tensor> run_alloc(const RunContext& ctx, const std::vector<View>& inputs,
+                                            const std::vector<View>& outputs) const {
+    throw InternalError("run_alloc called on a kernel that writes planned outputs");
+  }
+};
+
+/// A kernel whose outputs' sizes depend on its inputs' values: subclasses implement compute();
+/// run() (used when a plan knows the sizes anyway) copies into the planned outputs.
+class AllocatingKernel : public Kernel {
+ public:
+  bool allocates_outputs() const final { return true; }
+  void run(const RunContext& ctx, const std::vector<View>& inputs, std::vector<View>& outputs) const final;
 };
 
 /// What a kernel factory sees of its node.
@@ -64,6 +85,11 @@ struct KernelInit {
   std::vector<const ir::Tensor*> constants;  ///< per input: its value when constant, else nullptr
   int64_t opset = 0;
   int threads = 1;  ///< threads a run uses (kernels with per-thread scratch size it by this)
+  /// The compiled model (its opsets), for kernels that compile subgraphs; null when a node is
+  /// evaluated on its own (constant folding).
+  const ir::Model* model = nullptr;
+  /// The session's thread pool, which compiled subgraphs share.
+  std::shared_ptr<util::ThreadPool> pool;
 
   ir::DType input_dtype(size_t i) const {
     return i < input_types.size() ? input_types[i].dtype() : ir::DType::kUndefined;
@@ -110,6 +136,30 @@ class Backend {
 
 /// The CPU backend.
 const Backend& cpu_backend();
+
+// ---- subgraphs (If, Loop, Scan) ---------------------------------------------------------------
+
+/// The values of enclosing graphs that a node's subgraphs read, initializers aside (those are
+/// copied into the compiled subgraph), in order of first use. The session passes them to the
+/// node's kernel as extra inputs after the node's own.
+std::vector<const ir::Value*> captured_values(const ir::Node& node);
+
+/// A subgraph compiled on its own by the CPU engine: what control-flow kernels run.
+class Subgraph {
+ public:
+  virtual ~Subgraph() = default;
+  /// Runs the subgraph on one tensor per input (its own inputs, then the captured values) with
+  /// the session's threads; one tensor per subgraph output.
+  virtual std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs) const = 0;
+};
+
+/// Compiles `body` standalone: its inputs, then `captured` (see captured_values) as inputs,
+/// with the opsets of `model`. `input_types` gives the types of the body's own inputs where the
+/// body leaves them undeclared (ONNX lets a Loop body's inputs take the Loop's types). Throws
+/// UnsupportedError naming the nodes the CPU engine cannot run.
+std::unique_ptr<Subgraph> compile_subgraph(const ir::Graph& body, const std::vector<const ir::Value*>& captured,
+                                           const ir::Model& model, std::shared_ptr<util::ThreadPool> pool,
+                                           const std::vector<ir::ValueType>& input_types = {});
 
 // ---- helpers for support checks ---------------------------------------------------------------
 

@@ -47,16 +47,75 @@ struct Step {
   mutable std::atomic<int64_t> nanoseconds{0};
 };
 
-// Everything fixed for one set of input shapes.
+// What a run has found that decides the sizes of the steps after an op whose output sizes
+// depend on data: the sizes that op gave, and the values of small integer tensors computed from
+// data that reach a shape-deciding input (a Reshape target, a TopK k).
+struct Pins {
+  std::vector<std::pair<std::string, ir::Tensor>> values;
+  std::vector<std::pair<std::string, Dims>> dims;
+};
+
+// Everything fixed for one set of input shapes, over the steps [begin, end). A plan ends before
+// the last step when a step's output sizes do not follow from the input shapes: after a step
+// that allocates its outputs (Stall::kSizes), or before a step whose shape-deciding input is
+// computed from data (Stall::kValues). The run then continues with a plan for the rest, made
+// once per distinct sizes or values found there and cached in `next`.
 struct Plan {
-  std::vector<Dims> dims;         // per value
-  std::vector<int64_t> offsets;   // per value; arena values only
+  enum class Stall { kNone, kSizes, kValues };
+  int begin = 0, end = 0;
+  Stall stall = Stall::kNone;
+  Pins pins;                      // what this plan was made with (a continuation's and its parents')
+  std::vector<Dims> dims;         // per value (empty for values whose sizes this plan cannot know)
+  std::vector<int64_t> offsets;   // per value; arena values written by this plan's steps
+  std::vector<int> writes;        // arena and output values this plan's steps write into planned memory
+  std::vector<bool> known;        // per value: its dims are in `dims`
+  std::vector<bool> heap;         // per value: written by an allocating step (not in the arena)
   int64_t arena_bytes = 0;
   int64_t scratch_bytes = 0;
   int64_t intermediate_bytes = 0;
   std::mutex mutex;
   std::vector<std::shared_ptr<ir::Buffer>> free_arenas;  // arenas not in use by a run
+  struct Cached {
+    std::shared_ptr<Plan> plan;
+    uint64_t last_use = 0;
+  };
+  std::map<std::vector<Dims>, Cached> next;  // continuations, by what the run found (under mutex)
+  uint64_t clock = 0;
 };
+
+// A plan from a bounded cache (the one used longest ago goes past `limit`), made when missing.
+// The caller holds the cache's lock.
+template <typename Make>
+std::shared_ptr<Plan> cached_plan(std::map<std::vector<Dims>, Plan::Cached>& cache, std::vector<Dims> key,
+                                  uint64_t& clock, size_t limit, Make make) {
+  ++clock;
+  auto it = cache.find(key);
+  if (it != cache.end()) {
+    it->second.last_use = clock;
+    return it->second.plan;
+  }
+  std::shared_ptr<Plan> plan = make();
+  if (cache.size() >= limit) {
+    auto oldest = cache.begin();
+    for (auto p = cache.begin(); p != cache.end(); ++p)
+      if (p->second.last_use < oldest->second.last_use) oldest = p;
+    cache.erase(oldest);
+  }
+  cache.emplace(std::move(key), Plan::Cached{plan, clock});
+  return plan;
+}
+
+// A tensor's dtype, byte count and bytes as int64 words: a cache key part for its value.
+Dims value_key(ir::DType dtype, const void* data, size_t nbytes) {
+  Dims words(2 + (nbytes + 7) / 8, 0);
+  words[0] = static_cast<int64_t>(dtype);
+  words[1] = static_cast<int64_t>(nbytes);
+  if (nbytes > 0) std::memcpy(words.data() + 2, data, nbytes);
+  return words;
+}
+
+// Where an empty tensor's view points (a kernel reads an omitted input as a null pointer).
+alignas(64) std::byte kEmptyData[64];
 
 std::string dims_text(const Dims& d) {
   std::string s = "[";
@@ -66,7 +125,7 @@ std::string dims_text(const Dims& d) {
 
 class CpuSession final : public Session {
  public:
-  CpuSession(const ir::Model& model, const CompileOptions& options);
+  CpuSession(const ir::Model& model, const CompileOptions& options, std::shared_ptr<util::ThreadPool> pool = nullptr);
 
   const std::vector<TensorInfo>& inputs() const override { return inputs_; }
   const std::vector<TensorInfo>& outputs() const override { return outputs_; }
@@ -111,7 +170,11 @@ class CpuSession final : public Session {
   std::vector<const ir::Tensor*> bind_inputs(const std::vector<std::pair<std::string, ir::Tensor>>& named) const;
   void find_shape_inputs();
   std::shared_ptr<Plan> plan_for(const std::vector<const ir::Tensor*>& bound) const;
-  std::shared_ptr<Plan> make_plan(const std::vector<const ir::Tensor*>& bound) const;
+  // `values_pinned`: the shape-deciding values step `begin` reads are among the pins.
+  std::shared_ptr<Plan> make_plan(const std::vector<const ir::Tensor*>& bound, Pins pins, int begin,
+                                  bool values_pinned = false) const;
+  std::shared_ptr<Plan> next_plan(Plan& plan, const std::vector<const ir::Tensor*>& bound, const std::vector<void*>& data,
+                                  const std::vector<ir::Tensor>& heap) const;
 
   ir::Model model_;  // the compiled copy: owns the constants kernels read
   std::vector<ValueEntry> values_;
@@ -121,9 +184,10 @@ class CpuSession final : public Session {
   std::vector<int> input_values_, output_values_;
   std::vector<bool> shape_input_;  // per session input: its values decide shapes (a "shape tensor")
   std::vector<ir::Tensor> constants_;  // Constant-node values
-  std::unique_ptr<util::ThreadPool> pool_;
+  std::shared_ptr<util::ThreadPool> pool_;
   std::string report_;
   bool profile_ = false;
+  bool has_allocating_ = false;  // some step sizes its outputs itself (plans may then end early)
 
   mutable std::mutex plans_mutex_;
   // The buffer each output had in the last run. When the caller no longer holds it (the
@@ -149,17 +213,13 @@ class CpuSession final : public Session {
   }
   // Plans by input shapes (and shape-deciding input values), at most kMaxPlans of them.
   static constexpr size_t kMaxPlans = 16;
-  struct CachedPlan {
-    std::shared_ptr<Plan> plan;
-    uint64_t last_use = 0;
-  };
-  mutable std::map<std::vector<Dims>, CachedPlan> plans_;
+  mutable std::map<std::vector<Dims>, Plan::Cached> plans_;
   mutable uint64_t plan_clock_ = 0;
   mutable MemoryStats last_;
 };
 
-CpuSession::CpuSession(const ir::Model& model, const CompileOptions& options)
-    : model_(model.clone()), profile_(options.profile) {
+CpuSession::CpuSession(const ir::Model& model, const CompileOptions& options, std::shared_ptr<util::ThreadPool> pool)
+    : model_(model.clone()), pool_(std::move(pool)), profile_(options.profile) {
   model_.graph().validate();
   mark_kept(options.keep);
   std::ostringstream report;
@@ -167,7 +227,7 @@ CpuSession::CpuSession(const ir::Model& model, const CompileOptions& options)
   ops::infer_shapes(model_);
   index_values();
   find_shape_inputs();
-  pool_ = std::make_unique<util::ThreadPool>(options.threads);
+  if (pool_ == nullptr) pool_ = std::make_shared<util::ThreadPool>(options.threads);
   create_steps(cpu_backend());
   if (const int64_t freed = release_packed_constants(); freed > 0)
     report << "cpu: " << freed << " bytes of weights kept only in packed form\n";
@@ -299,8 +359,11 @@ void CpuSession::create_steps(const Backend& backend) {
       if (e.slot != Slot::kOutput) e.slot = Slot::kConstant;  // an output gets a copy at run time
       continue;
     }
-    KernelInit init{*n, {}, {}, {}, model_.opset(""), pool_->threads()};
-    for (const ir::Value* in : n->inputs()) {
+    KernelInit init{*n, {}, {}, {}, model_.opset(""), pool_->threads(), &model_, pool_};
+    // A node's own inputs, then the values its subgraphs read from this graph.
+    std::vector<const ir::Value*> inputs(n->inputs().begin(), n->inputs().end());
+    for (const ir::Value* v : captured_values(*n)) inputs.push_back(v);
+    for (const ir::Value* in : inputs) {
       init.input_types.push_back(in ? in->type() : ir::ValueType());
       const ValueEntry* e = in ? &values_[static_cast<size_t>(index_.at(in))] : nullptr;
       init.constants.push_back(e != nullptr && e->slot == Slot::kConstant ? e->constant : nullptr);
@@ -314,7 +377,8 @@ void CpuSession::create_steps(const Backend& backend) {
     Step& step = steps_.emplace_back();
     step.node = n;
     step.kernel = backend.create(init);
-    for (const ir::Value* in : n->inputs()) step.inputs.push_back(in ? index_.at(in) : -1);
+    has_allocating_ = has_allocating_ || step.kernel->allocates_outputs();
+    for (const ir::Value* in : inputs) step.inputs.push_back(in ? index_.at(in) : -1);
     for (const ir::Value* out : n->outputs()) {
       step.outputs.push_back(out ? index_.at(out) : -1);
       if (out != nullptr) values_[static_cast<size_t>(index_.at(out))].written = true;
@@ -385,8 +449,7 @@ std::vector<const ir::Tensor*> CpuSession::bind_inputs(
 constexpr int64_t kMaxShapeTensorElements = 4096;
 
 std::shared_ptr<Plan> CpuSession::plan_for(const std::vector<const ir::Tensor*>& bound) const {
-  // The key: every input's dims, then the bytes of each shape tensor (as int64 words, after
-  // its dtype and byte count).
+  // The key: every input's dims, then the bytes of each shape tensor.
   std::vector<Dims> key;
   key.reserve(bound.size() * 2);
   for (const ir::Tensor* t : bound) key.push_back(t->dims());
@@ -397,40 +460,62 @@ std::shared_ptr<Plan> CpuSession::plan_for(const std::vector<const ir::Tensor*>&
       throw UnsupportedError("input '" + inputs_[k].name + "' decides output shapes by its values, and has " +
                              std::to_string(t.num_elements()) + " elements; the cpu engine takes such inputs up to " +
                              std::to_string(kMaxShapeTensorElements) + " elements of a numeric type");
-    const auto nbytes = static_cast<size_t>(t.nbytes());
-    Dims words(2 + (nbytes + 7) / 8, 0);
-    words[0] = static_cast<int64_t>(t.dtype());
-    words[1] = static_cast<int64_t>(nbytes);
-    if (nbytes > 0) std::memcpy(words.data() + 2, t.raw_data(), nbytes);
-    key.push_back(std::move(words));
+    key.push_back(value_key(t.dtype(), t.raw_data(), static_cast<size_t>(t.nbytes())));
   }
   std::lock_guard<std::mutex> lock(plans_mutex_);
-  ++plan_clock_;
-  auto it = plans_.find(key);
-  if (it != plans_.end()) {
-    it->second.last_use = plan_clock_;
-    return it->second.plan;
+  const size_t before = plans_.size();
+  std::shared_ptr<Plan> plan =
+      cached_plan(plans_, std::move(key), plan_clock_, kMaxPlans, [&] { return make_plan(bound, Pins{}, 0); });
+  if (plans_.size() != before || last_.plans == 0) {
+    last_.arena_bytes = plan->arena_bytes;
+    last_.intermediate_bytes = plan->intermediate_bytes;
+    last_.scratch_bytes = plan->scratch_bytes;
+    last_.plans = static_cast<int64_t>(plans_.size());
   }
-  std::shared_ptr<Plan> plan = make_plan(bound);
-  // A bounded cache: past kMaxPlans shapes, the one used longest ago goes, with its arenas
-  // (a run still using it holds its own reference).
-  if (plans_.size() >= kMaxPlans) {
-    auto oldest = plans_.begin();
-    for (auto p = plans_.begin(); p != plans_.end(); ++p)
-      if (p->second.last_use < oldest->second.last_use) oldest = p;
-    plans_.erase(oldest);
-  }
-  plans_.emplace(std::move(key), CachedPlan{plan, plan_clock_});
-  last_.arena_bytes = plan->arena_bytes;
-  last_.intermediate_bytes = plan->intermediate_bytes;
-  last_.scratch_bytes = plan->scratch_bytes;
-  last_.plans = static_cast<int64_t>(plans_.size());
   return plan;
 }
 
+// The plan for the steps after `plan` ends, for what this run found there.
+std::shared_ptr<Plan> CpuSession::next_plan(Plan& plan, const std::vector<const ir::Tensor*>& bound,
+                                            const std::vector<void*>& data, const std::vector<ir::Tensor>& heap) const {
+  std::vector<Dims> key;
+  Pins pins = plan.pins;
+  if (plan.stall == Plan::Stall::kSizes) {
+    for (int o : steps_[static_cast<size_t>(plan.end - 1)].outputs) {
+      if (o < 0) continue;
+      const Dims& d = heap[static_cast<size_t>(o)].dims();
+      key.push_back(d);
+      pins.dims.emplace_back(values_[static_cast<size_t>(o)].value->name(), d);
+    }
+  } else {
+    const Step& step = steps_[static_cast<size_t>(plan.end)];
+    for (size_t i = 0; i < step.inputs.size(); ++i) {
+      const int v = step.inputs[i];
+      if (v < 0 || !is_shape_slot(*step.node, i) || values_[static_cast<size_t>(v)].value->producer() == nullptr) continue;
+      const ir::DType dt = values_[static_cast<size_t>(v)].value->type().dtype();
+      const Dims& d = plan.dims[static_cast<size_t>(v)];
+      const int64_t n = ir::checked_num_elements(d).value_or(0);
+      if (dt == ir::DType::kString || n > kMaxShapeTensorElements)
+        throw UnsupportedError(step.node->describe() + ": input " + std::to_string(i) + " decides output shapes by its " +
+                               std::to_string(n) + " values; the cpu engine takes such values up to " +
+                               std::to_string(kMaxShapeTensorElements) + " elements of a numeric type");
+      const auto nbytes = static_cast<size_t>(ir::storage_bytes(dt, n).value_or(0));
+      key.push_back(value_key(dt, data[static_cast<size_t>(v)], nbytes));
+      pins.values.emplace_back(values_[static_cast<size_t>(v)].value->name(),
+                               ir::Tensor::copy_of(dt, d, data[static_cast<size_t>(v)], static_cast<int64_t>(nbytes)));
+    }
+  }
+  const int begin = plan.end;
+  const bool values_pinned = plan.stall == Plan::Stall::kValues;
+  std::lock_guard<std::mutex> lock(plan.mutex);
+  return cached_plan(plan.next, std::move(key), plan.clock, kMaxPlans,
+                     [&] { return make_plan(bound, std::move(pins), begin, values_pinned); });
+}
+
 // Concrete shapes come from shape inference on a copy whose inputs have the given sizes (and,
-// for shape tensors, the given values).
-std::shared_ptr<Plan> CpuSession::make_plan(const std::vector<const ir::Tensor*>& bound) const {
+// for shape tensors, the given values), with the sizes and values a run found pinned.
+std::shared_ptr<Plan> CpuSession::make_plan(const std::vector<const ir::Tensor*>& bound, Pins pins, int begin,
+                                            bool values_pinned) const {
   std::vector<Dims> input_dims;
   for (const ir::Tensor* t : bound) input_dims.push_back(t->dims());
   ir::Model work = model_.clone();
@@ -447,51 +532,103 @@ std::shared_ptr<Plan> CpuSession::make_plan(const std::vector<const ir::Tensor*>
       work.graph().find(e.value->name())->set_type(ir::ValueType::tensor(e.value->type().dtype(), ir::Shape::of(e.constant_dims)));
   ops::InferenceOptions opts;
   opts.overwrite = true;
+  opts.tolerate_subgraph_errors = true;  // a branch these shapes do not take may not fit them
   for (size_t k = 0; k < inputs_.size(); ++k)
     if (shape_input_[k]) opts.input_values.emplace(inputs_[k].name, bound[k]);
+  for (const auto& [name, t] : pins.values) opts.output_values.emplace(name, &t);
+  for (const auto& [name, d] : pins.dims) opts.output_dims.emplace(name, d);
   ops::infer_shapes(work, opts);
 
   auto plan = std::make_shared<Plan>();
+  plan->begin = begin;
+  plan->pins = std::move(pins);
   plan->dims.resize(values_.size());
   plan->offsets.assign(values_.size(), 0);
+  plan->heap.assign(values_.size(), false);
+  plan->known.assign(values_.size(), true);
+  std::vector<bool>& known = plan->known;
+  std::vector<std::string> shape_text(values_.size());
   for (size_t i = 0; i < values_.size(); ++i) {
     const ValueEntry& e = values_[i];
     if (e.slot == Slot::kConstant) {
       plan->dims[i] = e.constant_dims;
       continue;
     }
-    if (e.slot == Slot::kInput) continue;  // set per run from the bound tensor
+    if (e.slot == Slot::kInput) continue;  // set below
     const ir::Value* w = work.graph().find(e.value->name());
     auto sizes = w ? w->type().shape().static_sizes() : std::nullopt;
-    if (!sizes) {
-      if (e.value->uses().empty() && e.slot == Slot::kArena && e.value->producer() == nullptr) continue;
-      throw UnsupportedError("value '" + e.value->name() + "'" +
-                             (e.value->producer() ? " (output of " + e.value->producer()->describe() + ")" : "") +
-                             " has a shape that depends on data (" + (w ? w->type().to_string() : "?") +
-                             "); the cpu engine needs every shape to follow from the input shapes and the values of "
-                             "shape-carrying inputs");
+    if (sizes) {
+      plan->dims[i] = *sizes;
+    } else {
+      known[i] = false;
+      shape_text[i] = w ? w->type().to_string() : "?";
     }
-    plan->dims[i] = *sizes;
   }
   for (size_t k = 0; k < inputs_.size(); ++k) plan->dims[static_cast<size_t>(input_values_[k])] = input_dims[k];
 
-  // Lifetimes of arena values over the steps.
-  std::vector<int> first(values_.size(), -1), last(values_.size(), -1);
-  for (size_t s = 0; s < steps_.size(); ++s) {
-    for (int o : steps_[s].outputs)
-      if (o >= 0) first[static_cast<size_t>(o)] = last[static_cast<size_t>(o)] = static_cast<int>(s);
-    for (int in : steps_[s].inputs)
-      if (in >= 0) last[static_cast<size_t>(in)] = std::max(last[static_cast<size_t>(in)], static_cast<int>(s));
+  // Where this plan ends: at the first step whose outputs' sizes it cannot know.
+  const int nsteps = static_cast<int>(steps_.size());
+  plan->end = nsteps;
+  for (int s = begin; s < nsteps; ++s) {
+    const Step& step = steps_[static_cast<size_t>(s)];
+    int unknown = -1;
+    for (int o : step.outputs)
+      if (o >= 0 && !known[static_cast<size_t>(o)]) unknown = o;
+    if (unknown < 0) continue;
+    bool inputs_known = true;
+    bool computed_shape_input = false;
+    for (size_t i = 0; i < step.inputs.size(); ++i) {
+      const int v = step.inputs[i];
+      if (v < 0) continue;
+      inputs_known = inputs_known && known[static_cast<size_t>(v)];
+      computed_shape_input = computed_shape_input ||
+                             (is_shape_slot(*step.node, i) && values_[static_cast<size_t>(v)].value->producer() != nullptr &&
+                              values_[static_cast<size_t>(v)].slot != Slot::kConstant);
+    }
+    if (inputs_known && step.kernel->allocates_outputs()) {
+      plan->end = s + 1;
+      plan->stall = Plan::Stall::kSizes;
+    } else if (inputs_known && computed_shape_input && !(values_pinned && s == begin)) {
+      plan->end = s;
+      plan->stall = Plan::Stall::kValues;
+    } else {
+      const ValueEntry& e = values_[static_cast<size_t>(unknown)];
+      throw UnsupportedError("value '" + e.value->name() + "' (output of " + step.node->describe() +
+                             ") has a shape that depends on data (" + shape_text[static_cast<size_t>(unknown)] +
+                             "); the cpu engine needs every shape to follow from the input shapes, the values of "
+                             "shape-carrying inputs and the outputs of ops that size their outputs themselves");
+    }
+    break;
   }
+
+  // Lifetimes of the values this plan's steps write. One used after the plan ends lives to its
+  // end: the run keeps every plan's arena until it returns.
+  std::vector<int> first(values_.size(), -1), last(values_.size(), -1);
+  for (int s = begin; s < plan->end; ++s) {
+    const Step& step = steps_[static_cast<size_t>(s)];
+    const bool alloc = step.kernel->allocates_outputs();
+    for (int o : step.outputs) {
+      if (o < 0) continue;
+      first[static_cast<size_t>(o)] = last[static_cast<size_t>(o)] = s;
+      plan->heap[static_cast<size_t>(o)] = alloc;
+    }
+    for (int in : step.inputs)
+      if (in >= 0) last[static_cast<size_t>(in)] = std::max(last[static_cast<size_t>(in)], s);
+  }
+  for (int s = plan->end; s < nsteps; ++s)
+    for (int in : steps_[static_cast<size_t>(s)].inputs)
+      if (in >= 0 && first[static_cast<size_t>(in)] >= 0) last[static_cast<size_t>(in)] = plan->end - 1;
   // A Reshape (or Flatten, Squeeze, Unsqueeze, Identity: ops that keep the bytes) from an arena
   // value to an arena value shares its input's bytes: the output goes at the input's offset,
   // the input lives as long as either, and the kernel, seeing one buffer, copies nothing.
   std::vector<int> alias(values_.size(), -1);
-  for (const Step& step : steps_) {
+  for (int s = begin; s < plan->end; ++s) {
+    const Step& step = steps_[static_cast<size_t>(s)];
     if (step.node == nullptr || !keeps_bytes(*step.node) || step.inputs.empty() || step.outputs.size() != 1) continue;
     const int in = step.inputs[0], out = step.outputs[0];
     if (in < 0 || out < 0 || values_[static_cast<size_t>(in)].slot != Slot::kArena ||
         values_[static_cast<size_t>(out)].slot != Slot::kArena || first[static_cast<size_t>(in)] < 0 ||
+        plan->heap[static_cast<size_t>(in)] ||
         values_[static_cast<size_t>(in)].value->type().dtype() != values_[static_cast<size_t>(out)].value->type().dtype() ||
         ir::checked_num_elements(plan->dims[static_cast<size_t>(in)]) !=
             ir::checked_num_elements(plan->dims[static_cast<size_t>(out)]))
@@ -504,7 +641,11 @@ std::shared_ptr<Plan> CpuSession::make_plan(const std::vector<const ir::Tensor*>
   std::vector<Lifetime> lifetimes;
   std::vector<size_t> placed;
   for (size_t i = 0; i < values_.size(); ++i) {
-    if (values_[i].slot != Slot::kArena || first[i] < 0 || alias[i] >= 0) continue;
+    if (first[i] < 0 || plan->heap[i]) continue;
+    if (values_[i].slot == Slot::kOutput) plan->writes.push_back(static_cast<int>(i));
+    if (values_[i].slot != Slot::kArena) continue;
+    plan->writes.push_back(static_cast<int>(i));
+    if (alias[i] >= 0) continue;
     const auto bytes = ir::storage_bytes(values_[i].value->type().dtype(), ir::checked_num_elements(plan->dims[i]).value_or(0));
     lifetimes.push_back({bytes.value_or(0), first[i], last[i]});
     placed.push_back(i);
@@ -520,7 +661,8 @@ std::shared_ptr<Plan> CpuSession::make_plan(const std::vector<const ir::Tensor*>
   plan->arena_bytes = arena.arena_bytes;
   plan->intermediate_bytes = arena.sum_bytes;
 
-  for (const Step& step : steps_) {
+  for (int s = begin; s < plan->end; ++s) {
+    const Step& step = steps_[static_cast<size_t>(s)];
     std::vector<View> ins, outs;
     for (int in : step.inputs)
       ins.push_back(in >= 0 ? View{values_[static_cast<size_t>(in)].value->type().dtype(), plan->dims[static_cast<size_t>(in)], nullptr} : View{});
@@ -593,53 +735,52 @@ std::vector<ir::Tensor> CpuSession::run_steps(const std::vector<std::pair<std::s
   const std::vector<const ir::Tensor*> bound = bind_inputs(named);
   std::shared_ptr<Plan> plan = plan_for(bound);
 
-  // An arena for this run: a free one of this plan, or a new one.
-  std::shared_ptr<ir::Buffer> arena;
-  {
-    std::lock_guard<std::mutex> lock(plan->mutex);
-    if (!plan->free_arenas.empty()) {
-      arena = plan->free_arenas.back();
-      plan->free_arenas.pop_back();
+  // The arenas this run holds, one per plan it runs; each goes back to its plan at the end.
+  struct Lease {
+    std::shared_ptr<Plan> plan;
+    std::shared_ptr<ir::Buffer> arena;
+  };
+  struct Leases {
+    std::vector<Lease> held;
+    ~Leases() {
+      for (Lease& l : held) {
+        std::lock_guard<std::mutex> lock(l.plan->mutex);
+        l.plan->free_arenas.push_back(std::move(l.arena));
+      }
     }
-  }
-  if (arena == nullptr) {
-    arena = ir::Buffer::allocate(plan->arena_bytes + plan->scratch_bytes);
-    std::lock_guard<std::mutex> lock(plans_mutex_);
-    ++last_.arenas;
-  }
-  struct Release {
-    Plan& plan;
-    std::shared_ptr<ir::Buffer>& arena;
-    ~Release() {
-      std::lock_guard<std::mutex> lock(plan.mutex);
-      plan.free_arenas.push_back(arena);
+  } leases;
+  auto lease = [&](const std::shared_ptr<Plan>& p) -> std::byte* {
+    std::shared_ptr<ir::Buffer> arena;
+    {
+      std::lock_guard<std::mutex> lock(p->mutex);
+      if (!p->free_arenas.empty()) {
+        arena = std::move(p->free_arenas.back());
+        p->free_arenas.pop_back();
+      }
     }
-  } release{*plan, arena};
+    if (arena == nullptr) {
+      arena = ir::Buffer::allocate(p->arena_bytes + p->scratch_bytes);
+      std::lock_guard<std::mutex> lock(plans_mutex_);
+      ++last_.arenas;
+    }
+    std::byte* base = arena->mutable_data();
+    leases.held.push_back({p, std::move(arena)});
+    return base;
+  };
 
   std::vector<ir::Tensor> outputs(outputs_.size());
   std::vector<void*> data(values_.size(), nullptr);
-  std::byte* base = arena->mutable_data();
+  std::vector<ir::Tensor> heap(has_allocating_ ? values_.size() : 0);  // outputs of allocating steps
   for (size_t i = 0; i < values_.size(); ++i) {
     const ValueEntry& e = values_[i];
-    switch (e.slot) {
-      case Slot::kInput: data[i] = const_cast<void*>(bound[static_cast<size_t>(e.input)]->raw_data()); break;
-      case Slot::kConstant:
-        data[i] = e.released || e.constant->dtype() == ir::DType::kString ? nullptr : const_cast<void*>(e.constant->raw_data());
-        break;
-      case Slot::kArena: data[i] = base + plan->offsets[i]; break;
-      case Slot::kOutput:
-        if (e.constant == nullptr) {
-          outputs[static_cast<size_t>(e.output)] = output_tensor(static_cast<size_t>(e.output), e.value->type().dtype(), plan->dims[i]);
-          data[i] = outputs[static_cast<size_t>(e.output)].mutable_raw_data();
-        } else if (e.constant->dtype() != ir::DType::kString) {
-          // A Constant node's value that is also an output: kernels read the constant, and
-          // the output gets a copy after the run.
-          data[i] = const_cast<void*>(e.constant->raw_data());
-        }
-        break;
+    if (e.slot == Slot::kInput) {
+      data[i] = const_cast<void*>(bound[static_cast<size_t>(e.input)]->raw_data());
+    } else if (e.slot == Slot::kConstant || (e.slot == Slot::kOutput && e.constant != nullptr)) {
+      // A Constant node's value that is also an output: kernels read the constant, and the
+      // output gets a copy after the run.
+      data[i] = e.released || e.constant->dtype() == ir::DType::kString ? nullptr : const_cast<void*>(e.constant->raw_data());
     }
   }
-  RunContext ctx{pool_.get(), base + plan->arena_bytes};
   auto notify = [&](int value, const View& view) {
     const int slot = watch->slot[static_cast<size_t>(value)];
     if (slot < 0 || view.data == nullptr) return;
@@ -651,32 +792,71 @@ std::vector<ir::Tensor> CpuSession::run_steps(const std::vector<std::pair<std::s
       const auto i = static_cast<size_t>(in);
       notify(in, View{values_[i].value->type().dtype(), plan->dims[i], data[i]});
     }
-  for (const Step& step : steps_) {
-    std::vector<View> ins, outs;
-    ins.reserve(step.inputs.size());
-    for (int in : step.inputs) {
-      const auto i = static_cast<size_t>(in);
-      ins.push_back(in >= 0 ? View{values_[i].value->type().dtype(), plan->dims[i], data[i]} : View{});
+  for (;;) {
+    std::byte* base = lease(plan);
+    for (int v : plan->writes) {
+      const auto i = static_cast<size_t>(v);
+      const ValueEntry& e = values_[i];
+      if (e.slot == Slot::kArena) {
+        data[i] = base + plan->offsets[i];
+      } else if (e.slot == Slot::kOutput && e.constant == nullptr) {
+        outputs[static_cast<size_t>(e.output)] = output_tensor(static_cast<size_t>(e.output), e.value->type().dtype(), plan->dims[i]);
+        data[i] = outputs[static_cast<size_t>(e.output)].mutable_raw_data();
+      }
     }
-    for (int o : step.outputs) {
-      const auto i = static_cast<size_t>(o);
-      outs.push_back(o >= 0 ? View{values_[i].value->type().dtype(), plan->dims[i], data[i]} : View{});
+    RunContext ctx{pool_.get(), base + plan->arena_bytes};
+    for (int s = plan->begin; s < plan->end; ++s) {
+      const Step& step = steps_[static_cast<size_t>(s)];
+      std::vector<View> ins, outs;
+      ins.reserve(step.inputs.size());
+      for (int in : step.inputs) {
+        const auto i = static_cast<size_t>(in);
+        ins.push_back(in >= 0 ? View{values_[i].value->type().dtype(), plan->dims[i], data[i]} : View{});
+      }
+      for (int o : step.outputs) {
+        const auto i = static_cast<size_t>(o);
+        outs.push_back(o >= 0 ? View{values_[i].value->type().dtype(), plan->dims[i], data[i]} : View{});
+      }
+      const auto t0 = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+      if (!step.kernel->allocates_outputs()) {
+        step.kernel->run(ctx, ins, outs);
+      } else {
+        std::vector<ir::Tensor> made = step.kernel->run_alloc(ctx, ins, outs);
+        for (size_t k = 0; k < step.outputs.size(); ++k) {
+          const int o = step.outputs[k];
+          if (o < 0) continue;
+          const auto i = static_cast<size_t>(o);
+          const ValueEntry& e = values_[i];
+          ir::Tensor& t = made[k];
+          if (!t.is_valid() || (t.dtype() != e.value->type().dtype() && e.value->type().dtype() != ir::DType::kUndefined))
+            throw InternalError(step.node->describe() + ": output " + std::to_string(k) + " was not made as planned");
+          if (plan->known[i])
+            TETHER_CHECK(t.dims() == plan->dims[i], "an allocating kernel's output differs from its planned shape");
+          ir::Tensor& home = e.slot == Slot::kOutput ? outputs[static_cast<size_t>(e.output)] : heap[i];
+          home = std::move(t);
+          data[i] = home.nbytes() == 0 ? static_cast<void*>(kEmptyData) : home.mutable_raw_data();
+          outs[k] = View{home.dtype(), home.dims(), data[i]};
+        }
+      }
+      if (profile_) {
+        step.nanoseconds += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+        ++step.runs;
+      }
+      if (watch == nullptr) continue;
+      for (size_t k = 0; k < step.outputs.size(); ++k)
+        if (step.outputs[k] >= 0) notify(step.outputs[k], outs[k]);
     }
-    if (!profile_) {
-      step.kernel->run(ctx, ins, outs);
-    } else {
-      const auto t0 = std::chrono::steady_clock::now();
-      step.kernel->run(ctx, ins, outs);
-      step.nanoseconds += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
-      ++step.runs;
-    }
-    if (watch == nullptr) continue;
-    for (size_t k = 0; k < step.outputs.size(); ++k)
-      if (step.outputs[k] >= 0) notify(step.outputs[k], outs[k]);
+    if (plan->stall == Plan::Stall::kNone) break;
+    if (plan->stall == Plan::Stall::kSizes)  // the sizes the step found, wherever its outputs went
+      for (int o : steps_[static_cast<size_t>(plan->end - 1)].outputs)
+        if (o >= 0 && values_[static_cast<size_t>(o)].slot == Slot::kOutput)
+          heap[static_cast<size_t>(o)] = outputs[static_cast<size_t>(values_[static_cast<size_t>(o)].output)];
+    plan = next_plan(*plan, bound, data, heap);
   }
   {
     // Kept for the next run: a buffer the caller has dropped by then is reused (see output_tensor).
     std::lock_guard<std::mutex> lock(spare_mutex_);
+    if (spare_.size() < outputs.size()) spare_.resize(outputs.size());
     for (size_t k = 0; k < outputs.size(); ++k)
       if (outputs[k].is_valid() && outputs[k].dtype() != ir::DType::kString) spare_[k] = outputs[k].buffer();
   }
@@ -697,6 +877,40 @@ std::vector<ir::Tensor> CpuSession::run_steps(const std::vector<std::pair<std::s
 }
 
 }  // namespace
+
+namespace {
+
+class CpuSubgraph final : public Subgraph {
+ public:
+  CpuSubgraph(const ir::Model& model, std::shared_ptr<util::ThreadPool> pool)
+      : session_(model, CompileOptions{}, std::move(pool)) {
+    for (const TensorInfo& i : session_.inputs()) names_.push_back(i.name);
+  }
+  std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs) const override {
+    std::vector<std::pair<std::string, ir::Tensor>> named;
+    named.reserve(inputs.size());
+    for (size_t k = 0; k < inputs.size() && k < names_.size(); ++k) named.emplace_back(names_[k], inputs[k]);
+    return session_.run(named);
+  }
+
+ private:
+  CpuSession session_;
+  std::vector<std::string> names_;
+};
+
+}  // namespace
+
+std::unique_ptr<Subgraph> compile_subgraph(const ir::Graph& body, const std::vector<const ir::Value*>& captured,
+                                           const ir::Model& model, std::shared_ptr<util::ThreadPool> pool,
+                                           const std::vector<ir::ValueType>& input_types) {
+  ir::Model alone;
+  alone.opset_imports = model.opset_imports;
+  ir::copy_subgraph(body, captured, alone.graph());
+  const std::vector<ir::Value*> inputs = alone.graph().inputs();
+  for (size_t k = 0; k < input_types.size() && k < inputs.size(); ++k)
+    if (inputs[k]->type().dtype() == ir::DType::kUndefined) inputs[k]->set_type(input_types[k]);
+  return std::make_unique<CpuSubgraph>(alone, std::move(pool));
+}
 
 std::unique_ptr<Session> compile(const ir::Model& model, const CompileOptions& options) {
   if (options.device != "cpu")

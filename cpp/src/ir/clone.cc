@@ -11,7 +11,7 @@ namespace {
 
 using ValueMap = std::unordered_map<const Value*, Value*>;
 
-void copy_graph(const Graph& src, Graph& dst, ValueMap& map);
+void copy_graph(const Graph& src, Graph& dst, ValueMap& map, const std::vector<const Value*>& captured = {});
 
 Attribute copy_attribute(const Attribute& a, Graph& owner, ValueMap& map) {
   if (!a.ref_attr_name().empty()) return a;
@@ -42,12 +42,13 @@ void copy_value_details(const Value& from, Value& to) {
 
 // Values are created in the source's order (inputs, initializers, node outputs, declarations),
 // nodes before their inputs are wired, so unsorted graphs and captured outer values copy too.
-void copy_graph(const Graph& src, Graph& dst, ValueMap& map) {
+void copy_graph(const Graph& src, Graph& dst, ValueMap& map, const std::vector<const Value*>& captured) {
   dst.set_name(src.name());
   dst.set_doc_string(src.doc_string());
   dst.metadata() = src.metadata();
   dst.quantization_annotations() = src.quantization_annotations();
   for (const Value* v : src.inputs()) map[v] = dst.add_input(v->name(), v->type());
+  for (const Value* v : captured) map[v] = dst.add_input(v->name(), v->type());
   for (const Value* v : src.initializers()) map[v] = dst.add_initializer(v->initializer(), v->name());
   for (const Value* v : src.sparse_initializers()) map[v] = dst.add_sparse_initializer(v->sparse_initializer(), v->name());
   std::vector<std::pair<const Node*, Node*>> nodes;
@@ -65,15 +66,23 @@ void copy_graph(const Graph& src, Graph& dst, ValueMap& map) {
     if (v->is_declared()) c->set_type(v->type());
     copy_value_details(*v, *c);
   }
+  // An enclosing graph's initializer that a standalone copy of a subgraph reads (copy_subgraph)
+  // becomes an initializer of the copy.
+  auto lookup = [&](const Value* v) -> Value* {
+    auto it = map.find(v);
+    if (it != map.end()) return it->second;
+    if (!v->has_initializer() || v->is_input()) return map.at(v);  // throws: an unmapped outer value
+    return map[v] = dst.add_initializer(v->initializer(), v->name());
+  };
   for (auto& [n, c] : nodes) {
-    for (const Value* in : n->inputs()) c->add_input(in ? map.at(in) : nullptr);
+    for (const Value* in : n->inputs()) c->add_input(in ? lookup(in) : nullptr);
     for (const Attribute& a : n->attributes()) c->set_attr(copy_attribute(a, dst, map));
     c->set_overload(n->overload());
     c->set_doc_string(n->doc_string());
     c->metadata() = n->metadata();
     c->device_configurations() = n->device_configurations();
   }
-  for (const Value* v : src.outputs()) dst.add_output(map.at(v));
+  for (const Value* v : src.outputs()) dst.add_output(lookup(v));
 }
 
 }  // namespace
@@ -83,6 +92,11 @@ std::unique_ptr<Graph> clone_graph(const Graph& graph) {
   ValueMap map;
   copy_graph(graph, *out, map);
   return out;
+}
+
+void copy_subgraph(const Graph& graph, const std::vector<const Value*>& captured, Graph& into) {
+  ValueMap map;
+  copy_graph(graph, into, map, captured);
 }
 
 Model Model::clone() const {

@@ -307,15 +307,85 @@ std::vector<ir::Graph*> subgraphs(const ir::Node& n) {
   return out;
 }
 
+// Sizes and values a run found for this node's outputs replace what inference gave.
+void pin_outputs(const ir::Node& node, InferState& state) {
+  if (state.pinned_values.empty() && state.pinned_dims.empty()) return;
+  for (ir::Value* out : node.outputs()) {
+    if (out == nullptr) continue;
+    if (auto it = state.pinned_values.find(out); it != state.pinned_values.end()) {
+      state.constants[out] = it->second;
+      state.shape_values.erase(out);
+      out->set_type(ValueType::tensor(it->second->dtype(), Shape::of(it->second->dims())));
+    } else if (auto d = state.pinned_dims.find(out); d != state.pinned_dims.end()) {
+      out->set_type(ValueType::tensor(out->type().dtype(), Shape::of(*d->second)));
+    }
+  }
+}
+
+// A Loop or Scan body's inputs take their types from the node's inputs where the body leaves
+// them undeclared (ONNX allows that): Loop's iteration number and condition, the loop-carried
+// values; Scan's states and one step of each scan input.
+void type_body_inputs(const ir::Node& node, int64_t opset) {
+  const bool onnx_domain = node.domain().empty() || node.domain() == "ai.onnx";
+  if (!onnx_domain || (node.op_type() != "Loop" && node.op_type() != "Scan")) return;
+  const ir::Attribute* a = node.attr("body");
+  if (a == nullptr || a->kind() != ir::AttrKind::kGraph) return;
+  const std::vector<ir::Value*>& ins = a->as_graph()->inputs();
+  auto fill = [&](size_t k, ValueType t) {
+    if (k < ins.size() && ins[k]->type().dtype() == DType::kUndefined && t.dtype() != DType::kUndefined)
+      ins[k]->set_type(std::move(t));
+  };
+  auto type_of = [&](size_t i) { return node.input(i) != nullptr ? node.input(i)->type() : ValueType(); };
+  if (node.op_type() == "Loop") {
+    fill(0, ValueType::tensor(DType::kInt64, Shape::of({})));
+    fill(1, ValueType::tensor(DType::kBool, Shape::of({})));
+    for (size_t i = 2; i < node.inputs().size(); ++i) fill(i, type_of(i));
+    return;
+  }
+  const auto scans = static_cast<size_t>(node.attr_int("num_scan_inputs", 0));
+  if (opset < 9 || scans > node.inputs().size()) return;  // opset 8: a batch axis, sequence_lens first
+  const size_t states = node.inputs().size() - scans;
+  const std::vector<int64_t> axes = node.attr_ints("scan_input_axes", std::vector<int64_t>(scans, 0));
+  for (size_t i = 0; i < node.inputs().size(); ++i) {
+    ValueType t = type_of(i);
+    if (i >= states && t.shape().has_rank() && i - states < axes.size()) {
+      std::vector<ir::Dim> dims = t.shape().dims();
+      const auto r = static_cast<int64_t>(dims.size());
+      const int64_t ax = axes[i - states] < 0 ? axes[i - states] + r : axes[i - states];
+      if (ax < 0 || ax >= r) continue;
+      dims.erase(dims.begin() + ax);
+      t = ValueType::tensor(t.dtype(), Shape(std::move(dims)));
+    }
+    fill(i, std::move(t));
+  }
+}
+
 void infer_graph(ir::Graph& g, InferState& state, const InferenceOptions& options, InferenceReport& report,
                  std::set<std::string>& missing) {
   for (ir::Node* node : g.topological_order()) {
-    for (ir::Graph* sub : subgraphs(*node)) infer_graph(*sub, state, options, report, missing);
+    bool subgraphs_ok = true;
+    type_body_inputs(*node, state.opset);
+    for (ir::Graph* sub : subgraphs(*node)) {
+      if (!options.tolerate_subgraph_errors) {
+        infer_graph(*sub, state, options, report, missing);
+        continue;
+      }
+      try {
+        infer_graph(*sub, state, options, report, missing);
+      } catch (const ShapeError&) {
+        subgraphs_ok = false;
+      }
+    }
+    if (!subgraphs_ok) {
+      pin_outputs(*node, state);
+      continue;
+    }
     const bool onnx_domain = node->domain().empty() || node->domain() == "ai.onnx";
     InferFn rule = registry().find(node->domain(), node->op_type());
     if (rule == nullptr) {
       ++report.nodes_skipped;
       missing.insert(onnx_domain ? node->op_type() : node->domain() + ":" + node->op_type());
+      pin_outputs(*node, state);
       continue;
     }
     InferContext ctx(*node, state);
@@ -333,6 +403,7 @@ void infer_graph(ir::Graph& g, InferState& state, const InferenceOptions& option
       if (!merged.is_unknown()) out->set_type(std::move(merged));
     }
     ++report.nodes_inferred;
+    pin_outputs(*node, state);
   }
 }
 
@@ -346,6 +417,16 @@ InferenceReport infer_shapes(ir::Model& model, const InferenceOptions& options) 
     const ir::Value* v = model.graph().find(name);
     if (v == nullptr || !v->is_input()) throw ArgumentError("input_values: '" + name + "' is not a graph input");
     state.constants[v] = tensor;
+  }
+  for (const auto& [name, tensor] : options.output_values) {
+    const ir::Value* v = model.graph().find(name);
+    if (v == nullptr || v->producer() == nullptr) throw ArgumentError("output_values: '" + name + "' is not a node output");
+    state.pinned_values[v] = tensor;
+  }
+  for (const auto& [name, dims] : options.output_dims) {
+    const ir::Value* v = model.graph().find(name);
+    if (v == nullptr || v->producer() == nullptr) throw ArgumentError("output_dims: '" + name + "' is not a node output");
+    state.pinned_dims[v] = &dims;
   }
   InferenceReport report;
   std::set<std::string> missing;

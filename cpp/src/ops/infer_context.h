@@ -41,6 +41,9 @@ struct InferState {
   std::unordered_map<const ir::Value*, const ir::Tensor*> constants;
   std::unordered_map<const ir::Value*, std::vector<SymInt>> shape_values;
   std::vector<std::unique_ptr<ir::Tensor>> owned;  // constants made during inference
+  // Node outputs whose values or sizes a run has found (InferenceOptions::output_values/dims).
+  std::unordered_map<const ir::Value*, const ir::Tensor*> pinned_values;
+  std::unordered_map<const ir::Value*, const std::vector<int64_t>*> pinned_dims;
   int64_t opset = 0;                               // default-domain opset of the model
 };
 

@@ -212,9 +212,44 @@ void loop(InferContext& ctx) {
   }
 }
 
+// Scan: the final states as the body gives them, and each scan output's per-step value
+// stacked along its axis, the sequence length long.
+void scan(InferContext& ctx) {
+  if (ctx.opset() < 9) return;  // opset 8's Scan has a batch axis and sequence_lens first
+  const ir::Attribute* body_attr = ctx.node().attr("body");
+  if (body_attr == nullptr) ctx.fail("needs a body");
+  const auto& outs = body_attr->as_graph()->outputs();
+  const auto scans = static_cast<size_t>(ctx.attr_int("num_scan_inputs", 0));
+  if (scans == 0 || scans > ctx.num_inputs()) ctx.fail("num_scan_inputs is " + std::to_string(scans));
+  const size_t states = ctx.num_inputs() - scans;
+  const std::vector<int64_t> in_axes = ctx.node().attr_ints("scan_input_axes", std::vector<int64_t>(scans, 0));
+  Dim len;
+  if (const Shape& s0 = ctx.input_shape(states); s0.has_rank() && !in_axes.empty())
+    len = s0[ctx.axis(in_axes[0], s0.rank(), "scan_input_axes entry")];
+  const size_t scan_outs = ctx.num_outputs() > states ? ctx.num_outputs() - states : 0;
+  const std::vector<int64_t> out_axes = ctx.node().attr_ints("scan_output_axes", std::vector<int64_t>(scan_outs, 0));
+  for (size_t i = 0; i < ctx.num_outputs() && i < outs.size(); ++i) {
+    const ValueType& t = outs[i]->type();
+    if (i < states) {
+      ctx.set_output(i, !t.is_unknown() ? t : ctx.input_type(i));
+      continue;
+    }
+    if (!t.is_tensor() || !t.shape().has_rank()) {
+      ctx.set_output(i, t.dtype(), Shape());
+      continue;
+    }
+    std::vector<Dim> dims = t.shape().dims();
+    const size_t k = i - states;
+    const size_t ax = k < out_axes.size() ? ctx.axis(out_axes[k], dims.size() + 1, "scan_output_axes entry") : 0;
+    dims.insert(dims.begin() + static_cast<std::ptrdiff_t>(ax), len);
+    ctx.set_output(i, t.dtype(), Shape(std::move(dims)));
+  }
+}
+
 }  // namespace
 
 void register_misc(Registry& r) {
+  r.add("Scan", scan);
   r.add("Constant", constant);
   r.add("ConstantOfShape", constant_of_shape);
   r.add("Range", range);

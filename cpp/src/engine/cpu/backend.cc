@@ -24,6 +24,8 @@ class CpuBackend final : public Backend {
     register_einsum(registry_);
     register_quantize(registry_);
     register_qlinear(registry_);
+    register_dynamic(registry_);
+    register_control(registry_);
   }
 
   std::string_view name() const override { return "cpu"; }
