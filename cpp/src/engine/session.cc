@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "engine/evaluate.h"
+#include "engine/half.h"
 #include "engine/kernel.h"
 #include "engine/planner.h"
 #include "passes/passes.h"
@@ -225,6 +226,10 @@ CpuSession::CpuSession(const ir::Model& model, const CompileOptions& options, st
   std::ostringstream report;
   if (options.optimize) report << passes::optimize(model_);
   ops::infer_shapes(model_);
+  if (const int lowered = lower_half_precision(model_, cpu_backend()); lowered > 0) {
+    ops::infer_shapes(model_);
+    report << "cpu: " << lowered << " float16/bfloat16 node" << (lowered > 1 ? "s" : "") << " computed in float32\n";
+  }
   index_values();
   find_shape_inputs();
   if (pool_ == nullptr) pool_ = std::make_shared<util::ThreadPool>(options.threads);

@@ -29,19 +29,6 @@ bool returns_value(const ir::Graph& g, const ir::Value& v) {
   return false;
 }
 
-// Moves every reader of `v` to a fresh placeholder, so that `v` and its name can go away while
-// its readers wait for the value that takes its place.
-ir::Value* park_uses(ir::Graph& g, ir::Value* v) {
-  ir::Value* tmp = g.declare(unique_name(g, v->name() + "__tether_parked"), v->type());
-  g.replace_all_uses(v, tmp);
-  return tmp;
-}
-
-void unpark(ir::Graph& g, ir::Value* tmp, ir::Value* v) {
-  g.replace_all_uses(tmp, v);
-  g.remove_value(tmp);
-}
-
 }  // namespace
 
 bool is_onnx(const ir::Node& n, const char* op) {
@@ -94,6 +81,19 @@ std::string unique_name(const ir::Graph& g, const std::string& base) {
     std::string name = base + "_" + std::to_string(i);
     if (g.resolve(name) == nullptr) return name;
   }
+}
+
+// Moves every reader of `v` to a fresh placeholder, so that `v` and its name can go away while
+// its readers wait for the value that takes its place.
+ir::Value* park_uses(ir::Graph& g, ir::Value* v) {
+  ir::Value* tmp = g.declare(unique_name(g, v->name() + "__tether_parked"), v->type());
+  g.replace_all_uses(v, tmp);
+  return tmp;
+}
+
+void unpark(ir::Graph& g, ir::Value* tmp, ir::Value* v) {
+  g.replace_all_uses(tmp, v);
+  g.remove_value(tmp);
 }
 
 ir::Node* replace_chain(ir::Graph& g, const std::vector<ir::Node*>& chain, std::string op_type,

@@ -41,6 +41,12 @@ std::string trace_names(const std::vector<const ir::Node*>& nodes);
 /// A name not yet used in `g`: `base`, else `base_1`, `base_2`, ...
 std::string unique_name(const ir::Graph& g, const std::string& base);
 
+/// Moves every reader of `v` (node inputs, graph-output slots) to a fresh placeholder value,
+/// so that `v` and its name can go while its readers wait for the value that takes its place.
+ir::Value* park_uses(ir::Graph& g, ir::Value* v);
+/// Points the readers parked on `tmp` at `v` and removes `tmp`.
+void unpark(ir::Graph& g, ir::Value* tmp, ir::Value* v);
+
 /// Replaces `chain` (nodes in graph order; only the last one's outputs may be read outside the
 /// chain) by one new node of `op_type`/`domain` over `inputs` with `attributes`. The new node
 /// is named after the last node of the chain, its outputs keep that node's output names and
