@@ -158,7 +158,12 @@ _GROUPS: dict[str, list[str]] = {
         "test_castlike_no_saturate_FLOAT_to_FLOAT8E5M2FNUZ_expanded",
         "test_castlike_no_saturate_FLOAT_to_FLOAT8E5M2_expanded",
     ],
-    'float16 and bfloat16 attention a unit in the last place off: the CPU engine computes half precision ops in float32 and rounds each op\'s result to the model\'s type, the reference rounds at other points (the cases\' rtol 1e-3 is below one bfloat16 step)': [
+    'float16 and bfloat16 attention a unit in the last place off: the CPU engine computes half precision ops in float32 and rounds each op\'s result to the model\'s type (the Attention kernel\'s once), the reference rounds at other points (the cases\' rtol 1e-3 is below one bfloat16 step)': [
+        "test_attention_3d_causal_bf16",
+        "test_attention_4d_attn_mask_causal_bf16",
+        "test_attention_4d_causal_bf16",
+        "test_attention_4d_causal_padded_kv_bf16",
+        "test_attention_4d_padded_kv_bf16",
         "test_attention_3d_causal_bf16_expanded",
         "test_attention_4d_attn_mask_causal_bf16_expanded",
         "test_attention_4d_causal_bf16_expanded",

@@ -608,9 +608,6 @@ NODE_TESTS_REFUSED = {
     "test_resize_downsample_sizes_linear_antialias": "antialias=1 is not supported",
     "test_resize_downsample_scales_cubic_antialias": "antialias=1 is not supported",
     "test_resize_downsample_sizes_cubic_antialias": "antialias=1 is not supported",
-    "test_einsum_batch_matmul_bfloat16": "input 0 is bfloat16",
-    "test_einsum_sum_bfloat16": "input 0 is bfloat16",
-    "test_einsum_transpose_bfloat16": "input 0 is bfloat16",
 }
 # Node tests whose expected output disagrees with onnxruntime, the peer tether follows: with
 # align_corners and given scales, the ONNX reference divides by (input * scale - 1), the

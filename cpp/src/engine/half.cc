@@ -16,9 +16,14 @@ bool is_half(ir::DType t) { return t == ir::DType::kFloat16 || t == ir::DType::k
 
 ir::ValueType as_float(const ir::ValueType& t) { return ir::ValueType::tensor(ir::DType::kFloat32, t.shape()); }
 
-// Ops whose output type an attribute or a subgraph decides, and constants: left as they are.
+// Ops whose output type an attribute or a subgraph decides, constants, and quantization ops
+// (whose rounding of x / scale has no single float16 answer: onnxruntime divides in float32,
+// the reference in float16), and ops of other domains: left as they are.
 bool keeps_its_types(const ir::Node& n) {
-  if ((n.domain().empty() || n.domain() == "ai.onnx") && n.op_type() == "Constant") return true;
+  const std::string& op = n.op_type();
+  if (!(n.domain().empty() || n.domain() == "ai.onnx") || op == "Constant" ||
+      op.find("Quantize") != std::string::npos || op.find("Integer") != std::string::npos || op.rfind("QLinear", 0) == 0)
+    return true;
   for (const ir::Attribute& a : n.attributes()) {
     const std::string& name = a.name();
     if (name == "to" || name == "dtype" || name == "output_dtype" || a.kind() == ir::AttrKind::kTensor ||

@@ -26,6 +26,7 @@ class CpuBackend final : public Backend {
     register_qlinear(registry_);
     register_dynamic(registry_);
     register_control(registry_);
+    register_attention(registry_);
   }
 
   std::string_view name() const override { return "cpu"; }

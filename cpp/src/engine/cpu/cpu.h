@@ -31,6 +31,7 @@ void register_quantize(KernelRegistry& r);
 void register_qlinear(KernelRegistry& r);
 void register_dynamic(KernelRegistry& r);
 void register_control(KernelRegistry& r);
+void register_attention(KernelRegistry& r);
 
 /// The activation a fused kernel applies to its output in place (ai.tether fused ops carry it
 /// in the attributes `activation` and `activation_params`).

@@ -1,0 +1,110 @@
+"""Attention (opset 23/24) and RotaryEmbedding kernels at sizes past the node tests' (several
+row blocks, grouped-query heads, past key/value caches, masks), against onnxruntime and the
+ONNX reference implementation."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import tether as tt
+from onnx import TensorProto as P
+from onnx import helper as h
+from onnx.reference import ReferenceEvaluator
+
+OPSET = [h.make_opsetid("", 24)]
+
+
+def _attention_model(q_shape, kv_shape, v_shape, *, mask_shape=None, mask_type=P.FLOAT, past=None, **attrs) -> bytes:
+    inputs = [h.make_tensor_value_info("q", P.FLOAT, q_shape), h.make_tensor_value_info("k", P.FLOAT, kv_shape),
+              h.make_tensor_value_info("v", P.FLOAT, v_shape)]
+    names = ["q", "k", "v"]
+    if mask_shape is not None:
+        inputs.append(h.make_tensor_value_info("mask", mask_type, mask_shape))
+        names.append("mask")
+    elif past is not None:
+        names.append("")
+    outputs = [h.make_tensor_value_info("y", P.FLOAT, None)]
+    out_names = ["y"]
+    if past is not None:
+        inputs += [h.make_tensor_value_info("past_k", P.FLOAT, past[0]), h.make_tensor_value_info("past_v", P.FLOAT, past[1])]
+        names += ["past_k", "past_v"]
+        out_names += ["present_k", "present_v"]
+        outputs += [h.make_tensor_value_info("present_k", P.FLOAT, None), h.make_tensor_value_info("present_v", P.FLOAT, None)]
+    node = h.make_node("Attention", names, out_names, name=attrs.pop("name", ""), **attrs)
+    g = h.make_graph([node], "g", inputs, outputs)
+    return h.make_model(g, opset_imports=OPSET).SerializeToString()
+
+
+CASES = [
+    # q, k, v shapes, mask shape, attributes, past shapes
+    ("4d_long", (2, 4, 100, 32), (2, 4, 100, 32), (2, 4, 100, 32), None, {}, None),
+    ("4d_gqa_causal", (1, 8, 70, 16), (1, 2, 70, 16), (1, 2, 70, 24), None, {"is_causal": 1}, None),
+    ("3d_heads_mask", (2, 50, 64), (2, 40, 64), (2, 40, 32), (50, 40), {"q_num_heads": 4, "kv_num_heads": 4}, None),
+    ("4d_bool_mask_bcast", (1, 2, 33, 8), (1, 2, 33, 8), (1, 2, 33, 8), (1, 1, 33, 33), {"scale": 0.3, "softcap": 5.0}, None),
+    ("4d_past_causal", (1, 4, 9, 16), (1, 2, 9, 16), (1, 2, 9, 16), None, {"is_causal": 1},
+     ((1, 2, 40, 16), (1, 2, 40, 16))),
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("name,qs,ks,vs,ms,attrs,past", CASES, ids=[c[0] for c in CASES])
+def test_attention_matches_the_reference(name, qs, ks, vs, ms, attrs, past, threads) -> None:
+    mask_type = P.BOOL if name.startswith("4d_bool") else P.FLOAT
+    model = _attention_model(qs, ks, vs, mask_shape=ms, mask_type=mask_type, past=past, **attrs)
+    rng = np.random.default_rng(hash(name) % 2**32)
+    feeds = {"q": rng.standard_normal(qs).astype(np.float32), "k": rng.standard_normal(ks).astype(np.float32),
+             "v": rng.standard_normal(vs).astype(np.float32)}
+    if ms is not None:
+        feeds["mask"] = (rng.random(ms) > 0.3) if mask_type == P.BOOL else rng.standard_normal(ms).astype(np.float32)
+    if past is not None:
+        feeds["past_k"] = rng.standard_normal(past[0]).astype(np.float32)
+        feeds["past_v"] = rng.standard_normal(past[1]).astype(np.float32)
+    sess = tt.compile(tt.load(model), threads=threads)
+    got = sess.run(feeds)
+    want = ReferenceEvaluator(model).run(None, feeds)
+    for k, out in enumerate(["y", "present_k", "present_v"][: len(want)]):
+        np.testing.assert_allclose(got[out], want[k], rtol=2e-5, atol=2e-5, err_msg=out)
+
+
+def test_attention_matches_onnxruntime_on_a_causal_decoder_block() -> None:
+    model = _attention_model((1, 12, 128, 64), (1, 12, 128, 64), (1, 12, 128, 64), is_causal=1)
+    rng = np.random.default_rng(7)
+    feeds = {n: rng.standard_normal((1, 12, 128, 64)).astype(np.float32) for n in ("q", "k", "v")}
+    got = tt.compile(tt.load(model), threads=2).run(feeds)["y"]
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_attention_shape_mismatch_is_a_typed_error() -> None:
+    model = _attention_model((1, 4, 8, 16), (1, 4, 8, 16), (1, 4, 8, 16), mask_shape=("a", "b", "c"), name="attn")
+    sess = tt.compile(tt.load(model))
+    feeds = {n: np.zeros((1, 4, 8, 16), np.float32) for n in ("q", "k", "v")}
+    feeds["mask"] = np.zeros((3, 8, 8), np.float32)
+    with pytest.raises(tt.ArgumentError, match=r"attn.*attn_mask \[3, 8, 8\] does not broadcast to \[1, 4, 8, 8\]"):
+        sess.run(feeds)
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+def test_rotary_embedding_with_position_ids_matches_the_reference(interleaved: int) -> None:
+    b, s, heads, d, rot, positions = 2, 20, 4, 32, 16, 64
+    node = h.make_node("RotaryEmbedding", ["x", "cos", "sin", "pos"], ["y"], interleaved=interleaved,
+                       rotary_embedding_dim=rot, num_heads=heads)
+    g = h.make_graph([node], "g",
+                     [h.make_tensor_value_info("x", P.FLOAT, [b, s, heads * d]),
+                      h.make_tensor_value_info("cos", P.FLOAT, [positions, rot // 2]),
+                      h.make_tensor_value_info("sin", P.FLOAT, [positions, rot // 2]),
+                      h.make_tensor_value_info("pos", P.INT64, [b, s])],
+                     [h.make_tensor_value_info("y", P.FLOAT, None)])
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 23)]).SerializeToString()
+    rng = np.random.default_rng(interleaved)
+    angles = np.outer(np.arange(positions), 1.0 / 10000 ** (np.arange(rot // 2) / (rot // 2)))
+    feeds = {"x": rng.standard_normal((b, s, heads * d)).astype(np.float32),
+             "cos": np.cos(angles).astype(np.float32), "sin": np.sin(angles).astype(np.float32),
+             "pos": rng.integers(0, positions, (b, s)).astype(np.int64)}
+    got = tt.compile(tt.load(model), threads=2).run(feeds)["y"]
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    feeds["pos"][1, 3] = positions
+    with pytest.raises(tt.ArgumentError, match=r"position_ids\[1, 3\] is 64, outside the cache's 64 positions"):
+        tt.compile(tt.load(model)).run(feeds)
