@@ -62,10 +62,11 @@ def main() -> None:
                 so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
                 ref = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
                 diff = float(np.abs(sess.run(feeds)["y"] - ref.run(None, feeds)[0]).max())
-                ms = interleaved_medians({"tether": lambda: sess.run(feeds), "ort": lambda: ref.run(None, feeds)},
-                                         args.min_time)
-                print(f"| {seq} | {'yes' if causal else 'no'} | {threads} | {ms['tether'] * 1e3:.2f} | {ms['ort'] * 1e3:.2f} "
-                      f"| {ms['tether'] / ms['ort']:.2f} | {diff:.1e} |")
+                runs = {"tether": lambda s=sess, f=feeds: s.run(f), "ort": lambda r=ref, f=feeds: r.run(None, f)}
+                ms = interleaved_medians(runs, args.min_time)
+                t, o = ms["tether"] * 1e3, ms["ort"] * 1e3
+                mark = "yes" if causal else "no"
+                print(f"| {seq} | {mark} | {threads} | {t:.2f} | {o:.2f} | {t / o:.2f} | {diff:.1e} |")
 
 
 if __name__ == "__main__":
