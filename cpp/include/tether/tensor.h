@@ -38,6 +38,9 @@ class Buffer {
   /// writers copy it first.
   static std::shared_ptr<Buffer> borrow(const void* data, int64_t nbytes,
                                         std::shared_ptr<const void> owner);
+  /// As borrow, for bytes of a read-only file mapping that `owner` keeps: such bytes can be
+  /// dropped from memory and read again from the file (release_pages).
+  static std::shared_ptr<Buffer> map_view(const void* data, int64_t nbytes, std::shared_ptr<const void> owner);
 
   ~Buffer();
   Buffer(const Buffer&) = delete;
@@ -49,12 +52,19 @@ class Buffer {
   int64_t size() const { return size_; }
   /// True for buffers tether allocated; false for borrowed ones.
   bool writable() const { return owned_; }
+  /// True for a view of a file mapping (map_view).
+  bool mapped() const { return mapped_; }
+  /// For a mapped buffer: tells the OS its whole pages may leave memory now (a later read
+  /// faults them in from the file again, unchanged). Nothing for other buffers. For a reader
+  /// done with bytes it copied elsewhere (packed weights), so that they do not count twice.
+  void release_pages() const;
 
  private:
   Buffer() = default;
   std::byte* data_ = nullptr;
   int64_t size_ = 0;
   bool owned_ = false;
+  bool mapped_ = false;
   std::shared_ptr<const void> owner_;
 };
 

@@ -383,6 +383,11 @@ void CpuSession::create_steps(const Backend& backend) {
     step.node = n;
     step.kernel = backend.create(init);
     has_allocating_ = has_allocating_ || step.kernel->allocates_outputs();
+    // Weights packed from a file mapping leave memory now (read again from the file if
+    // anything reads the original later): the packed copy does not join them.
+    for (size_t i = 0; i < init.constants.size(); ++i)
+      if (init.constants[i] != nullptr && init.constants[i]->buffer() != nullptr && step.kernel->packs_input(i))
+        init.constants[i]->buffer()->release_pages();
     for (const ir::Value* in : inputs) step.inputs.push_back(in ? index_.at(in) : -1);
     for (const ir::Value* out : n->outputs()) {
       step.outputs.push_back(out ? index_.at(out) : -1);

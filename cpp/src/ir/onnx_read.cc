@@ -1,4 +1,5 @@
 // Reading ONNX models: protobuf (without the weights) -> tether IR, weights mapped or copied once.
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -78,15 +79,17 @@ void check_initializer_type(const Value& v, DType dtype, const std::vector<int64
 class Reader {
  public:
   // `owner` keeps [src, src + size) alive; when null, weights are copied out of it.
+  // `mapped`: `owner` is a file mapping.
   Reader(std::string label, std::string base_dir, bool has_base_dir, const std::byte* src, int64_t size,
-         std::shared_ptr<const void> owner)
+         std::shared_ptr<const void> owner, bool mapped = false)
       : label_(std::move(label)), base_dir_(std::move(base_dir)), has_base_dir_(has_base_dir), src_(src),
-        size_(size), owner_(std::move(owner)) {}
+        size_(size), owner_(std::move(owner)), mapped_(mapped) {}
 
   Model read();
 
  private:
-  std::shared_ptr<Buffer> bytes_from(const std::byte* p, int64_t n, const std::shared_ptr<const void>& owner) const;
+  std::shared_ptr<Buffer> bytes_from(const std::byte* p, int64_t n, const std::shared_ptr<const void>& owner,
+                                     bool mapped) const;
   std::shared_ptr<Buffer> external_bytes(const pb::TensorProto& p, const std::string& where, DType dtype,
                                          const std::vector<int64_t>& dims, int64_t nbytes);
   Tensor tensor(const pb::TensorProto& p, const std::string& where, const wire::RawSpan* span = nullptr);
@@ -105,15 +108,29 @@ class Reader {
   const std::byte* src_;
   int64_t size_;
   std::shared_ptr<const void> owner_;
+  bool mapped_ = false;
   external::MapCache maps_;
 };
 
 // Borrow bytes that are aligned and kept alive by an owner; copy the rest once.
-std::shared_ptr<Buffer> Reader::bytes_from(const std::byte* p, int64_t n,
-                                           const std::shared_ptr<const void>& owner) const {
-  if (owner != nullptr && reinterpret_cast<uintptr_t>(p) % kBufferAlignment == 0) return Buffer::borrow(p, n, owner);
+// (`mapped`: the owner is a file mapping, whose pages can be dropped and read again.)
+std::shared_ptr<Buffer> Reader::bytes_from(const std::byte* p, int64_t n, const std::shared_ptr<const void>& owner,
+                                           bool mapped) const {
+  if (owner != nullptr && reinterpret_cast<uintptr_t>(p) % kBufferAlignment == 0)
+    return mapped ? Buffer::map_view(p, n, owner) : Buffer::borrow(p, n, owner);
   auto b = Buffer::allocate(n);
-  if (n > 0) std::memcpy(b->mutable_data(), p, static_cast<size_t>(n));
+  if (!mapped) {
+    if (n > 0) std::memcpy(b->mutable_data(), p, static_cast<size_t>(n));
+    return b;
+  }
+  // The copy is what stays: the file's pages leave memory as soon as they are copied, a few
+  // MB at a time, so a large tensor never counts twice.
+  constexpr int64_t kChunk = 4 << 20;
+  for (int64_t at = 0; at < n; at += kChunk) {
+    const int64_t len = std::min(kChunk, n - at);
+    std::memcpy(b->mutable_data() + at, p + at, static_cast<size_t>(len));
+    util::drop_mapped_pages(p + at, len);
+  }
   return b;
 }
 
@@ -193,7 +210,7 @@ std::shared_ptr<Buffer> Reader::external_bytes(const pb::TensorProto& p, const s
     throw ExternalDataError(where + ": external data at offset " + std::to_string(ref.offset) + " (" + needs +
                             ") runs past the end of '" + ref.location + "', which holds " +
                             std::to_string(map->size()) + " bytes");
-  return bytes_from(map->data() + ref.offset, nbytes, map);
+  return bytes_from(map->data() + ref.offset, nbytes, map, true);
 }
 
 Tensor Reader::tensor(const pb::TensorProto& p, const std::string& where, const wire::RawSpan* span) {
@@ -220,7 +237,7 @@ Tensor Reader::tensor(const pb::TensorProto& p, const std::string& where, const 
   } else if (span != nullptr && span->offset >= 0) {
     if (span->size != *nbytes)
       throw ModelError(where + ": raw_data holds " + std::to_string(span->size) + " bytes, but " + needs);
-    t = Tensor::from_buffer(dt, dims, bytes_from(src_ + span->offset, span->size, owner_));
+    t = Tensor::from_buffer(dt, dims, bytes_from(src_ + span->offset, span->size, owner_, mapped_));
   } else if (p.has_raw_data()) {
     if (static_cast<int64_t>(p.raw_data().size()) != *nbytes)
       throw ModelError(where + ": raw_data holds " + std::to_string(p.raw_data().size()) + " bytes, but " + needs);
@@ -484,7 +501,7 @@ Model load_model(const std::string& path, const LoadOptions& options) {
   std::string base = options.base_dir;
   if (base.empty()) base = std::filesystem::path(path).parent_path().string();
   if (base.empty()) base = ".";
-  Reader reader("'" + path + "'", base, true, map->data(), map->size(), map);
+  Reader reader("'" + path + "'", base, true, map->data(), map->size(), map, true);
   Model m = reader.read();
   m.source_path = path;
   return m;

@@ -5,6 +5,7 @@
 #include <new>
 
 #include "tether/error.h"
+#include "util/file_map.h"
 
 namespace tether::ir {
 
@@ -59,6 +60,16 @@ std::shared_ptr<Buffer> Buffer::borrow(const void* data, int64_t nbytes, std::sh
   b->owned_ = false;
   b->owner_ = std::move(owner);
   return b;
+}
+
+std::shared_ptr<Buffer> Buffer::map_view(const void* data, int64_t nbytes, std::shared_ptr<const void> owner) {
+  std::shared_ptr<Buffer> b = borrow(data, nbytes, std::move(owner));
+  b->mapped_ = true;
+  return b;
+}
+
+void Buffer::release_pages() const {
+  if (mapped_) util::drop_mapped_pages(data_, size_);
 }
 
 Buffer::~Buffer() {

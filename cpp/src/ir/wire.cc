@@ -171,6 +171,47 @@ void ModelSplicer::emit(const void* data, int64_t size) {
   size_ += size;
 }
 
+namespace {
+
+// A field of TensorProto no ONNX version defines, holding padding bytes that put the next
+// field's raw data at an aligned offset in the file. Readers skip unknown fields.
+constexpr uint32_t kPaddingField = 1u << 20;
+
+// The bytes of a padding field of exactly `total` bytes (total 0: none). Precondition: total
+// is 0 or at least 5 (the key takes 4 bytes, the length 1).
+std::string padding(int64_t total) {
+  if (total == 0) return {};
+  const int64_t key = static_cast<int64_t>(header(kPaddingField, 0).size()) - 1;
+  int64_t len = total - key - 1;
+  if (len >= 128) len = total - key - 2;  // a two-byte length
+  std::string out = header(kPaddingField, static_cast<uint64_t>(len));
+  out.append(static_cast<size_t>(len), '\0');
+  return out;
+}
+
+int64_t varint_size(uint64_t v) {
+  int64_t n = 1;
+  while (v >= 128) v >>= 7, ++n;
+  return n;
+}
+
+// Bytes of padding that put the raw data of an initializer starting at `pos` (its field's
+// first byte) at a multiple of kRawAlignment: the initializer's own header, its other fields
+// (`payload`), the padding field and the raw_data header come first.
+constexpr int64_t kRawAlignment = 64;
+int64_t padding_for(int64_t pos, int64_t payload, int64_t raw_header, int64_t n) {
+  const int64_t min_pad = static_cast<int64_t>(header(kPaddingField, 0).size());
+  // (At most 126 padding bytes, so the padding's own length takes one byte.)
+  for (int64_t pad = 0; pad <= min_pad + 126; pad = pad == 0 ? min_pad : pad + 1) {
+    const int64_t tensor = payload + pad + raw_header + n;
+    const int64_t at = pos + 1 + varint_size(static_cast<uint64_t>(tensor)) + payload + pad + raw_header;
+    if (at % kRawAlignment == 0) return pad;
+  }
+  return 0;  // unreachable: some padding always aligns
+}
+
+}  // namespace
+
 ModelSplicer::ModelSplicer(const std::string& skeleton, const std::vector<Chunk>& initializer_data) {
   const auto* base = reinterpret_cast<const std::byte*>(skeleton.data());
   const std::string label = "<serialized model>";
@@ -182,33 +223,64 @@ ModelSplicer::ModelSplicer(const std::string& skeleton, const std::vector<Chunk>
       emit(base + f.start, f.end - f.start);
       continue;
     }
-    // First measure the graph with its spliced initializers, then emit it.
     std::vector<std::pair<Reader::Field, const Chunk*>> fields;
-    int64_t graph_size = 0;
     Reader graph(base, f.payload_begin, f.end, label);
     while (!graph.done()) {
       Reader::Field g = graph.next();
       const Chunk* extra = nullptr;
-      int64_t size = g.end - g.start;
       if (g.number == kGraphInitializerField && g.wire_type == kWireLengthDelimited) {
         TETHER_CHECK(index < initializer_data.size(), "more initializers than data blocks");
         extra = &initializer_data[index++];
-        const int64_t tensor = (g.end - g.payload_begin) + (extra->size > 0 ? static_cast<int64_t>(header(kTensorRawDataField, extra->size).size()) + extra->size : 0);
-        size = static_cast<int64_t>(header(kGraphInitializerField, tensor).size()) + tensor;
       }
-      graph_size += size;
       fields.emplace_back(g, extra);
     }
+    // Raw data of 64 bytes and more starts at a multiple of 64 in the file (a loader can then
+    // use it in place). Where each initializer lands depends on the graph header's length,
+    // which depends on the padding: lay out until the two agree (a pass or two).
+    std::vector<int64_t> pads(fields.size(), 0);
+    int64_t header_len = 1;
+    for (int attempt = 0; attempt < 8; ++attempt) {
+      int64_t pos = size_ + 1 + header_len, graph_size = 0;
+      for (size_t k = 0; k < fields.size(); ++k) {
+        const auto& [g, extra] = fields[k];
+        int64_t size = g.end - g.start;
+        if (extra != nullptr) {
+          const int64_t payload = g.end - g.payload_begin;
+          const int64_t raw_header = extra->size > 0 ? static_cast<int64_t>(header(kTensorRawDataField, extra->size).size()) : 0;
+          pads[k] = extra->size >= kRawAlignment ? padding_for(pos, payload, raw_header, extra->size) : 0;
+          const int64_t tensor = payload + pads[k] + raw_header + extra->size;
+          size = static_cast<int64_t>(header(kGraphInitializerField, tensor).size()) + tensor;
+        }
+        pos += size;
+        graph_size += size;
+      }
+      const int64_t actual = static_cast<int64_t>(header(kModelGraphField, graph_size).size()) - 1;
+      if (actual == header_len) break;
+      header_len = actual;
+    }
+    int64_t graph_size = 0;
+    for (size_t k = 0; k < fields.size(); ++k) {
+      const auto& [g, extra] = fields[k];
+      if (extra == nullptr) {
+        graph_size += g.end - g.start;
+        continue;
+      }
+      const int64_t raw_header = extra->size > 0 ? static_cast<int64_t>(header(kTensorRawDataField, extra->size).size()) : 0;
+      const int64_t tensor = (g.end - g.payload_begin) + pads[k] + raw_header + extra->size;
+      graph_size += static_cast<int64_t>(header(kGraphInitializerField, tensor).size()) + tensor;
+    }
     emit_owned(header(kModelGraphField, graph_size));
-    for (const auto& [g, extra] : fields) {
+    for (size_t k = 0; k < fields.size(); ++k) {
+      const auto& [g, extra] = fields[k];
       if (extra == nullptr) {
         emit(base + g.start, g.end - g.start);
         continue;
       }
       std::string raw_header = extra->size > 0 ? header(kTensorRawDataField, extra->size) : std::string();
-      const int64_t tensor = (g.end - g.payload_begin) + static_cast<int64_t>(raw_header.size()) + extra->size;
+      const int64_t tensor = (g.end - g.payload_begin) + pads[k] + static_cast<int64_t>(raw_header.size()) + extra->size;
       emit_owned(header(kGraphInitializerField, tensor));
       emit(base + g.payload_begin, g.end - g.payload_begin);
+      if (pads[k] > 0) emit_owned(padding(pads[k]));
       if (extra->size > 0) {
         emit_owned(std::move(raw_header));
         emit(extra->data, extra->size);

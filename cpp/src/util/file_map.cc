@@ -43,6 +43,16 @@ std::shared_ptr<const FileMap> FileMap::open(const std::string& path) {
   return map;
 }
 
+void drop_mapped_pages(const void* data, int64_t size) {
+  if (size <= 0) return;
+  static const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const auto end = (reinterpret_cast<uintptr_t>(data) + static_cast<uintptr_t>(size)) / page * page;
+  // The mapping is private and never written, so its pages are clean copies of the file:
+  // dropping them loses nothing.
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 FileMap::~FileMap() {
   if (data_ != nullptr) ::munmap(data_, static_cast<size_t>(size_));
 }

@@ -31,4 +31,10 @@ class FileMap {
   std::string path_;
 };
 
+/// Tells the OS that the whole pages inside [data, data + size) of a private read-only file
+/// mapping may leave memory now; a later read faults them in from the file again, unchanged.
+/// For bytes that were copied elsewhere (parsed, packed), so that they do not count twice in
+/// the process's resident memory. The partial pages at either end stay.
+void drop_mapped_pages(const void* data, int64_t size);
+
 }  // namespace tether::util
