@@ -5,6 +5,7 @@ custom_translation_table and check_sizes."""
 
 from __future__ import annotations
 
+import copy
 import inspect
 import warnings
 from pathlib import Path
@@ -14,6 +15,7 @@ import onnxruntime as ort
 import pytest
 import tether as tt
 import torch
+from tether.export._torch_check import _generated
 from tether.parity import Tolerance
 from torch import nn
 
@@ -266,6 +268,46 @@ def test_a_tight_tolerance_on_a_deep_net_is_reported_as_float_rounding_not_a_fix
     msg = str(info.value)
     assert "by float rounding only" in msg and "at SNR 1" in msg and "pass a looser one, e.g. tolerance=Tolerance(" in msg
     assert "dim was fixed" not in msg
+
+
+class _Amplifies(nn.Module):
+    """On normal inputs, a linear head. Inputs of a wider spread (the generated uniform ones)
+    open a gate onto the difference of two nearly equal products, whose float32 value is mostly
+    rounding: any two float32 engines disagree there, torch with itself in float64 included."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(2048, 8)
+        self.a = nn.Linear(2048, 8, bias=False)
+        self.b = nn.Linear(2048, 8, bias=False)
+        with torch.no_grad():
+            self.a.weight.normal_(0, 1000.0)
+            self.b.weight.copy_(self.a.weight + torch.randn(8, 2048) * 1e-3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate = torch.relu((x * x).mean(-1, keepdim=True) - 2.0)
+        return self.head(x) + gate * (self.a(x) - self.b(x))
+
+
+def test_generated_inputs_that_amplify_rounding_warn_instead_of_refusing_a_faithful_file(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    module, x = _Amplifies().eval(), torch.randn(4, 2048)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = tt.export.torch(module, x, tmp_path / "amp.onnx", dynamic={"x": {0: "batch"}})
+    assert res.report.ok and not res.generated_report.ok  # far below the SNR a rounding error usually has
+    assert res.ok and res.rounding_only == ["generated"] and "float rounding only" in str(res)
+    assert any("from the module evaluated in float64" in w for w in res.warnings)
+    # The oracle: the module in float64. On the generated inputs where the file misses the
+    # tolerance, the file is about as far from it as torch's own float32 run.
+    feeds = [f for f in _generated({"x": x.numpy()}, 3, 0) if ((f["x"] ** 2).mean(-1) > 2.5).any()]
+    assert feeds
+    sess = tt.compile(res.path)
+    for f in feeds:
+        truth = _torch(copy.deepcopy(module).double(), f["x"].astype(np.float64))
+        mine = np.abs(next(iter(sess.run(f).values())) - truth).max()
+        own = np.abs(_torch(module, f["x"]) - truth).max()
+        assert own > 1e-3 and mine < 8 * own, (mine, own)
 
 
 class _Pairs(nn.Module):
