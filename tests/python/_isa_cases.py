@@ -1,7 +1,8 @@
 """Conv, Gemm, MatMul and pooling cases with awkward sizes, checked against onnxruntime. Run as a
 script (under a given TETHER_ISA) it prints one JSON line: the worst relative error per case
 and the kernel tether chose. Residual cases run ai.tether FusedConv with a summand in tether
-and Conv -> Add -> Relu in onnxruntime."""
+and Conv -> Add -> Relu in onnxruntime; channels-last cases run the ai.tether channels_last
+form between Transposes in tether and the ONNX op in onnxruntime."""
 
 from __future__ import annotations
 
@@ -87,6 +88,72 @@ def conv_add_models(batch, cin, cout, spatial, kernel, strides, pads, dilations,
     return ref.SerializeToString(), {"x": x, "r": r}, fused.SerializeToString()
 
 
+def channels_last(blob: bytes, activation: str | None = None) -> bytes:
+    """The tether form of a one-node Conv (or Conv -> Add(r) -> Relu) model, or of a one-node
+    pooling model, channels last: Transposes of x (and r) to [N, H, W, C], the ai.tether node
+    with channels_last = 1, and a Transpose of its output back to [N, C, H, W]."""
+    import onnx
+
+    model = onnx.load_from_string(blob)
+    g = model.graph
+    op = g.node[0]
+    inputs = [i.name for i in g.input]
+    nodes = [helper.make_node("Transpose", [n], [n + "_nhwc"], perm=[0, 2, 3, 1]) for n in inputs]
+    attrs = {a.name: helper.get_attribute_value(a) for a in op.attribute}
+    if op.op_type == "Conv":
+        conv_in = [i + "_nhwc" if i in inputs else i for i in op.input]
+        if len(g.node) > 1:  # the residual case: the summand r, then Relu
+            conv_in = (conv_in + [""] * 3)[:3] + ["r_nhwc"]
+            activation = "Relu"
+        extra = {"activation": activation} if activation else {}
+        if activation == "LeakyRelu":
+            extra["activation_params"] = [0.1]
+        nodes.append(helper.make_node("FusedConv", conv_in, ["y_nhwc"], domain="ai.tether", channels_last=1,
+                                      **attrs, **extra))
+    else:
+        nodes.append(helper.make_node(op.op_type, ["x_nhwc"], ["y_nhwc"], domain="ai.tether", channels_last=1, **attrs))
+    nodes.append(helper.make_node("Transpose", ["y_nhwc"], ["y"], perm=[0, 3, 1, 2]))
+    graph = helper.make_graph(nodes, "channels_last", list(g.input), list(g.output), list(g.initializer))
+    opsets = [helper.make_opsetid("", 20), helper.make_opsetid("ai.tether", 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10).SerializeToString()
+
+
+def with_activation(blob: bytes, activation: str) -> bytes:
+    """The one-node Conv model followed by the ONNX form of `activation` (what FusedConv's
+    activation attribute means)."""
+    import onnx
+
+    model = onnx.load_from_string(blob)
+    conv = model.graph.node[0]
+    conv.output[0] = "z"
+    if activation == "SiLU":
+        extra = [helper.make_node("Sigmoid", ["z"], ["s"]), helper.make_node("Mul", ["z", "s"], ["y"])]
+    elif activation == "LeakyRelu":
+        extra = [helper.make_node("LeakyRelu", ["z"], ["y"], alpha=0.1)]
+    else:
+        extra = [helper.make_node(activation, ["z"], ["y"])]
+    model.graph.node.extend(extra)
+    return model.SerializeToString()
+
+
+# The channels-last kernels' cases: 2-D convolutions of every group kind (CONV_CASES' 2-D ones and
+# these), each with an activation its epilogue applies in registers (Relu) or after the tile.
+CHANNELS_LAST_CASES = [
+    # (batch, cin, cout, spatial, kernel, strides, pads, dilations, group)
+    (1, 16, 24, (9, 9), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 4),         # grouped
+    (2, 12, 6, (10, 7), (3, 3), (2, 2), (2, 2, 2, 2), (2, 2), 3),         # grouped, strided and dilated
+    (1, 4, 40, (20, 20), (3, 3), (1, 1), (3, 3, 3, 3), (3, 3), 1),        # dilation: taps wholly in the padding skipped
+    (1, 24, 24, (5, 5), (3, 3), (1, 1), (4, 4, 4, 4), (4, 4), 24),        # depthwise, most taps outside
+    (1, 33, 70, (15, 29), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),       # 1x1: one run of pixels, ragged panels
+    (2, 17, 17, (10, 10), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1), 17),      # depthwise 5x5, channels off the blocks
+    (1, 6, 70, (9, 9), (7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1),          # 7x7 stride 2: merged kernel rows
+    (1, 3, 13, (1, 31), (1, 5), (1, 2), (0, 2, 0, 1), (1, 1), 1),         # one row, uneven column pads
+    (3, 5, 9, (6, 6), (1, 1), (2, 2), (0, 0, 0, 0), (1, 1), 1),           # strided 1x1 (not one run)
+    (1, 64, 512, (7, 7), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),        # large weights: panels outermost
+]
+CHANNELS_LAST_ACTIVATIONS = ["Relu", "SiLU", "HardSwish", "LeakyRelu", "Tanh"]
+
+
 def gemm_model(m, k, n, trans_b, const_b, rng):
     b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
     c = rng.standard_normal(n).astype(np.float32)
@@ -144,6 +211,14 @@ def pool_model(op, spatial, kernel, strides, pads, ceil_mode, include_pad, auto_
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)], ir_version=10).SerializeToString(), {"x": x}
 
 
+def global_pool_model(op, rng):
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"])], "pool",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 70, 5, 7])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    x = rng.standard_normal((3, 70, 5, 7)).astype(np.float32)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)], ir_version=10).SerializeToString(), {"x": x}
+
+
 def cases():
     rng = np.random.default_rng(0)
     for i, c in enumerate(POOL_CASES):
@@ -153,6 +228,19 @@ def cases():
     for i, c in enumerate(CONV_CASES):
         ref, feeds, fused = conv_add_models(*c, rng, with_bias=i % 2 == 0)
         yield f"conv{i}_residual_relu", ref, feeds, fused
+    two_d = [c for c in CONV_CASES if len(c[3]) == 2] + CHANNELS_LAST_CASES
+    for i, c in enumerate(two_d):
+        act = CHANNELS_LAST_ACTIVATIONS[i % len(CHANNELS_LAST_ACTIVATIONS)]
+        blob, feeds = conv_model(*c, rng)
+        yield f"conv{i}_channels_last_{act}", with_activation(blob, act), feeds, channels_last(blob, act)
+        ref, feeds, _ = conv_add_models(*c, rng, with_bias=i % 2 == 1)
+        yield f"conv{i}_channels_last_residual_relu", ref, feeds, channels_last(ref)
+    for i, c in enumerate(POOL_CASES):
+        blob, feeds = pool_model(*c, rng)
+        yield f"pool{i}_{c[0]}_channels_last", blob, feeds, channels_last(blob)
+    for op in ("GlobalAveragePool", "GlobalMaxPool"):
+        blob, feeds = global_pool_model(op, rng)
+        yield f"{op}_channels_last", blob, feeds, channels_last(blob)
     for m, k, n in itertools.product(GEMM_SIZES, repeat=3):
         yield f"gemm_{m}x{k}x{n}", *gemm_model(m, k, n, trans_b=(m + n) % 2 == 0, const_b=k % 2 == 1, rng=rng)
     # Products large enough to split into a grid of blocks across threads, with K past one

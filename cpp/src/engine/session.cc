@@ -36,7 +36,21 @@ struct ValueEntry {
   int input = -1;                        // session input index
   int output = -1;                       // session output index (its first occurrence)
   bool written = false;                  // a step writes it
+  bool channels_last = false;            // [N, H, W, C] for the model's [N, C, H, W] (passes::kChannelsLast)
 };
+
+// A channels-last value [N, H, W, C] as the model lays it out, [N, C, H, W]: what observers and
+// captures get (they compare intermediates with other runtimes by name).
+std::vector<std::byte> channels_first(const void* data, size_t esize, const Dims& d) {
+  const int64_t n = d[0], hw = d[1] * d[2], c = d[3];
+  std::vector<std::byte> out(static_cast<size_t>(n * hw * c) * esize);
+  const auto* src = static_cast<const std::byte*>(data);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t p = 0; p < hw; ++p)
+      for (int64_t k = 0; k < c; ++k)
+        std::memcpy(out.data() + ((i * c + k) * hw + p) * esize, src + ((i * hw + p) * c + k) * esize, esize);
+  return out;
+}
 
 struct Step {
   const ir::Node* node = nullptr;
@@ -254,6 +268,7 @@ void CpuSession::index_values() {
     index_[v] = static_cast<int>(values_.size());
     ValueEntry e;
     e.value = v;
+    for (const auto& [key, value] : v->metadata()) e.channels_last = e.channels_last || key == passes::kChannelsLast;
     if (v->has_initializer()) {
       e.slot = Slot::kConstant;
       e.constant = &v->initializer();
@@ -794,8 +809,14 @@ std::vector<ir::Tensor> CpuSession::run_steps(const std::vector<std::pair<std::s
   auto notify = [&](int value, const View& view) {
     const int slot = watch->slot[static_cast<size_t>(value)];
     if (slot < 0 || view.data == nullptr) return;
-    const std::string& name = values_[static_cast<size_t>(value)].value->name();
-    (*watch->observer)(ObservedValue{static_cast<size_t>(slot), name, view.dtype, view.dims, view.data});
+    const ValueEntry& e = values_[static_cast<size_t>(value)];
+    if (e.channels_last && view.dims.size() == 4 && ir::dtype_bits(view.dtype) % 8 == 0) {
+      const Dims dims = {view.dims[0], view.dims[3], view.dims[1], view.dims[2]};
+      const std::vector<std::byte> nchw = channels_first(view.data, ir::dtype_bits(view.dtype) / 8, view.dims);
+      (*watch->observer)(ObservedValue{static_cast<size_t>(slot), e.value->name(), view.dtype, dims, nchw.data()});
+      return;
+    }
+    (*watch->observer)(ObservedValue{static_cast<size_t>(slot), e.value->name(), view.dtype, view.dims, view.data});
   };
   if (watch != nullptr && watch->inputs)
     for (int in : input_values_) {

@@ -22,6 +22,9 @@ constexpr char kMatMul[] = "MatMul";
 constexpr char kQLinearConv[] = "QLinearConv";
 constexpr char kQLinearMatMul[] = "QLinearMatMul";
 constexpr char kMaxPool[] = "MaxPool";
+constexpr char kAveragePool[] = "AveragePool";
+constexpr char kGlobalAveragePool[] = "GlobalAveragePool";
+constexpr char kGlobalMaxPool[] = "GlobalMaxPool";
 
 // FusedConv(X, W, B, Sum): Conv's shape; Sum, when present, is added without broadcasting, so
 // it must have the output's type and every dim that both know must agree.
@@ -134,8 +137,12 @@ void register_fused(Registry& r) {
   r.add("QLinearAdd", ms_qlinear_add, "com.microsoft");
   r.add("QGemm", ms_qgemm, "com.microsoft");
   r.add("QLinearGlobalAveragePool", ms_qlinear_global_average_pool, "com.microsoft");
-  // MaxPool of 8-bit tensors channels last (channels_last = 1; passes/channels_last.cc).
+  // Pooling channels last (channels_last = 1; passes/channels_last.cc for 8-bit MaxPool,
+  // passes/channels_last_float.cc for float pooling).
   r.add("MaxPool", as_onnx<kMaxPool>, "ai.tether");
+  r.add("AveragePool", as_onnx<kAveragePool>, "ai.tether");
+  r.add("GlobalAveragePool", as_onnx<kGlobalAveragePool>, "ai.tether");
+  r.add("GlobalMaxPool", as_onnx<kGlobalMaxPool>, "ai.tether");
 }
 
 }  // namespace tether::ops

@@ -227,8 +227,10 @@ void global_pool(InferContext& ctx) {
     return;
   }
   if (x.rank() < 2) ctx.fail("input must have rank >= 2, got " + x.to_string());
-  std::vector<Dim> out{x[0], x[1]};
-  for (size_t i = 2; i < x.rank(); ++i) out.push_back(Dim(1));
+  // ai.tether's channels-last form: [N, spatial..., C] -> [N, 1, ..., C].
+  const bool last = channels_last(ctx);
+  std::vector<Dim> out{x[0], last ? Dim(1) : x[1]};
+  for (size_t i = 2; i < x.rank(); ++i) out.push_back(last && i + 1 == x.rank() ? x[i] : Dim(1));
   ctx.set_output(0, ctx.input_dtype(0), Shape(std::move(out)));
 }
 

@@ -11,6 +11,7 @@
 //
 // A value that is a graph output or kept (CompileOptions::keep) keeps its layout: those nodes
 // are left as they are, so what callers read is always the ONNX layout.
+#include "passes/layout.h"
 #include "passes/passes.h"
 #include "passes/rewrite.h"
 
@@ -20,46 +21,7 @@ namespace {
 
 using ir::DType;
 
-const std::vector<int64_t> kToLast = {0, 2, 3, 1};
-const std::vector<int64_t> kToFirst = {0, 3, 1, 2};
-
 bool is_8bit(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
-
-bool is_transpose(const ir::Node* n, const std::vector<int64_t>& perm) {
-  return n != nullptr && is_onnx(*n, "Transpose") && n->attr_ints("perm") == perm;
-}
-
-bool rank4(const ir::Value* v) {
-  return v != nullptr && v->type().shape().has_rank() && v->type().shape().rank() == 4;
-}
-
-ir::ValueType permuted(const ir::ValueType& t, const std::vector<int64_t>& perm) {
-  const ir::Shape& s = t.shape();
-  if (!s.has_rank() || s.rank() != perm.size()) return ir::ValueType::tensor(t.dtype(), ir::Shape());
-  std::vector<ir::Dim> d;
-  for (int64_t p : perm) d.push_back(s[static_cast<size_t>(p)]);
-  return ir::ValueType::tensor(t.dtype(), ir::Shape(std::move(d)));
-}
-
-// A new Transpose(perm) of `v`; returns its output.
-ir::Value* transpose_of(ir::Graph& g, ir::Value* v, const std::vector<int64_t>& perm, const std::string& suffix) {
-  const std::string name = unique_name(g, v->name() + suffix);
-  ir::Node* t = g.add_node("Transpose", {v}, {name}, name);
-  t->set_attr(ir::Attribute::ints("perm", perm));
-  t->output(0)->set_type(permuted(v->type(), perm));
-  return t->output(0);
-}
-
-// Output 0 of `n` becomes channels last; its readers read it through a Transpose back.
-void output_last(ir::Graph& g, ir::Node* n) {
-  ir::Value* y = n->output(0);
-  const ir::ValueType nchw = y->type();
-  y->set_type(permuted(nchw, kToLast));
-  ir::Value* back = transpose_of(g, y, kToFirst, "_nchw");
-  back->set_type(nchw);
-  g.replace_all_uses(y, back);
-  back->producer()->set_input(0, y);
-}
 
 // A 2-D QLinearConv the channels-last kernel runs: 8-bit output, group 1 or depthwise,
 // constant parameters, and an output the caller does not read.
@@ -96,8 +58,6 @@ bool same_static_shape(const ir::Shape& a, const ir::Shape& b) {
   return true;
 }
 
-bool from_channels_last(const ir::Value* v) { return v != nullptr && is_transpose(v->producer(), kToFirst); }
-
 // QLinearAdd of two operands that both come back from channels last, or an 8-bit MaxPool of
 // one (no indices), whose output the caller does not read.
 bool follows(const ir::Node& n) {
@@ -112,19 +72,6 @@ bool follows(const ir::Node& n) {
     return n.outputs().size() == 1 && is_8bit(n.output(0)->type().dtype()) && n.attr_int("storage_order", 0) == 0 &&
            from_channels_last(n.input(0));
   return false;
-}
-
-// Readers of Transpose(to last) of Transpose(to first) of v read v.
-int drop_inverse_pairs(ir::Graph& g) {
-  int dropped = 0;
-  for (ir::Node* t : g.topological_order()) {
-    if (!is_transpose(t, kToLast) || t->output(0) == nullptr || is_any_output(*t->output(0))) continue;
-    const ir::Node* first = t->input(0) != nullptr ? t->input(0)->producer() : nullptr;
-    if (!is_transpose(first, kToFirst)) continue;
-    g.replace_all_uses(t->output(0), first->input(0));
-    ++dropped;
-  }
-  return dropped;
 }
 
 }  // namespace
@@ -155,7 +102,7 @@ int channels_last_integer_convs(ir::Model& model) {
     ++converted;
   }
   g.sort_topologically();
-  drop_inverse_pairs(g);
+  merge_transposes(g);
   return converted;
 }
 

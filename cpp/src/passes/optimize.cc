@@ -22,6 +22,8 @@ std::string optimize(ir::Model& model) {
   report << "pass fuse_matmul_add: " << fuse_matmul_add(model) << " MatMul + Add pairs fused\n";
   report << "pass fuse_conv_add: " << fuse_conv_add(model) << " Conv + Add pairs fused\n";
   report << "pass fuse_activations: " << fuse_activations(model) << " activations fused\n";
+  report << "pass channels_last_float_convs: " << channels_last_float_convs(model)
+         << " float nodes made channels last\n";
   const int nodes = remove_dead_nodes(g);
   const int weights = remove_unused_initializers(g);
   report << "pass remove_dead_nodes: " << nodes << " nodes and " << weights << " initializers removed\n";

@@ -60,6 +60,13 @@ int fuse_qdq(ir::Model& model);
 /// graph outputs or kept keep their layout. Returns the number of nodes made channels last.
 int channels_last_integer_convs(ir::Model& model);
 
+/// 2-D float Conv / FusedConv nodes (any group, constant weights) become ai.tether
+/// FusedConv with channels_last = 1 between Transposes; the element-wise ops, pooling and
+/// channel Concats after them follow, Transposes of Transposes merge and those that undo each
+/// other go (see channels_last_float.cc). Values that are graph outputs or kept keep their
+/// layout. Returns the number of nodes made channels last.
+int channels_last_float_convs(ir::Model& model);
+
 /// MatMulInteger (constant 2-D B) -> Cast(float) -> Mul(scale: one value or one per column)
 /// (-> Add of a constant bias per column), each read by the next alone, becomes one ai.tether
 /// MatMulIntegerToFloat (see integer_matmul.cc). Returns the number of chains fused.

@@ -24,6 +24,11 @@ std::optional<ir::Tensor> constant_of(const ir::Value* v);
 /// compile() for CompileOptions::keep, so that observers and captures see the value).
 inline constexpr char kKeep[] = "tether.keep";
 
+/// Metadata key on a value that a layout pass made channels last: [N, H, W, C] holding what
+/// the model's value of that name holds as [N, C, H, W]. Sessions hand such values to observers
+/// and captures in the model's layout.
+inline constexpr char kChannelsLast[] = "tether.channels_last";
+
 /// True when `v` is marked with kKeep.
 bool is_kept(const ir::Value& v);
 

@@ -27,6 +27,7 @@ class CpuBackend final : public Backend {
     register_dynamic(registry_);
     register_control(registry_);
     register_attention(registry_);
+    register_pool_nhwc(registry_);
   }
 
   std::string_view name() const override { return "cpu"; }

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/cpu/conv_nhwc.h"
 #include "engine/cpu/cpu.h"
 #include "engine/cpu/gemm.h"
 
@@ -929,8 +930,17 @@ class ConvTransposeKernel final : public Kernel {
 void register_conv(KernelRegistry& r) {
   r.add("Conv", [](const KernelInit& init) -> std::unique_ptr<Kernel> { return std::make_unique<ConvKernel>(init); },
         float_only);
-  r.add("FusedConv", [](const KernelInit& init) -> std::unique_ptr<Kernel> { return std::make_unique<ConvKernel>(init); },
-        float_only, "ai.tether");
+  // channels_last = 1 (X and Y [N, H, W, C]): the channels-last kernels of conv_nhwc.cc.
+  r.add(
+      "FusedConv",
+      [](const KernelInit& init) -> std::unique_ptr<Kernel> {
+        if (init.node.attr_int("channels_last", 0) != 0) return make_nhwc_conv(init);
+        return std::make_unique<ConvKernel>(init);
+      },
+      [](const KernelInit& init) {
+        return init.node.attr_int("channels_last", 0) != 0 ? nhwc_conv_support(init) : float_only(init);
+      },
+      "ai.tether");
   r.add("ConvTranspose",
         [](const KernelInit& init) -> std::unique_ptr<Kernel> { return std::make_unique<ConvTransposeKernel>(init); },
         float_only);

@@ -32,6 +32,12 @@ void register_qlinear(KernelRegistry& r);
 void register_dynamic(KernelRegistry& r);
 void register_control(KernelRegistry& r);
 void register_attention(KernelRegistry& r);
+void register_pool_nhwc(KernelRegistry& r);
+
+/// Float max pooling channels last (ai.tether MaxPool, channels_last = 1), and its support
+/// check (pool_nhwc.cc; the 8-bit form lives in pool.cc).
+std::unique_ptr<Kernel> make_nhwc_max_pool(const KernelInit& init);
+std::string nhwc_max_pool_check(const KernelInit& init);
 
 /// The activation a fused kernel applies to its output in place (ai.tether fused ops carry it
 /// in the attributes `activation` and `activation_params`).

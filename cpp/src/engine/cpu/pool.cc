@@ -380,10 +380,15 @@ void register_pool(KernelRegistry& r) {
           return std::make_unique<PoolKernel>(i, PoolKind::kMax);
         },
         maxpool_check);
-  // Channels last, 2-D, 8-bit (passes/channels_last.cc writes it between integer convolutions).
-  r.add("MaxPool", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<IntMaxPoolKernel>(i); },
+  // Channels last, 2-D: 8-bit (passes/channels_last.cc writes it between integer
+  // convolutions) or float (pool_nhwc.cc; passes/channels_last_float.cc).
+  r.add("MaxPool",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> {
+          if (!int8_max_pool(i)) return make_nhwc_max_pool(i);
+          return std::make_unique<IntMaxPoolKernel>(i);
+        },
         [](const KernelInit& i) -> std::string {
-          if (!int8_max_pool(i)) return "channels-last MaxPool runs int8 and uint8 tensors";
+          if (!int8_max_pool(i)) return nhwc_max_pool_check(i);
           const ir::Shape& x = i.input_types[0].shape();
           if (i.node.attr_int("channels_last", 0) == 0 || !x.has_rank() || x.rank() != 4)
             return "ai.tether MaxPool takes channels_last = 1 and a 4-D X [N, H, W, C]";

@@ -2,6 +2,7 @@
 // Sums accumulate in double.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <limits>
 
 #include "engine/cpu/cpu.h"
@@ -110,6 +111,41 @@ double sum_run(const float* __restrict x, int64_t n) {
   return acc + ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
 }
 
+// The reduction as [outer][reduced][inner] (dims of size 1 ignored) with inner > 1: every
+// reduced dim lies between kept ones, as global pooling of a channels-last [N, H, W, C].
+struct MiddleRun {
+  int64_t outer = 1, reduced = 1, inner = 1;
+};
+std::optional<MiddleRun> middle_run(const std::vector<int64_t>& dims, const std::vector<bool>& red) {
+  MiddleRun m;
+  int stage = 0;  // 0: outer kept dims, 1: reduced dims, 2: inner kept dims
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (dims[d] == 1) continue;
+    if (red[d]) {
+      if (stage == 2) return std::nullopt;
+      stage = 1;
+      m.reduced *= dims[d];
+    } else if (stage == 0) {
+      m.outer *= dims[d];
+    } else {
+      stage = 2;
+      m.inner *= dims[d];
+    }
+  }
+  if (stage != 2 || m.inner == 1) return std::nullopt;
+  return m;
+}
+
+// y[j] = sum over r < rows of x[r * stride + j], for j < n (n <= kColumns), in double.
+constexpr int64_t kColumns = 256;
+TETHER_MULTIVERSION
+void sum_columns(const float* __restrict x, int64_t rows, int64_t stride, int64_t n, double scale, float* __restrict y) {
+  double acc[kColumns] = {};
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) acc[j] += static_cast<double>(x[r * stride + j]);
+  for (int64_t j = 0; j < n; ++j) y[j] = static_cast<float>(acc[j] * scale);
+}
+
 class ReduceKernel final : public Kernel {
  public:
   ReduceKernel(const KernelInit& init, Reduce op)
@@ -140,6 +176,22 @@ class ReduceKernel final : public Kernel {
         for (int64_t o = o0; o < o1; ++o) yp[o] = static_cast<float>(sum_run(xp + o * n, n) * scale);
       });
       return;
+    }
+    if (x.dtype == DType::kFloat32 && (op_ == Reduce::kSum || op_ == Reduce::kMean) && l.per_output > 0) {
+      if (const std::optional<MiddleRun> m = middle_run(x.dims, red)) {
+        // Rows of `inner` values added up per block of columns: no per-element index arithmetic.
+        const double scale = op_ == Reduce::kMean ? 1.0 / static_cast<double>(m->reduced) : 1.0;
+        const int64_t blocks = (m->inner + kColumns - 1) / kColumns;
+        const float* xp = x.as<float>();
+        float* yp = out[0].as<float>();
+        parallel(ctx, m->outer * blocks, 1, [&](int64_t t0, int64_t t1) {
+          for (int64_t t = t0; t < t1; ++t) {
+            const int64_t o = t / blocks, j0 = t % blocks * kColumns, n = std::min(kColumns, m->inner - j0);
+            sum_columns(xp + o * m->reduced * m->inner + j0, m->reduced, m->inner, n, scale, yp + o * m->inner + j0);
+          }
+        });
+        return;
+      }
     }
     dispatch_numeric(x.dtype, [&](auto zero) {
       using T = decltype(zero);

@@ -1,0 +1,74 @@
+// Channels-last float convolutions: X [N, H, W, C] and Y [N, Ho, Wo, Cout] (ai.tether FusedConv
+// with channels_last = 1; passes/channels_last_float.cc puts them there).
+//
+// An output row is cut into tiles of up to MR consecutive pixels. A tile's input pixels lie a
+// constant stride apart for every kernel tap (stride x C floats), so the micro-kernel reads them
+// in place: no im2col, no packing of the activations. It broadcasts one input channel of each
+// pixel at a time against NR output channels of packed weights, for each tap the tile needs:
+// taps whose input rows or columns lie wholly in the padding are skipped, which is what makes
+// dilated convolutions cheap, and a copy of the input padded along W only (when the conv pads
+// W) supplies the zeros of taps that are partly outside.
+//
+// Kernel names follow XNNPACK's grammar: f32_conv_nhwc_<MR>x<NR>__<isa>,
+// f32_dwconv_nhwc_<MR>x<NR>__<isa>.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/cpu/gemm.h"
+
+namespace tether::engine::cpu {
+
+/// One tile of a dense (or one group's) channels-last convolution: Y[r, j] for r < rows (<= MR) and
+/// j < n (<= NR) is the sum over taps t and input channels i of
+/// x[r * x_stride + x_off[t] + i] * w[w_off[t] + i * NR + j], then `ep` (col_bias, sum with
+/// row stride ep->sum_ld, clamp) before the store to y[r * ldy + j]. `w` is one panel of
+/// packed weights (NR output channels, zero past n). taps may be 0 (Y is then the epilogue
+/// of zero).
+using NhwcConvKernel = void (*)(int64_t rows, const float* x, int64_t x_stride, const int64_t* x_off,
+                                const int64_t* w_off, int64_t taps, int64_t cin, const float* w, float* y, int64_t ldy,
+                                int64_t n, const TileEpilogue* ep);
+
+/// One tile of a depthwise channels-last convolution over all `c` channels: Y[r, j] for
+/// r < rows (<= MR), j < c is the sum over taps t of x[r * x_stride + x_off[t] + j] *
+/// w[w_off[t] + j], then `ep` (col_bias, sum with row stride ep->sum_ld, clamp) before the
+/// store to y[r * ldy + j]. `w` holds each tap's c weights (a multiple of NR floats per tap,
+/// zero past c).
+using NhwcDepthwiseKernel = void (*)(int64_t rows, const float* x, int64_t x_stride, const int64_t* x_off,
+                                     const int64_t* w_off, int64_t taps, int64_t c, const float* w, float* y,
+                                     int64_t ldy, const TileEpilogue* ep);
+
+struct NhwcConvIsa {
+  const char* name;  ///< "f32_conv_nhwc_14x32__avx512", ...
+  int mr;
+  int nr;
+  NhwcConvKernel conv;
+  NhwcDepthwiseKernel depthwise;
+  int dw_mr;  ///< the depthwise kernel's MR
+  int dw_nr;  ///< its channel block (the weights' padding)
+};
+
+/// The kernels for this machine (widest ISA available, see util::cpu_features).
+const NhwcConvIsa& nhwc_conv_isa();
+
+// Micro-kernels, one per ISA, in files compiled for that ISA.
+void f32_conv_nhwc_14x32__avx512(int64_t rows, const float* x, int64_t x_stride, const int64_t* x_off,
+                                 const int64_t* w_off, int64_t taps, int64_t cin, const float* w, float* y,
+                                 int64_t ldy, int64_t n, const TileEpilogue* ep);
+void f32_dwconv_nhwc_8x16__avx512(int64_t rows, const float* x, int64_t x_stride, const int64_t* x_off,
+                                  const int64_t* w_off, int64_t taps, int64_t c, const float* w, float* y, int64_t ldy,
+                                  const TileEpilogue* ep);
+void f32_conv_nhwc_6x16__avx2(int64_t rows, const float* x, int64_t x_stride, const int64_t* x_off,
+                              const int64_t* w_off, int64_t taps, int64_t cin, const float* w, float* y, int64_t ldy,
+                              int64_t n, const TileEpilogue* ep);
+void f32_dwconv_nhwc_8x8__avx2(int64_t rows, const float* x, int64_t x_stride, const int64_t* x_off,
+                               const int64_t* w_off, int64_t taps, int64_t c, const float* w, float* y, int64_t ldy,
+                               const TileEpilogue* ep);
+
+/// A kernel for an ai.tether FusedConv with channels_last = 1 (2-D, constant weights, any group:
+/// depthwise ones take the depthwise kernel; the support check is nhwc_conv_support).
+std::unique_ptr<Kernel> make_nhwc_conv(const KernelInit& init);
+/// "" when make_nhwc_conv can run the node, else why not.
+std::string nhwc_conv_support(const KernelInit& init);
+
+}  // namespace tether::engine::cpu
