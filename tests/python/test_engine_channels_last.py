@@ -118,6 +118,25 @@ def test_concat_of_branches_and_average_pooling_follow() -> None:
     assert counts["ai.tether:AveragePool"] == 1 and counts["ai.tether:GlobalMaxPool"] == 1 and counts["Concat"] == 1
 
 
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_split_resize_and_shape_follow_a_yolo_style_neck(mode: str) -> None:
+    inits: dict[str, np.ndarray] = {"scales": np.array([1, 1, 2, 2], np.float32), "hw": np.array([26, 22], np.int64)}
+    nodes = [
+        conv("x", "c", "wc", 3, 16, inits),
+        helper.make_node("Split", ["c"], ["p", "q"], axis=1, num_outputs=2),
+        conv("q", "q2", "wq", 8, 8, inits), helper.make_node("Sigmoid", ["q2"], ["qs"]),
+        helper.make_node("Resize", ["qs", "", "scales"], ["up"], mode=mode),
+        # A resize to sizes computed from a Shape, as exporters write "interpolate to x's size".
+        helper.make_node("Shape", ["up"], ["nc"], end=2), helper.make_node("Concat", ["nc", "hw"], ["sizes"], axis=0),
+        helper.make_node("Resize", ["p", "", "", "sizes"], ["p_up"], mode=mode),
+        helper.make_node("Concat", ["up", "p_up"], ["cat"], axis=1),
+        conv("cat", "y", "wy", 16, 5, inits, k=1),
+    ]
+    x = RNG.standard_normal((1, 3, 13, 11)).astype(np.float32)
+    counts = ops(check(model(nodes, x.shape, inits, opset=18), x))
+    assert counts["Transpose"] == 2 and counts["Split"] == 1 and counts["Resize"] == 2
+
+
 def test_a_convnext_block_drops_its_own_transposes() -> None:
     c = 16
     inits = {"g": weight(c) + 1, "beta": weight(c), "w1": weight(c, 4 * c), "w2": weight(4 * c, c)}

@@ -221,6 +221,89 @@ bool follow_reduce(ir::Graph& g, ir::Node* n) {
   return true;
 }
 
+// A 1-D tensor of 4 values (scales, sizes, a shape) reordered by `perm`: a constant when it is
+// one, else a Gather.
+ir::Value* permuted_vector(ir::Graph& g, ir::Value* v, const std::vector<int64_t>& perm) {
+  if (std::optional<ir::Tensor> t = constant_of(v)) {
+    ir::Tensor out = ir::Tensor::zeros(t->dtype(), {4});
+    const size_t esize = static_cast<size_t>(ir::dtype_bits(t->dtype()) / 8);
+    const auto* src = static_cast<const std::byte*>(t->raw_data());
+    auto* dst = static_cast<std::byte*>(out.mutable_raw_data());
+    for (size_t i = 0; i < 4; ++i)
+      std::copy(src + static_cast<size_t>(perm[i]) * esize, src + (static_cast<size_t>(perm[i]) + 1) * esize,
+                dst + i * esize);
+    return g.add_initializer(std::move(out), unique_name(g, v->name() + "_nhwc"));
+  }
+  ir::Tensor index = ir::Tensor::zeros(DType::kInt64, {4});
+  std::copy(perm.begin(), perm.end(), index.mutable_data<int64_t>());
+  ir::Value* indices = g.add_initializer(std::move(index), unique_name(g, v->name() + "_perm"));
+  const std::string name = unique_name(g, v->name() + "_permuted");
+  ir::Node* gather = g.add_node("Gather", {v, indices}, {name}, name);
+  gather->output(0)->set_type(v->type());
+  return gather->output(0);
+}
+
+// Resize (and Upsample) of a channels-last value: the same resize with its constant scales or
+// sizes in the order of the channels-last dims.
+bool follow_resize(ir::Graph& g, ir::Node* n) {
+  if (!is_onnx(*n, "Resize") && !is_onnx(*n, "Upsample")) return false;
+  if (!rank4(n->output(0)) || !from_channels_last(n->input(0)) || n->attr("axes") != nullptr) return false;
+  if (n->attr_string("coordinate_transformation_mode", "") == "tf_crop_and_resize") return false;
+  if (n->attr("scales") != nullptr) return false;  // Upsample-7's attribute
+  // Scales or sizes: the input past X with 4 values (roi, before them from opset 11, and the
+  // one of scales and sizes not used are empty).
+  size_t slot = 0;
+  for (size_t i = 1; i < n->inputs().size(); ++i) {
+    const ir::Value* v = n->input(i);
+    if (v == nullptr) continue;
+    const ir::Shape& shape = v->type().shape();
+    if (shape.has_rank() && shape.rank() == 1 && shape[0].is_known() && shape[0].value() == 4) {
+      slot = i;
+      continue;
+    }
+    const std::optional<ir::Tensor> t = constant_of(v);
+    if (!t || t->num_elements() != 0) return false;
+  }
+  if (slot == 0) return false;
+  n->set_input(slot, permuted_vector(g, n->input(slot), kToLast));
+  n->set_input(0, n->input(0)->producer()->input(0));
+  return true;
+}
+
+// Shape of a channels-last value (start and end too): its Shape, gathered back into the ONNX order.
+bool follow_shape(ir::Graph& g, ir::Node* n) {
+  if (!is_onnx(*n, "Shape") || !from_channels_last(n->input(0)) || is_any_output(*n->output(0))) return false;
+  auto clamp = [](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + 4 : v, 0, 4); };
+  const int64_t start = clamp(n->attr_int("start", 0)), end = clamp(n->attr_int("end", 4));
+  std::vector<int64_t> dims;  // which dims of the channels-last shape, in the ONNX order
+  for (int64_t i = start; i < end; ++i) dims.push_back(kToFirst[static_cast<size_t>(i)]);
+  ir::Value* nchw = n->output(0);
+  ir::Value* tmp = park_uses(g, nchw);
+  ir::Value* last = n->input(0)->producer()->input(0);
+  const std::string name = unique_name(g, nchw->name() + "_nhwc");
+  ir::Node* shape = g.add_node("Shape", {last}, {name}, name);
+  shape->output(0)->set_type(ir::ValueType::tensor(DType::kInt64, ir::Shape::of({4})));
+  ir::Tensor index = ir::Tensor::zeros(DType::kInt64, {static_cast<int64_t>(dims.size())});
+  std::copy(dims.begin(), dims.end(), index.mutable_data<int64_t>());
+  ir::Value* indices = g.add_initializer(std::move(index), unique_name(g, name + "_perm"));
+  const std::string gname = unique_name(g, nchw->name() + "_permuted");
+  ir::Node* gather = g.add_node("Gather", {shape->output(0), indices}, {gname}, gname);
+  gather->output(0)->set_type(nchw->type());
+  g.remove_node(n);
+  unpark(g, tmp, gather->output(0));
+  return true;
+}
+
+// Split over channels of a channels-last value: the same split over axis 3.
+bool follow_split(ir::Node* n) {
+  if (!is_onnx(*n, "Split") || !from_channels_last(n->input(0)) || !rank4(n->input(0))) return false;
+  const int64_t axis = n->attr_int("axis", 0);
+  if (axis != 1 && axis != -3) return false;
+  n->set_input(0, n->input(0)->producer()->input(0));
+  n->set_attr(ir::Attribute::i("axis", 3));
+  return true;
+}
+
 // Moves `n` to channels last when it can follow its inputs there; returns the node that now
 // computes its output (n itself, or its replacement), or nullptr.
 ir::Node* follow(ir::Model& model, ir::Node* n) {
@@ -228,7 +311,8 @@ ir::Node* follow(ir::Model& model, ir::Node* n) {
   for (const ir::Value* out : n->outputs())
     if (out != nullptr && is_any_output(*out)) return nullptr;
   if (ir::Node* p = follow_pool(model, n)) return p;
-  if (follow_concat(n) || follow_reduce(model.graph(), n)) return n;
+  if (follow_concat(n) || follow_split(n) || follow_reduce(model.graph(), n) || follow_resize(model.graph(), n))
+    return n;
   if ((is_unary(*n) || is_binary(*n)) && follow_elementwise(model.graph(), n)) return n;
   return nullptr;
 }
@@ -247,8 +331,10 @@ int channels_last_float_convs(ir::Model& model) {
   merge_transposes(g);
   // In topological order a node's inputs have been moved before it is looked at.
   for (ir::Node* n : g.topological_order()) {
+    if (follow_shape(g, n)) continue;
     if (ir::Node* moved = follow(model, n)) {
-      output_last(g, moved);
+      for (size_t i = 0; i < moved->outputs().size(); ++i)
+        if (moved->output(i) != nullptr) output_last(g, moved, i);
       ++converted;
     }
   }

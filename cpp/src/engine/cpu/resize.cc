@@ -105,6 +105,22 @@ struct AxisTaps {
   std::vector<uint8_t> outside;
 };
 
+// out[i] = wa * A(i) + wb * B(i) for the c channels of one output pixel, A(i) = w0 * a[c0 + i]
+// (+ w1 * a[c1 + i] when linear along W), as row_mix does along a row.
+TETHER_MULTIVERSION
+void mix_pixel(const float* __restrict a, const float* __restrict b, float wa, float wb, bool two_rows,
+               bool two_cols, int64_t c0, int64_t c1, float w0, float w1, int64_t c, float* __restrict out) {
+  if (two_rows && two_cols)
+    for (int64_t i = 0; i < c; ++i)
+      out[i] = wa * (w0 * a[c0 + i] + w1 * a[c1 + i]) + wb * (w0 * b[c0 + i] + w1 * b[c1 + i]);
+  else if (two_rows)
+    for (int64_t i = 0; i < c; ++i) out[i] = wa * (w0 * a[c0 + i]) + wb * (w0 * b[c0 + i]);
+  else if (two_cols)
+    for (int64_t i = 0; i < c; ++i) out[i] = wa * (w0 * a[c0 + i] + w1 * a[c1 + i]);
+  else
+    for (int64_t i = 0; i < c; ++i) out[i] = wa * (w0 * a[c0 + i]);
+}
+
 class ResizeKernel final : public Kernel {
  public:
   explicit ResizeKernel(const KernelInit& init) : name_(init.node.describe()) {
@@ -140,6 +156,7 @@ class ResizeKernel final : public Kernel {
     std::vector<AxisTaps> taps(rank);
     for (size_t d = 0; d < rank; ++d) taps[d] = axis_taps(x.dims[d], y.dims[d], scale[d], roi_start[d], roi_end[d]);
     if (planar(x, y, taps)) interpolate_planes(ctx, x, y, taps[rank - 2], taps[rank - 1]);
+    else if (channels_last(x, y, taps)) interpolate_pixels(ctx, x, y, taps[1], taps[2]);
     else interpolate(ctx, x, y, taps);
   }
 
@@ -313,6 +330,47 @@ class ResizeKernel final : public Kernel {
         const float wa = ty.weight[k], wb = linear_y ? ty.weight[k + 1] : 0.0f;
         if (linear_x) row_mix<true>(a, b, wa, wb, linear_y, c0.data(), c1.data(), w0.data(), w1.data(), ow, out);
         else row_mix<false>(a, b, wa, wb, linear_y, c0.data(), c1.data(), w0.data(), w1.data(), ow, out);
+      }
+    });
+  }
+
+  // The same resize channels last ([N, H, W, C], passes/channels_last_float.cc): nearest or
+  // linear over axes 1 and 2 only. Each output pixel then mixes at most four input pixels, a
+  // run of C channels at a time.
+  bool channels_last(const View& x, const View& y, const std::vector<AxisTaps>& taps) const {
+    if (x.rank() != 4 || mode_ == Mode::kCubic || coord_ == Coord::kTfCropAndResize) return false;
+    for (size_t d : {size_t{0}, size_t{3}}) {
+      if (x.dims[d] != y.dims[d] || taps[d].count != 1) return false;
+      for (int64_t o = 0; o < y.dims[d]; ++o)
+        if (taps[d].index[static_cast<size_t>(o * 4)] != o || taps[d].weight[static_cast<size_t>(o * 4)] != 1.0f) return false;
+    }
+    return true;
+  }
+
+  void interpolate_pixels(const RunContext& ctx, const View& x, View& y, const AxisTaps& ty, const AxisTaps& tx) const {
+    const int64_t ih = x.dims[1], iw = x.dims[2], c = x.dims[3], oh = y.dims[1], ow = y.dims[2];
+    const float* xp = x.as<float>();
+    float* yp = y.as<float>();
+    const bool linear_x = tx.count > 1, linear_y = ty.count > 1;
+    parallel(ctx, y.dims[0] * oh, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t img = r / oh, oy = r % oh;
+        const auto k = static_cast<size_t>(oy * 4);
+        float* out = yp + r * ow * c;
+        // Nearest rows repeat: a row that reads the same input row as the one above is a copy.
+        if (!linear_y && oy > 0 && r > r0 && ty.index[k] == ty.index[k - 4]) {
+          std::copy(out - ow * c, out, out);
+          continue;
+        }
+        const float* a = xp + (img * ih + ty.index[k]) * iw * c;
+        const float* b = xp + (img * ih + ty.index[k + (linear_y ? 1 : 0)]) * iw * c;
+        const float wa = ty.weight[k], wb = linear_y ? ty.weight[k + 1] : 0.0f;
+        for (int64_t o = 0; o < ow; ++o) {
+          const auto j = static_cast<size_t>(o * 4);
+          const int64_t c0 = tx.index[j] * c, c1 = tx.index[j + (linear_x ? 1 : 0)] * c;
+          const float w0 = tx.weight[j], w1 = linear_x ? tx.weight[j + 1] : 0.0f;
+          mix_pixel(a, b, wa, wb, linear_y, linear_x, c0, c1, w0, w1, c, out + o * c);
+        }
       }
     });
   }
