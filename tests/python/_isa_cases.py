@@ -211,6 +211,18 @@ def pool_model(op, spatial, kernel, strides, pads, ceil_mode, include_pad, auto_
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)], ir_version=10).SerializeToString(), {"x": x}
 
 
+def runtime_weights(blob: bytes, rng) -> tuple[bytes, dict]:
+    """The one-node Conv model with its weights as a graph input (a GEMM whose A, the weights,
+    is read in place, with a per-row bias), and feeds for them."""
+    import onnx
+
+    model = onnx.load_from_string(blob)
+    w = next(i for i in model.graph.initializer if i.name == "w")
+    model.graph.initializer.remove(w)
+    model.graph.input.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, list(w.dims)))
+    return model.SerializeToString(), {"w": rng.standard_normal(tuple(w.dims)).astype(np.float32)}
+
+
 def global_pool_model(op, rng):
     g = helper.make_graph([helper.make_node(op, ["x"], ["y"])], "pool",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 70, 5, 7])],
@@ -228,6 +240,10 @@ def cases():
     for i, c in enumerate(CONV_CASES):
         ref, feeds, fused = conv_add_models(*c, rng, with_bias=i % 2 == 0)
         yield f"conv{i}_residual_relu", ref, feeds, fused
+    for i, c in enumerate(CONV_CASES[::3]):
+        blob, feeds = conv_model(*c, rng)
+        blob, w = runtime_weights(blob, rng)
+        yield f"conv{i}_runtime_weights", blob, {**feeds, **w}
     two_d = [c for c in CONV_CASES if len(c[3]) == 2] + CHANNELS_LAST_CASES
     for i, c in enumerate(two_d):
         act = CHANNELS_LAST_ACTIVATIONS[i % len(CHANNELS_LAST_ACTIVATIONS)]

@@ -19,7 +19,7 @@ constexpr int kGenericNr = 16;
 
 void f32_conv_nhwc_4x16__generic(int64_t rows, const float* x, int64_t xs, const int64_t* x_off, const int64_t* w_off,
                                  int64_t taps, int64_t cin, const float* w, float* y, int64_t ldy, int64_t n,
-                                 const TileEpilogue* ep) {
+                                 bool accumulate, const TileEpilogue* ep) {
   float acc[kGenericMr][kGenericNr] = {};
   for (int64_t t = 0; t < taps; ++t)
     for (int64_t i = 0; i < cin; ++i) {
@@ -30,7 +30,8 @@ void f32_conv_nhwc_4x16__generic(int64_t rows, const float* x, int64_t xs, const
       }
     }
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < n; ++j) y[r * ldy + j] = tile_epilogue(acc[r][j], ep, r, j);
+    for (int64_t j = 0; j < n; ++j)
+      y[r * ldy + j] = tile_epilogue(accumulate ? y[r * ldy + j] + acc[r][j] : acc[r][j], ep, r, j);
 }
 
 void f32_dwconv_nhwc_4x16__generic(int64_t rows, const float* x, int64_t xs, const int64_t* x_off, const int64_t* w_off,
@@ -251,7 +252,7 @@ class NhwcConv final : public Kernel {
                     for (int64_t t = 0; t < taps; ++t) index[t] *= cin * nr;
                     float* yt = y + pixel * s.co + oc;
                     te.sum = sum != nullptr ? sum + pixel * s.co + oc : nullptr;
-                    isa_.conv(rows, xt + g * cin_g, s.sw * s.c, xo, index, taps, cin, panel, yt, s.co, n, &te);
+                    isa_.conv(rows, xt + g * cin_g, s.sw * s.c, xo, index, taps, cin, panel, yt, s.co, n, false, &te);
                     if (after)
                       for (int64_t r = 0; r < rows; ++r) epilogue_.apply(yt + r * s.co, n);
                   });

@@ -21,13 +21,14 @@ namespace tether::engine::cpu {
 
 /// One tile of a dense (or one group's) channels-last convolution: Y[r, j] for r < rows (<= MR) and
 /// j < n (<= NR) is the sum over taps t and input channels i of
-/// x[r * x_stride + x_off[t] + i] * w[w_off[t] + i * NR + j], then `ep` (col_bias, sum with
-/// row stride ep->sum_ld, clamp) before the store to y[r * ldy + j]. `w` is one panel of
-/// packed weights (NR output channels, zero past n). taps may be 0 (Y is then the epilogue
-/// of zero).
+/// x[r * x_stride + x_off[t] + i] * w[w_off[t] + i * NR + j], plus y[r * ldy + j] when
+/// `accumulate`, then `ep` (col_bias, sum with row stride ep->sum_ld, clamp) before the store
+/// to y[r * ldy + j]. `w` is one panel of packed weights (NR output channels, zero past n).
+/// taps may be 0 (Y is then the epilogue of zero). With one tap this is a GEMM tile whose A
+/// rows are read in place (sgemm uses it so: gemm.h).
 using NhwcConvKernel = void (*)(int64_t rows, const float* x, int64_t x_stride, const int64_t* x_off,
                                 const int64_t* w_off, int64_t taps, int64_t cin, const float* w, float* y, int64_t ldy,
-                                int64_t n, const TileEpilogue* ep);
+                                int64_t n, bool accumulate, const TileEpilogue* ep);
 
 /// One tile of a depthwise channels-last convolution over all `c` channels: Y[r, j] for
 /// r < rows (<= MR), j < c is the sum over taps t of x[r * x_stride + x_off[t] + j] *
@@ -54,13 +55,13 @@ const NhwcConvIsa& nhwc_conv_isa();
 // Micro-kernels, one per ISA, in files compiled for that ISA.
 void f32_conv_nhwc_14x32__avx512(int64_t rows, const float* x, int64_t x_stride, const int64_t* x_off,
                                  const int64_t* w_off, int64_t taps, int64_t cin, const float* w, float* y,
-                                 int64_t ldy, int64_t n, const TileEpilogue* ep);
+                                 int64_t ldy, int64_t n, bool accumulate, const TileEpilogue* ep);
 void f32_dwconv_nhwc_8x16__avx512(int64_t rows, const float* x, int64_t x_stride, const int64_t* x_off,
                                   const int64_t* w_off, int64_t taps, int64_t c, const float* w, float* y, int64_t ldy,
                                   const TileEpilogue* ep);
 void f32_conv_nhwc_6x16__avx2(int64_t rows, const float* x, int64_t x_stride, const int64_t* x_off,
                               const int64_t* w_off, int64_t taps, int64_t cin, const float* w, float* y, int64_t ldy,
-                              int64_t n, const TileEpilogue* ep);
+                              int64_t n, bool accumulate, const TileEpilogue* ep);
 void f32_dwconv_nhwc_8x8__avx2(int64_t rows, const float* x, int64_t x_stride, const int64_t* x_off,
                                const int64_t* w_off, int64_t taps, int64_t c, const float* w, float* y, int64_t ldy,
                                const TileEpilogue* ep);

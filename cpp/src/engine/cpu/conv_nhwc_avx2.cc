@@ -16,7 +16,10 @@ inline __m256i lanes(int64_t n) {
 }
 
 template <int V>
-inline void finish_row(__m256 (&acc)[V], const __m256i (&m)[V], const TileEpilogue* ep, int64_t r, float* y) {
+inline void finish_row(__m256 (&acc)[V], const __m256i (&m)[V], bool accumulate, const TileEpilogue* ep, int64_t r,
+                       float* y) {
+  if (accumulate)
+    for (int v = 0; v < V; ++v) acc[v] = _mm256_add_ps(acc[v], _mm256_maskload_ps(y + 8 * v, m[v]));
   if (ep != nullptr) {
     for (int v = 0; v < V; ++v) {
       if (ep->col_bias != nullptr) acc[v] = _mm256_add_ps(acc[v], _mm256_maskload_ps(ep->col_bias + 8 * v, m[v]));
@@ -33,7 +36,7 @@ inline void finish_row(__m256 (&acc)[V], const __m256i (&m)[V], const TileEpilog
 
 template <int R>
 void conv_tile(const float* x, int64_t xs, const int64_t* x_off, const int64_t* w_off, int64_t taps, int64_t cin,
-               const float* w, float* y, int64_t ldy, int64_t n, const TileEpilogue* ep) {
+               const float* w, float* y, int64_t ldy, int64_t n, bool accumulate, const TileEpilogue* ep) {
   __m256 acc[R][2];
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
@@ -53,7 +56,7 @@ void conv_tile(const float* x, int64_t xs, const int64_t* x_off, const int64_t* 
   }
   const __m256i m[2] = {lanes(n), lanes(n - 8)};
 #pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) finish_row<2>(acc[r], m, ep, r, y + r * ldy);
+  for (int r = 0; r < R; ++r) finish_row<2>(acc[r], m, accumulate, ep, r, y + r * ldy);
 }
 
 template <int R>
@@ -79,7 +82,7 @@ void dw_tile(const float* x, int64_t xs, const int64_t* x_off, const int64_t* w_
       e = &block;
     }
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) finish_row<1>(acc[r], m, e, r, y + r * ldy + c0);
+    for (int r = 0; r < R; ++r) finish_row<1>(acc[r], m, false, e, r, y + r * ldy + c0);
   }
 }
 
@@ -87,10 +90,10 @@ void dw_tile(const float* x, int64_t xs, const int64_t* x_off, const int64_t* w_
 
 void f32_conv_nhwc_6x16__avx2(int64_t rows, const float* x, int64_t xs, const int64_t* x_off, const int64_t* w_off,
                               int64_t taps, int64_t cin, const float* w, float* y, int64_t ldy, int64_t n,
-                              const TileEpilogue* ep) {
+                              bool accumulate, const TileEpilogue* ep) {
   switch (rows) {
 #define TETHER_CONV_ROWS(R) \
-  case R: return conv_tile<R>(x, xs, x_off, w_off, taps, cin, w, y, ldy, n, ep);
+  case R: return conv_tile<R>(x, xs, x_off, w_off, taps, cin, w, y, ldy, n, accumulate, ep);
     TETHER_CONV_ROWS(1) TETHER_CONV_ROWS(2) TETHER_CONV_ROWS(3) TETHER_CONV_ROWS(4) TETHER_CONV_ROWS(5)
     TETHER_CONV_ROWS(6)
 #undef TETHER_CONV_ROWS

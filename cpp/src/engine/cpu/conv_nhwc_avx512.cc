@@ -12,7 +12,10 @@ inline __mmask16 lanes(int64_t n) { return n >= 16 ? 0xFFFF : n <= 0 ? 0 : stati
 
 // Bias, summand and clamp on one row's vectors, then the masked store.
 template <int V>
-inline void finish_row(__m512 (&acc)[V], const __mmask16 (&m)[V], const TileEpilogue* ep, int64_t r, float* y) {
+inline void finish_row(__m512 (&acc)[V], const __mmask16 (&m)[V], bool accumulate, const TileEpilogue* ep, int64_t r,
+                       float* y) {
+  if (accumulate)
+    for (int v = 0; v < V; ++v) acc[v] = _mm512_add_ps(acc[v], _mm512_maskz_loadu_ps(m[v], y + 16 * v));
   if (ep != nullptr) {
     for (int v = 0; v < V; ++v) {
       if (ep->col_bias != nullptr) acc[v] = _mm512_add_ps(acc[v], _mm512_maskz_loadu_ps(m[v], ep->col_bias + 16 * v));
@@ -29,7 +32,7 @@ inline void finish_row(__m512 (&acc)[V], const __mmask16 (&m)[V], const TileEpil
 
 template <int R>
 void conv_tile(const float* x, int64_t xs, const int64_t* x_off, const int64_t* w_off, int64_t taps, int64_t cin,
-               const float* w, float* y, int64_t ldy, int64_t n, const TileEpilogue* ep) {
+               const float* w, float* y, int64_t ldy, int64_t n, bool accumulate, const TileEpilogue* ep) {
   __m512 acc[R][2];
 #pragma GCC unroll 14
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
@@ -52,7 +55,7 @@ void conv_tile(const float* x, int64_t xs, const int64_t* x_off, const int64_t* 
   }
   const __mmask16 m[2] = {lanes(n), lanes(n - 16)};
 #pragma GCC unroll 14
-  for (int r = 0; r < R; ++r) finish_row<2>(acc[r], m, ep, r, y + r * ldy);
+  for (int r = 0; r < R; ++r) finish_row<2>(acc[r], m, accumulate, ep, r, y + r * ldy);
 }
 
 template <int R>
@@ -78,7 +81,7 @@ void dw_tile(const float* x, int64_t xs, const int64_t* x_off, const int64_t* w_
       e = &block;
     }
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) finish_row<1>(acc[r], m, e, r, y + r * ldy + c0);
+    for (int r = 0; r < R; ++r) finish_row<1>(acc[r], m, false, e, r, y + r * ldy + c0);
   }
 }
 
@@ -86,10 +89,10 @@ void dw_tile(const float* x, int64_t xs, const int64_t* x_off, const int64_t* w_
 
 void f32_conv_nhwc_14x32__avx512(int64_t rows, const float* x, int64_t xs, const int64_t* x_off, const int64_t* w_off,
                                  int64_t taps, int64_t cin, const float* w, float* y, int64_t ldy, int64_t n,
-                                 const TileEpilogue* ep) {
+                                 bool accumulate, const TileEpilogue* ep) {
   switch (rows) {
 #define TETHER_CONV_ROWS(R) \
-  case R: return conv_tile<R>(x, xs, x_off, w_off, taps, cin, w, y, ldy, n, ep);
+  case R: return conv_tile<R>(x, xs, x_off, w_off, taps, cin, w, y, ldy, n, accumulate, ep);
     TETHER_CONV_ROWS(1) TETHER_CONV_ROWS(2) TETHER_CONV_ROWS(3) TETHER_CONV_ROWS(4) TETHER_CONV_ROWS(5)
     TETHER_CONV_ROWS(6) TETHER_CONV_ROWS(7) TETHER_CONV_ROWS(8) TETHER_CONV_ROWS(9) TETHER_CONV_ROWS(10)
     TETHER_CONV_ROWS(11) TETHER_CONV_ROWS(12) TETHER_CONV_ROWS(13) TETHER_CONV_ROWS(14)

@@ -1,6 +1,8 @@
 // GEMM driver, packing, the portable micro-kernel and ISA selection.
 #include "engine/cpu/gemm.h"
 
+#include "engine/cpu/conv_nhwc.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -146,15 +148,54 @@ void PackedA::pack_into(float* dst, const float* a, int64_t m, int64_t k0, int64
 
 namespace {
 
-// Floats of one thread's scratch: a B block of KC x min(n, NC), then an A block of m x KC.
-int64_t per_thread_floats(int64_t m, int64_t n, int64_t k) {
-  const int64_t nr = gemm_isa().nr, mr = gemm_isa().mr;
+// Floats of one thread's scratch: a B block of KC x min(n, NC) (A is pre-packed or read in place).
+int64_t per_thread_floats(int64_t n, int64_t k) {
+  const int64_t nr = gemm_isa().nr;
   const int64_t kc = std::min(kKc, std::max<int64_t>(k, 1));
-  return (kc * std::min((n + nr - 1) / nr * nr, kNc) + 15) / 16 * 16 + ((m + mr - 1) / mr * mr * kc + 15) / 16 * 16;
+  return (kc * std::min((n + nr - 1) / nr * nr, kNc) + 15) / 16 * 16;
 }
 
 // [begin, end) of part `i` when `count` items are split into `parts` near-equal runs.
 int64_t split_point(int64_t count, int64_t parts, int64_t i) { return count * i / parts; }
+
+// Rows [r0, r1) of C times panels [q0, q1) of one packed K block of B (block: the panels from
+// q0 on), with A's rows read in place by the channels-last convolution's micro-kernel (one tap
+// of k channels): a GEMM whose A is computed at run time (activations, attention scores) never
+// copies it. Each tile of rows runs along all the panels, so C is written a whole row span at
+// a time.
+void gemm_rows_in_place(const GemmA& a, float* c, int64_t ldc, const GemmEpilogue& ep, const float* sum, int64_t r0,
+                        int64_t r1, int64_t n, int64_t k0, int64_t kc, bool last, const float* block, int64_t q0,
+                        int64_t q1, bool fused, bool clamp, float lo, float hi) {
+  const NhwcConvIsa& isa = nhwc_conv_isa();
+  const int64_t mr = isa.mr, nr = isa.nr;
+  const int64_t no_offset = 0;
+  for (int64_t i0 = r0; i0 < r1; i0 += mr) {
+    const int64_t rows = std::min(mr, r1 - i0);
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t j0 = q * nr, cols = std::min(nr, n - j0);
+      float* ct = c + i0 * ldc + j0;
+      const float* block_q = block + (q - q0) * kc * nr;
+      if (!last || ep.row_bias != nullptr) {
+        // (The micro-kernel's epilogue has no per-row bias: a GEMM with one adds it after.)
+        isa.conv(rows, a.data + i0 * a.lda + k0, a.lda, &no_offset, &no_offset, 1, kc, block_q, ct, ldc, cols, k0 > 0,
+                 nullptr);
+        if (last)
+          ep.act.apply_tile(ct, ldc, rows, cols, ep.row_bias + i0, ep.col_bias != nullptr ? ep.col_bias + j0 : nullptr,
+                            sum != nullptr ? sum + i0 * ldc + j0 : nullptr);
+        continue;
+      }
+      TileEpilogue te;
+      te.col_bias = ep.col_bias != nullptr ? ep.col_bias + j0 : nullptr;
+      te.sum = sum != nullptr ? sum + i0 * ldc + j0 : nullptr;
+      te.sum_ld = ldc;
+      te.clamp = clamp;
+      te.lo = lo;
+      te.hi = hi;
+      isa.conv(rows, a.data + i0 * a.lda + k0, a.lda, &no_offset, &no_offset, 1, kc, block_q, ct, ldc, cols, k0 > 0, &te);
+      if (!fused) ep.act.apply_tile(ct, ldc, rows, cols, nullptr, nullptr, nullptr);
+    }
+  }
+}
 
 // One task of sgemm: rows [t0 * MR, t1 * MR) of C and panels [p0, p1) of the images' panels
 // laid end to end (panel v is panel v % ppi of image v / ppi), through all of K, packing what
@@ -169,7 +210,6 @@ void gemm_block(int64_t m, int64_t n, int64_t k, const GemmA& a, const GemmB& b,
   const int64_t group = std::max<int64_t>(1, kMc / mr);  // M tiles whose A panels stay in L2 together
   const int64_t m0 = t0 * mr, rows_here = std::min(m, t1 * mr) - m0;
   float* b_block = scratch;
-  float* a_block = scratch + (std::min(kKc, k) * std::min(ppi * nr, kNc) + 15) / 16 * 16;
   const RunContext serial;  // packing runs on this task's thread
   bool clamp = false;
   float lo = 0.0f, hi = 0.0f;
@@ -177,14 +217,9 @@ void gemm_block(int64_t m, int64_t n, int64_t k, const GemmA& a, const GemmB& b,
   for (int64_t k0 = 0; k0 < k; k0 += kKc) {
     const int64_t kc = std::min(kKc, k - k0);
     const bool last = k0 + kc >= k;
-    // A's tiles t0.. for this K block: a window of the pre-packed matrix, or packed now.
-    const float* a_panels = nullptr;
-    if (a.packed != nullptr) {
-      a_panels = a.packed + k0 * (mtiles * mr) + t0 * kc * mr;  // PackedA::block(k0), tile t0
-    } else {
-      PackedA::pack_into(a_block, a.data + m0 * a.lda, rows_here, k0, kc, a.lda, static_cast<int>(mr));
-      a_panels = a_block;
-    }
+    // A's tiles t0.. for this K block: a window of the pre-packed matrix. A matrix computed at
+    // run time is read in place instead (see the in-place loop below).
+    const float* a_panels = a.packed != nullptr ? a.packed + k0 * (mtiles * mr) + t0 * kc * mr : nullptr;
     // Runs of at most NC columns, never across an image's end.
     for (int64_t v0 = p0; v0 < p1;) {
       const int64_t image = v0 / ppi, q0 = v0 % ppi;
@@ -200,14 +235,18 @@ void gemm_block(int64_t m, int64_t n, int64_t k, const GemmA& a, const GemmB& b,
       }
       float* ci = c + image * images.c_stride;
       const float* sum = ep.sum != nullptr ? ep.sum + image * images.c_stride : nullptr;
+      if (a_panels == nullptr) {
+        gemm_rows_in_place(a, ci, ldc, ep, sum, m0, m0 + rows_here, n, k0, kc, last, block, q0, q1, fused, clamp, lo, hi);
+        continue;
+      }
       // A group of M tiles at a time, walking the block's panels: the group's A panels stay
       // in cache while each B panel slice is read once per tile from L1/L2.
       for (int64_t g0 = t0; g0 < t1; g0 += group) {
         const int64_t g1 = std::min(t1, g0 + group);
-        for (int64_t q = q0; q < q1; ++q) {
+        for (int64_t it = g0; it < g1; ++it) {
+          for (int64_t q = q0; q < q1; ++q) {
           const int64_t j0 = q * nr, cols = std::min(nr, n - j0);
           const float* panel = block + (q - q0) * kc * nr;
-          for (int64_t it = g0; it < g1; ++it) {
             const int64_t i0 = it * mr, rows = std::min(mr, m - i0);
             float* ct = ci + i0 * ldc + j0;
             if (!last) {
@@ -236,7 +275,7 @@ void gemm_block(int64_t m, int64_t n, int64_t k, const GemmA& a, const GemmB& b,
 }  // namespace
 
 int64_t sgemm_scratch_floats(int64_t m, int64_t n, int64_t k, int threads) {
-  return std::max(threads, 1) * per_thread_floats(m, n, k) + 16;
+  return std::max(threads, 1) * per_thread_floats(n, k) + 16;
 }
 
 void sgemm(const RunContext& ctx, int64_t m, int64_t n, int64_t k, const GemmA& a, const GemmB& b, float* c,
@@ -289,7 +328,7 @@ void sgemm(const RunContext& ctx, int64_t m, int64_t n, int64_t k, const GemmA& 
       }
     }
   }
-  const int64_t per_thread = per_thread_floats(m, n, k);
+  const int64_t per_thread = per_thread_floats(n, k);
   auto task = [&](int thread, int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t im = t / gn, jn = t % gn;
