@@ -333,3 +333,39 @@ def test_name_that_is_not_utf8_raises_model_error(tmp_path):
     blob = model.SerializeToString().replace(b"add", b"a\xffd", 1)
     with pytest.raises(tt.ModelError, match=r"node name is not valid UTF-8"):
         tt.load(blob)
+
+
+@pytest.mark.parametrize("chain", [False, True])
+def test_a_convolution_of_an_empty_batch_returns_an_empty_batch(chain):
+    # chain: two convs, so the first runs channels last; else one conv channels first.
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    w2 = numpy_helper.from_array(rng.standard_normal((2, 4, 1, 1)).astype(np.float32), "w2")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c" if chain else "y"], pads=[1, 1, 1, 1], name="conv")]
+    if chain:
+        nodes.append(helper.make_node("Conv", ["c", "w2"], ["y"], name="conv2"))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w, w2])
+    blob = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10).SerializeToString()
+    sess = tt.compile(blob, threads=2)
+    x = np.ones((0, 3, 8, 8), np.float32)
+    import onnxruntime as ort
+
+    want = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert sess.run({"x": x})["y"].shape == want.shape == (0, 2 if chain else 4, 8, 8)
+
+
+@pytest.mark.parametrize("groups,scale,message", [
+    (0, 4, "GroupNormalization 'gn': num_groups is 0; it must be >= 1"),
+    (3, 4, "num_groups 3 does not divide the 4 channels"),
+    (2, 3, "scale has 3 values; it needs one per group (2) or per channel (4)"),
+])
+def test_group_normalization_with_bad_groups_is_a_shape_error_naming_the_node(groups, scale, message):
+    node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=groups, name="gn")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 2, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.ones(scale, np.float32), "s"),
+                               numpy_helper.from_array(np.zeros(4, np.float32), "b")])
+    blob = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10).SerializeToString()
+    with pytest.raises(tt.ShapeError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        tt.compile(blob)

@@ -531,6 +531,29 @@ void dynamic_quantize(InferContext& ctx) {
 
 void same_as_input(InferContext& ctx) { ctx.set_output(0, ctx.input_type(0)); }
 
+// GroupNormalization(X, scale, bias): num_groups divides the channels; scale and bias hold one
+// value per group (opset 18) or per channel (opset 21).
+void group_norm(InferContext& ctx) {
+  const int64_t groups = ctx.attr_int("num_groups", 0);
+  if (groups < 1) ctx.fail("num_groups is " + std::to_string(groups) + "; it must be >= 1");
+  const Shape& x = ctx.input_shape(0);
+  if (x.has_rank()) {
+    if (x.rank() < 2) ctx.fail("input must have rank >= 2 (N, C, ...), got " + x.to_string());
+    if (x[1].is_known() && x[1].value() % groups != 0)
+      ctx.fail("num_groups " + std::to_string(groups) + " does not divide the " + std::to_string(x[1].value()) +
+               " channels");
+    for (size_t i = 1; i < 3 && i < ctx.num_inputs(); ++i) {
+      const Shape& p = ctx.input_shape(i);
+      if (!p.has_rank() || p.rank() != 1 || !p[0].is_known() || !x[1].is_known()) continue;
+      const int64_t n = p[0].value();
+      if (n != groups && n != x[1].value())
+        ctx.fail(std::string(i == 1 ? "scale" : "bias") + " has " + std::to_string(n) + " values; it needs one per group (" +
+                 std::to_string(groups) + ") or per channel (" + std::to_string(x[1].value()) + ")");
+    }
+  }
+  ctx.set_output(0, ctx.input_type(0));
+}
+
 }  // namespace
 
 void register_nn(Registry& r) {
@@ -543,8 +566,8 @@ void register_nn(Registry& r) {
   for (const char* op : {"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"}) r.add(op, global_pool);
   r.add("BatchNormalization", batch_norm);
   r.add("LayerNormalization", layer_norm);
-  for (const char* op : {"InstanceNormalization", "GroupNormalization", "LRN", "RMSNormalization", "RotaryEmbedding"})
-    r.add(op, same_as_input);
+  for (const char* op : {"InstanceNormalization", "LRN", "RMSNormalization", "RotaryEmbedding"}) r.add(op, same_as_input);
+  r.add("GroupNormalization", group_norm);
   r.add("Attention", attention);
   r.add("Resize", resize);
   r.add("Upsample", resize);

@@ -689,6 +689,7 @@ class ConvKernel final : public Kernel {
     const View& x = in[0];
     const View& w = in[1];
     View& y = out[0];
+    if (y.numel() == 0) return;  // a batch of 0 (or channels or pixels of 0): nothing to write
     const ConvGeometry g = conv_geometry(node_, x.dims, w.dims, y.dims, false);
     const float* bias = present(in, 2) ? in[2].as<float>() : nullptr;
     // FusedConv's summand (a residual Add): the output's shape, added before the activation.
@@ -809,6 +810,7 @@ class ConvTransposeKernel final : public Kernel {
     const View& x = in[0];
     const View& w = in[1];  // [cin, cout / group, kernel...]
     View& y = out[0];
+    if (y.numel() == 0) return;
     const ConvGeometry g = conv_geometry(node_, x.dims, w.dims, y.dims, true);
     const Shape s = shape_of(x, w, y);
     const int64_t batch = x.dims[0], cin = x.dims[1], cout = y.dims[1], cout_g = cout / g.group;
