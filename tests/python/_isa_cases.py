@@ -110,6 +110,9 @@ def channels_last(blob: bytes, activation: str | None = None) -> bytes:
             extra["activation_params"] = [0.1]
         nodes.append(helper.make_node("FusedConv", conv_in, ["y_nhwc"], domain="ai.tether", channels_last=1,
                                       **attrs, **extra))
+    elif op.op_type == "ConvTranspose":
+        nodes.append(helper.make_node("ConvTranspose", ["x_nhwc", *op.input[1:]], ["y_nhwc"], domain="ai.tether",
+                                      channels_last=1, **attrs))
     else:
         nodes.append(helper.make_node(op.op_type, ["x_nhwc"], ["y_nhwc"], domain="ai.tether", channels_last=1, **attrs))
     nodes.append(helper.make_node("Transpose", ["y_nhwc"], ["y"], perm=[0, 3, 1, 2]))
@@ -223,6 +226,22 @@ def runtime_weights(blob: bytes, rng) -> tuple[bytes, dict]:
     return model.SerializeToString(), {"w": rng.standard_normal(tuple(w.dims)).astype(np.float32)}
 
 
+# ConvTranspose channels last: kernel equal to the stride. (batch, cin, cout, spatial, kernel, bias)
+CONV_TRANSPOSE_CASES = [(1, 8, 4, (5, 7), (2, 2), True), (2, 3, 33, (4, 3), (3, 2), False), (1, 70, 16, (13, 1), (2, 2), True)]
+
+
+def conv_transpose_model(batch, cin, cout, spatial, kernel, bias, rng):
+    inits = [numpy_helper.from_array(rng.standard_normal((cin, cout, *kernel)).astype(np.float32), "w")]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(cout).astype(np.float32), "b"))
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"] if bias else ["x", "w"], ["y"], kernel_shape=list(kernel),
+                            strides=list(kernel))
+    g = helper.make_graph([node], "convt", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, cin, *spatial])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    x = rng.standard_normal((batch, cin, *spatial)).astype(np.float32)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)], ir_version=10).SerializeToString(), {"x": x}
+
+
 def global_pool_model(op, rng):
     g = helper.make_graph([helper.make_node(op, ["x"], ["y"])], "pool",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 70, 5, 7])],
@@ -254,6 +273,9 @@ def cases():
     for i, c in enumerate(POOL_CASES):
         blob, feeds = pool_model(*c, rng)
         yield f"pool{i}_{c[0]}_channels_last", blob, feeds, channels_last(blob)
+    for i, c in enumerate(CONV_TRANSPOSE_CASES):
+        blob, feeds = conv_transpose_model(*c, rng)
+        yield f"conv_transpose{i}_channels_last", blob, feeds, channels_last(blob)
     for op in ("GlobalAveragePool", "GlobalMaxPool"):
         blob, feeds = global_pool_model(op, rng)
         yield f"{op}_channels_last", blob, feeds, channels_last(blob)

@@ -137,6 +137,21 @@ def test_split_resize_and_shape_follow_a_yolo_style_neck(mode: str) -> None:
     assert counts["Transpose"] == 2 and counts["Split"] == 1 and counts["Resize"] == 2
 
 
+def test_a_unet_style_decoder_upsamples_channels_last() -> None:
+    inits: dict[str, np.ndarray] = {"up_w": weight(16, 8, 2, 2), "up_b": weight(8)}
+    nodes = [
+        conv("x", "e1", "w1", 3, 8, inits), helper.make_node("Relu", ["e1"], ["e1r"]),
+        helper.make_node("MaxPool", ["e1r"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+        conv("p1", "e2", "w2", 8, 16, inits), helper.make_node("Relu", ["e2"], ["e2r"]),
+        helper.make_node("ConvTranspose", ["e2r", "up_w", "up_b"], ["up"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Concat", ["up", "e1r"], ["cat"], axis=1),
+        conv("cat", "y", "wy", 16, 2, inits, k=1),
+    ]
+    x = RNG.standard_normal((2, 3, 14, 10)).astype(np.float32)
+    counts = ops(check(model(nodes, x.shape, inits), x))
+    assert counts["Transpose"] == 2 and counts["ai.tether:ConvTranspose"] == 1
+
+
 def test_a_convnext_block_drops_its_own_transposes() -> None:
     c = 16
     inits = {"g": weight(c) + 1, "beta": weight(c), "w1": weight(c, 4 * c), "w2": weight(4 * c, c)}

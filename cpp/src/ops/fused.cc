@@ -23,6 +23,7 @@ constexpr char kQLinearConv[] = "QLinearConv";
 constexpr char kQLinearMatMul[] = "QLinearMatMul";
 constexpr char kMaxPool[] = "MaxPool";
 constexpr char kAveragePool[] = "AveragePool";
+constexpr char kConvTranspose[] = "ConvTranspose";
 constexpr char kGlobalAveragePool[] = "GlobalAveragePool";
 constexpr char kGlobalMaxPool[] = "GlobalMaxPool";
 
@@ -143,6 +144,7 @@ void register_fused(Registry& r) {
   r.add("AveragePool", as_onnx<kAveragePool>, "ai.tether");
   r.add("GlobalAveragePool", as_onnx<kGlobalAveragePool>, "ai.tether");
   r.add("GlobalMaxPool", as_onnx<kGlobalMaxPool>, "ai.tether");
+  r.add("ConvTranspose", as_onnx<kConvTranspose>, "ai.tether");
 }
 
 }  // namespace tether::ops

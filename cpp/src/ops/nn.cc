@@ -132,7 +132,8 @@ void conv(InferContext& ctx) {
 }
 
 void conv_transpose(InferContext& ctx) {
-  const Shape& x = ctx.input_shape(0);
+  const bool last = channels_last(ctx);
+  const Shape x = channels_first_view(ctx, last);
   const Shape& w = ctx.input_shape(1);
   if (!x.has_rank()) {
     ctx.set_output(0, ctx.input_dtype(0), Shape());
@@ -158,7 +159,7 @@ void conv_transpose(InferContext& ctx) {
   if (!output_shape.empty()) {
     if (output_shape.size() != k) ctx.fail("output_shape has " + std::to_string(output_shape.size()) + " entries, expected " + std::to_string(k));
     for (int64_t v : output_shape) out.push_back(ctx.dim(v, "an entry of output_shape"));
-    ctx.set_output(0, ctx.input_dtype(0), Shape(std::move(out)));
+    ctx.set_output(0, ctx.input_dtype(0), output_layout(std::move(out), last));
     return;
   }
   const auto strides = attr_or(ctx, "strides", k, 1);
@@ -196,7 +197,7 @@ void conv_transpose(InferContext& ctx) {
     if (v < 0) ctx.fail("output size on spatial axis " + std::to_string(i) + " would be negative");
     out.push_back(Dim(v));
   }
-  ctx.set_output(0, ctx.input_dtype(0), Shape(std::move(out)));
+  ctx.set_output(0, ctx.input_dtype(0), output_layout(std::move(out), last));
 }
 
 void pool(InferContext& ctx) {

@@ -14,6 +14,7 @@
 // are left as they are, so what callers read is always the ONNX layout.
 #include <algorithm>
 
+#include "engine/cpu/conv_nhwc.h"
 #include "passes/layout.h"
 #include "passes/passes.h"
 #include "passes/rewrite.h"
@@ -304,6 +305,23 @@ bool follow_split(ir::Node* n) {
   return true;
 }
 
+// ConvTranspose of a channels-last value whose kernel equals its stride (no padding, dilation
+// or groups), with constant float weights: ai.tether ConvTranspose with channels_last = 1.
+ir::Node* follow_conv_transpose(ir::Model& model, ir::Node* n) {
+  if (!is_onnx(*n, "ConvTranspose") || !rank4(n->output(0)) || !float32(n->output(0))) return nullptr;
+  if (!from_channels_last(n->input(0))) return nullptr;
+  const std::optional<ir::Tensor> w = constant_of(n->input(1));
+  if (!w || w->dtype() != DType::kFloat32 || w->rank() != 4 || !engine::cpu::nhwc_conv_transpose_fits(*n, w->dims()))
+    return nullptr;
+  std::vector<ir::Value*> inputs = n->inputs();
+  inputs[0] = inputs[0]->producer()->input(0);
+  std::vector<ir::Attribute> attributes = n->attributes();
+  attributes.push_back(ir::Attribute::i("channels_last", 1));
+  ir::Node* t = replace_chain(model.graph(), {n}, "ConvTranspose", "ai.tether", inputs, attributes);
+  import_tether_opset(model);
+  return t;
+}
+
 // Moves `n` to channels last when it can follow its inputs there; returns the node that now
 // computes its output (n itself, or its replacement), or nullptr.
 ir::Node* follow(ir::Model& model, ir::Node* n) {
@@ -311,6 +329,7 @@ ir::Node* follow(ir::Model& model, ir::Node* n) {
   for (const ir::Value* out : n->outputs())
     if (out != nullptr && is_any_output(*out)) return nullptr;
   if (ir::Node* p = follow_pool(model, n)) return p;
+  if (ir::Node* t = follow_conv_transpose(model, n)) return t;
   if (follow_concat(n) || follow_split(n) || follow_reduce(model.graph(), n) || follow_resize(model.graph(), n))
     return n;
   if ((is_unary(*n) || is_binary(*n)) && follow_elementwise(model.graph(), n)) return n;

@@ -946,6 +946,12 @@ void register_conv(KernelRegistry& r) {
   r.add("ConvTranspose",
         [](const KernelInit& init) -> std::unique_ptr<Kernel> { return std::make_unique<ConvTransposeKernel>(init); },
         float_only);
+  r.add("ConvTranspose", make_nhwc_conv_transpose,
+        [](const KernelInit& init) {
+          if (init.node.attr_int("channels_last", 0) == 0) return std::string("ai.tether ConvTranspose takes channels_last = 1");
+          return nhwc_conv_transpose_support(init);
+        },
+        "ai.tether");
 }
 
 }  // namespace tether::engine::cpu

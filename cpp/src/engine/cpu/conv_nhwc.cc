@@ -301,7 +301,94 @@ class NhwcConv final : public Kernel {
   std::vector<float> packed_;
 };
 
+// ConvTranspose channels last whose kernel equals its stride, without padding, dilation or
+// groups (the 2x upsampling of UNets and FPNs): each input pixel writes its own kh x kw patch of
+// output pixels, so for each kernel position (a, b) the output is a 1x1 convolution of the
+// input whose pixels land sw * C_out floats apart. No output is written twice and none is
+// summed.
+class NhwcConvTranspose final : public Kernel {
+ public:
+  explicit NhwcConvTranspose(const KernelInit& init) : isa_(nhwc_conv_isa()) {
+    const ir::Tensor& w = *init.constant(1);  // [cin, cout, kh, kw]
+    cin_ = w.dims()[0], cout_ = w.dims()[1], kh_ = w.dims()[2], kw_ = w.dims()[3];
+    const int64_t nr = isa_.nr, panels = (cout_ + nr - 1) / nr;
+    panel_floats_ = cin_ * nr;
+    // Position (a, b), panel p: cin rows of nr output channels.
+    packed_.assign(static_cast<size_t>(kh_ * kw_ * panels * panel_floats_), 0.0f);
+    const float* src = w.data<float>();
+    for (int64_t i = 0; i < cin_; ++i)
+      for (int64_t o = 0; o < cout_; ++o)
+        for (int64_t t = 0; t < kh_ * kw_; ++t)
+          packed_[static_cast<size_t>((t * panels + o / nr) * panel_floats_ + i * nr + o % nr)] =
+              src[(i * cout_ + o) * kh_ * kw_ + t];
+  }
+
+  bool packs_input(size_t i) const override { return i == 1; }
+
+  void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
+    const View& x = in[0];
+    View& y = out[0];
+    if (y.numel() == 0) return;
+    const int64_t n = x.dims[0], h = x.dims[1], w = x.dims[2], wo = y.dims[2];
+    const float* bias = present(in, 2) ? in[2].as<float>() : nullptr;
+    const int64_t nr = isa_.nr, panels = (cout_ + nr - 1) / nr, mr = isa_.mr;
+    const int64_t no_offset = 0;
+    parallel(ctx, n * h, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* xr = x.as<float>() + r * w * cin_;
+        const int64_t img = r / h, ih = r % h;
+        for (int64_t iw0 = 0; iw0 < w; iw0 += mr) {
+          const int64_t rows = std::min(mr, w - iw0);
+          for (int64_t a = 0; a < kh_; ++a)
+            for (int64_t b = 0; b < kw_; ++b)
+              for (int64_t p = 0; p < panels; ++p) {
+                TileEpilogue te;
+                te.col_bias = bias != nullptr ? bias + p * nr : nullptr;
+                float* yt = y.as<float>() + ((img * y.dims[1] + ih * kh_ + a) * wo + iw0 * kw_ + b) * cout_ + p * nr;
+                isa_.conv(rows, xr + iw0 * cin_, cin_, &no_offset, &no_offset, 1, cin_,
+                          packed_.data() + ((a * kw_ + b) * panels + p) * panel_floats_, yt, kw_ * cout_,
+                          std::min(nr, cout_ - p * nr), false, &te);
+              }
+        }
+      }
+    });
+  }
+
+ private:
+  const NhwcConvIsa& isa_;
+  int64_t cin_ = 0, cout_ = 0, kh_ = 0, kw_ = 0, panel_floats_ = 0;
+  std::vector<float> packed_;
+};
+
 }  // namespace
+
+std::string nhwc_conv_transpose_support(const KernelInit& init) {
+  if (std::string why = float_only(init); !why.empty()) return why;
+  const ir::Tensor* w = init.constant(1);
+  if (w == nullptr || w->rank() != 4) return "channels_last takes constant 4-D weights";
+  if (!nhwc_conv_transpose_fits(init.node, w->dims()))
+    return "channels_last runs ConvTranspose whose kernel equals its stride, with no padding, dilation, groups or "
+           "output padding";
+  return "";
+}
+
+std::unique_ptr<Kernel> make_nhwc_conv_transpose(const KernelInit& init) {
+  return std::make_unique<NhwcConvTranspose>(init);
+}
+
+bool nhwc_conv_transpose_fits(const ir::Node& n, const std::vector<int64_t>& w) {
+  if (w.size() != 4 || n.attr_int("group", 1) != 1 || n.attr("output_shape") != nullptr) return false;
+  const std::string auto_pad = n.attr_string("auto_pad", "NOTSET");
+  if (auto_pad != "NOTSET" && auto_pad != "VALID") return false;
+  const std::vector<int64_t> kernel = n.attr_ints("kernel_shape", {w[2], w[3]});
+  if (kernel != std::vector<int64_t>{w[2], w[3]} || n.attr_ints("strides", {1, 1}) != kernel) return false;
+  for (const char* name : {"pads", "output_padding"})
+    for (int64_t v : n.attr_ints(name))
+      if (v != 0) return false;
+  for (int64_t v : n.attr_ints("dilations"))
+    if (v != 1) return false;
+  return true;
+}
 
 const NhwcConvIsa& nhwc_conv_isa() {
   static const NhwcConvIsa isa = select();
