@@ -48,10 +48,12 @@ void f32_dwconv_nhwc_4x16__generic(int64_t rows, const float* x, int64_t xs, con
 NhwcConvIsa select() {
   const util::CpuFeatures& f = util::cpu_features();
   if (f.avx512)
-    return {"f32_conv_nhwc_14x32__avx512", 14, 32, f32_conv_nhwc_14x32__avx512, f32_dwconv_nhwc_8x16__avx512, 8, 16};
-  if (f.avx2) return {"f32_conv_nhwc_6x16__avx2", 6, 16, f32_conv_nhwc_6x16__avx2, f32_dwconv_nhwc_8x8__avx2, 8, 8};
+    return {"f32_conv_nhwc_14x32__avx512", 14, 32, f32_conv_nhwc_14x32__avx512, f32_dwconv_nhwc_8x16__avx512, 8, 16,
+            f32_dwconv_nhwc_rows_8x16__avx512};
+  if (f.avx2)
+    return {"f32_conv_nhwc_6x16__avx2", 6, 16, f32_conv_nhwc_6x16__avx2, f32_dwconv_nhwc_8x8__avx2, 8, 8, nullptr};
   return {"f32_conv_nhwc_4x16__generic", kGenericMr, kGenericNr, f32_conv_nhwc_4x16__generic,
-          f32_dwconv_nhwc_4x16__generic, kGenericMr, kGenericNr};
+          f32_dwconv_nhwc_4x16__generic, kGenericMr, kGenericNr, nullptr};
 }
 
 bool is_depthwise(int64_t group, const std::vector<int64_t>& w) {
@@ -265,6 +267,8 @@ class NhwcConv final : public Kernel {
                      float* y, int64_t* taps_scratch) const {
     const int64_t cpad = (s.c + isa_.dw_nr - 1) / isa_.dw_nr * isa_.dw_nr;
     const Units un = units(s, isa_.dw_mr);
+    // Stride 1 along W, 3 or 5 taps: kernel rows at a time, each input pixel loaded once.
+    const bool by_rows = isa_.depthwise_rows != nullptr && s.sw == 1 && s.dw == 1 && (s.kw == 3 || s.kw == 5);
     bool after = false;
     TileEpilogue te0 = tile_epilogue_of(bias, after);
     te0.sum_ld = s.c;
@@ -273,11 +277,16 @@ class NhwcConv final : public Kernel {
       int64_t* index = xo + s.taps();
       TileEpilogue te = te0;
       for (int64_t u = u0; u < u1; ++u)
-        for_tiles(s, un, u, isa_.dw_mr, false, xp, xo, index, [&](int64_t rows, const float* xt, int64_t pixel, int64_t taps) {
-          for (int64_t t = 0; t < taps; ++t) index[t] *= cpad;
+        for_tiles(s, un, u, isa_.dw_mr, by_rows, xp, xo, index, [&](int64_t rows, const float* xt, int64_t pixel, int64_t taps) {
           float* yt = y + pixel * s.c;
           te.sum = sum != nullptr ? sum + pixel * s.c : nullptr;
-          isa_.depthwise(rows, xt, s.sw * s.c, xo, index, taps, s.c, packed_.data(), yt, s.c, &te);
+          if (by_rows) {
+            for (int64_t t = 0; t < taps; ++t) index[t] *= s.kw * cpad;
+            isa_.depthwise_rows(rows, xt, xo, index, taps, s.kw, s.c, cpad, packed_.data(), yt, s.c, &te);
+          } else {
+            for (int64_t t = 0; t < taps; ++t) index[t] *= cpad;
+            isa_.depthwise(rows, xt, s.sw * s.c, xo, index, taps, s.c, packed_.data(), yt, s.c, &te);
+          }
           if (after)
             for (int64_t r = 0; r < rows; ++r) epilogue_.apply(yt + r * s.c, s.c);
         });

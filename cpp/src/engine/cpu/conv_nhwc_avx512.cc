@@ -30,32 +30,81 @@ inline void finish_row(__m512 (&acc)[V], const __mmask16 (&m)[V], bool accumulat
   for (int v = 0; v < V; ++v) _mm512_mask_storeu_ps(y + 16 * v, m[v], acc[v]);
 }
 
-template <int R>
+// R pixels x 16 V output channels (V = 1 when a panel holds 16 channels or fewer).
+template <int R, int V>
 void conv_tile(const float* x, int64_t xs, const int64_t* x_off, const int64_t* w_off, int64_t taps, int64_t cin,
                const float* w, float* y, int64_t ldy, int64_t n, bool accumulate, const TileEpilogue* ep) {
-  __m512 acc[R][2];
+  __m512 acc[R][V];
 #pragma GCC unroll 14
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
   for (int64_t t = 0; t < taps; ++t) {
     const float* xt = x + x_off[t];
     const float* wt = w + w_off[t];
     for (int64_t i = 0; i < cin; ++i) {
       // The weights stream from memory on a tile's first pass over them: fetch ahead.
       _mm_prefetch(reinterpret_cast<const char*>(wt + (i + 16) * 32), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(wt + (i + 16) * 32 + 16), _MM_HINT_T0);
-      const __m512 b0 = _mm512_loadu_ps(wt + i * 32);
-      const __m512 b1 = _mm512_loadu_ps(wt + i * 32 + 16);
+      if (V > 1) _mm_prefetch(reinterpret_cast<const char*>(wt + (i + 16) * 32 + 16), _MM_HINT_T0);
+      __m512 b[V];
+      for (int v = 0; v < V; ++v) b[v] = _mm512_loadu_ps(wt + i * 32 + 16 * v);
 #pragma GCC unroll 14
       for (int r = 0; r < R; ++r) {
         const __m512 a = _mm512_set1_ps(xt[r * xs + i]);
-        acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);
-        acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
+        for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(a, b[v], acc[r][v]);
       }
     }
   }
-  const __mmask16 m[2] = {lanes(n), lanes(n - 16)};
+  __mmask16 m[V];
+  for (int v = 0; v < V; ++v) m[v] = lanes(n - 16 * v);
 #pragma GCC unroll 14
-  for (int r = 0; r < R; ++r) finish_row<2>(acc[r], m, accumulate, ep, r, y + r * ldy);
+  for (int r = 0; r < R; ++r) finish_row<V>(acc[r], m, accumulate, ep, r, y + r * ldy);
+}
+
+// One pixel (a GEMV: squeeze-excite convolutions, a batch-1 matrix-vector product): four
+// chains of sums over the channels, so the FMAs do not wait on each other.
+template <int V>
+void conv_tile_one(const float* x, const int64_t* x_off, const int64_t* w_off, int64_t taps, int64_t cin,
+                   const float* w, float* y, int64_t n, bool accumulate, const TileEpilogue* ep) {
+  __m512 acc[4][V];
+  for (int k = 0; k < 4; ++k)
+    for (int v = 0; v < V; ++v) acc[k][v] = _mm512_setzero_ps();
+  for (int64_t t = 0; t < taps; ++t) {
+    const float* xt = x + x_off[t];
+    const float* wt = w + w_off[t];
+    int64_t i = 0;
+    for (; i + 4 <= cin; i += 4) {
+      _mm_prefetch(reinterpret_cast<const char*>(wt + (i + 16) * 32), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(wt + (i + 18) * 32), _MM_HINT_T0);
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const __m512 a = _mm512_set1_ps(xt[i + k]);
+        for (int v = 0; v < V; ++v) acc[k][v] = _mm512_fmadd_ps(a, _mm512_loadu_ps(wt + (i + k) * 32 + 16 * v), acc[k][v]);
+      }
+    }
+    for (; i < cin; ++i) {
+      const __m512 a = _mm512_set1_ps(xt[i]);
+      for (int v = 0; v < V; ++v) acc[0][v] = _mm512_fmadd_ps(a, _mm512_loadu_ps(wt + i * 32 + 16 * v), acc[0][v]);
+    }
+  }
+  __m512 sum[V];
+  __mmask16 m[V];
+  for (int v = 0; v < V; ++v) {
+    sum[v] = _mm512_add_ps(_mm512_add_ps(acc[0][v], acc[1][v]), _mm512_add_ps(acc[2][v], acc[3][v]));
+    m[v] = lanes(n - 16 * v);
+  }
+  finish_row<V>(sum, m, accumulate, ep, 0, y);
+}
+
+template <int R>
+void conv_tile_any(const float* x, int64_t xs, const int64_t* x_off, const int64_t* w_off, int64_t taps, int64_t cin,
+                   const float* w, float* y, int64_t ldy, int64_t n, bool accumulate, const TileEpilogue* ep) {
+  if (R == 1 && cin >= 16) {
+    if (n <= 16) conv_tile_one<1>(x, x_off, w_off, taps, cin, w, y, n, accumulate, ep);
+    else conv_tile_one<2>(x, x_off, w_off, taps, cin, w, y, n, accumulate, ep);
+    return;
+  }
+  if (n <= 16) conv_tile<R, 1>(x, xs, x_off, w_off, taps, cin, w, y, ldy, n, accumulate, ep);
+  else conv_tile<R, 2>(x, xs, x_off, w_off, taps, cin, w, y, ldy, n, accumulate, ep);
 }
 
 template <int R>
@@ -85,14 +134,69 @@ void dw_tile(const float* x, int64_t xs, const int64_t* x_off, const int64_t* w_
   }
 }
 
+// Stride 1 by kernel rows: the R + KW - 1 input pixels of a row are loaded once, and tap j of
+// output pixel r reads pixel r + j.
+template <int R, int KW>
+void dw_rows_tile(const float* x, const int64_t* x_off, const int64_t* w_off, int64_t krows, int64_t c, int64_t cpad,
+                  const float* w, float* y, int64_t ldy, const TileEpilogue* ep) {
+  TileEpilogue block;
+  for (int64_t c0 = 0; c0 < c; c0 += 16) {
+    const __mmask16 m[1] = {lanes(c - c0)};
+    __m512 acc[R][1];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r][0] = _mm512_setzero_ps();
+    for (int64_t t = 0; t < krows; ++t) {
+      const float* xt = x + x_off[t] + c0;
+      __m512 v[R + KW - 1];
+#pragma GCC unroll 12
+      for (int j = 0; j < R + KW - 1; ++j) v[j] = _mm512_maskz_loadu_ps(m[0], xt + j * c);
+#pragma GCC unroll 5
+      for (int j = 0; j < KW; ++j) {
+        const __m512 wv = _mm512_loadu_ps(w + w_off[t] + j * cpad + c0);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) acc[r][0] = _mm512_fmadd_ps(v[r + j], wv, acc[r][0]);
+      }
+    }
+    const TileEpilogue* e = nullptr;
+    if (ep != nullptr) {
+      block = *ep;
+      block.col_bias = ep->col_bias != nullptr ? ep->col_bias + c0 : nullptr;
+      block.sum = ep->sum != nullptr ? ep->sum + c0 : nullptr;
+      e = &block;
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) finish_row<1>(acc[r], m, false, e, r, y + r * ldy + c0);
+  }
+}
+
+template <int KW>
+void dw_rows(int64_t rows, const float* x, const int64_t* x_off, const int64_t* w_off, int64_t krows, int64_t c,
+             int64_t cpad, const float* w, float* y, int64_t ldy, const TileEpilogue* ep) {
+  switch (rows) {
+#define TETHER_DW_ROWS(R) \
+  case R: return dw_rows_tile<R, KW>(x, x_off, w_off, krows, c, cpad, w, y, ldy, ep);
+    TETHER_DW_ROWS(1) TETHER_DW_ROWS(2) TETHER_DW_ROWS(3) TETHER_DW_ROWS(4)
+    TETHER_DW_ROWS(5) TETHER_DW_ROWS(6) TETHER_DW_ROWS(7) TETHER_DW_ROWS(8)
+#undef TETHER_DW_ROWS
+    default: return;
+  }
+}
+
 }  // namespace
+
+void f32_dwconv_nhwc_rows_8x16__avx512(int64_t rows, const float* x, const int64_t* x_off, const int64_t* w_off,
+                                       int64_t krows, int64_t kw, int64_t c, int64_t cpad, const float* w, float* y,
+                                       int64_t ldy, const TileEpilogue* ep) {
+  if (kw == 3) dw_rows<3>(rows, x, x_off, w_off, krows, c, cpad, w, y, ldy, ep);
+  else if (kw == 5) dw_rows<5>(rows, x, x_off, w_off, krows, c, cpad, w, y, ldy, ep);
+}
 
 void f32_conv_nhwc_14x32__avx512(int64_t rows, const float* x, int64_t xs, const int64_t* x_off, const int64_t* w_off,
                                  int64_t taps, int64_t cin, const float* w, float* y, int64_t ldy, int64_t n,
                                  bool accumulate, const TileEpilogue* ep) {
   switch (rows) {
 #define TETHER_CONV_ROWS(R) \
-  case R: return conv_tile<R>(x, xs, x_off, w_off, taps, cin, w, y, ldy, n, accumulate, ep);
+  case R: return conv_tile_any<R>(x, xs, x_off, w_off, taps, cin, w, y, ldy, n, accumulate, ep);
     TETHER_CONV_ROWS(1) TETHER_CONV_ROWS(2) TETHER_CONV_ROWS(3) TETHER_CONV_ROWS(4) TETHER_CONV_ROWS(5)
     TETHER_CONV_ROWS(6) TETHER_CONV_ROWS(7) TETHER_CONV_ROWS(8) TETHER_CONV_ROWS(9) TETHER_CONV_ROWS(10)
     TETHER_CONV_ROWS(11) TETHER_CONV_ROWS(12) TETHER_CONV_ROWS(13) TETHER_CONV_ROWS(14)
