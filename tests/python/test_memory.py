@@ -92,7 +92,6 @@ def test_aligned_external_weights_are_mapped_not_copied(tmp_path):
 
 def test_inline_weights_of_a_file_tether_wrote_are_mapped_not_copied(tmp_path):
     import onnxruntime as ort
-
     import tether as tt
 
     w = weights()
@@ -135,7 +134,6 @@ _MEASURE_COMPILE = textwrap.dedent(
 
 def test_weights_packed_from_a_mapped_file_leave_memory(tmp_path):
     import onnxruntime as ort
-
     import tether as tt
 
     rng = np.random.default_rng(0)
