@@ -14,6 +14,7 @@
 #include "engine/kernel.h"
 #include "engine/planner.h"
 #include "engine/session.h"
+#include "engine/vulkan/vulkan.h"
 #include "passes/passes.h"
 #include "passes/rewrite.h"
 #include "tether/engine.h"
@@ -741,15 +742,17 @@ std::unique_ptr<Subgraph> compile_subgraph(const ir::Graph& body, const std::vec
 }
 
 std::unique_ptr<Session> compile(const ir::Model& model, const CompileOptions& options) {
-  if (options.device != "cpu")
-    throw ArgumentError("unknown device '" + options.device + "'; available: cpu");
+  if (options.device != "cpu" && !vulkan::is_vulkan_device(options.device))
+    throw ArgumentError("unknown device '" + options.device + "'; available: cpu, vulkan, vulkan:N (see devices())");
   if (options.threads < 0) throw ArgumentError("threads must be >= 0 (0: one per physical core)");
+  if (options.device != "cpu") return vulkan::compile(model, options);
   return std::make_unique<CpuSession>(model, options);
 }
 
 std::vector<std::string> supported_ops(const std::string& device) {
-  if (device != "cpu") throw ArgumentError("unknown device '" + device + "'; available: cpu");
-  std::vector<std::string> ops = cpu_backend().op_types();
+  if (device != "cpu" && !vulkan::is_vulkan_device(device))
+    throw ArgumentError("unknown device '" + device + "'; available: cpu, vulkan, vulkan:N (see devices())");
+  std::vector<std::string> ops = device == "cpu" ? cpu_backend().op_types() : vulkan::op_types();
   ops.push_back(":Constant");  // the session itself turns Constant nodes into constants
   std::sort(ops.begin(), ops.end());
   return ops;

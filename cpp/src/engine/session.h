@@ -1,5 +1,5 @@
-// Pieces a session kind shares with the others (the CPU session in session.cc, and sessions
-// on other devices): compile's first steps, binding inputs, plan keys, shapes for a plan,
+// Pieces every session kind shares (the CPU session in session.cc, the Vulkan session in
+// vulkan/session.cc): compile's first steps, binding inputs, plan keys, shapes for a plan,
 // what a kernel factory sees of a node, and how steps are described.
 #pragma once
 
