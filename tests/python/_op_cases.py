@@ -145,6 +145,18 @@ def op_cases() -> list[OpCase]:
     chain("FusedConv-leakyrelu", [_node("Conv", ["x", "w", "b"], ["c"]), _node("LeakyRelu", ["c"], ["y"], alpha=0.2)],
           {"x": img}, {"w": rand(2, 3, 3, 3), "b": rand(2)}, fused="ai.tether:FusedConv")
 
+    one("ConvTranspose-k2-s2-bias", "ConvTranspose", {"x": rand(1, 4, 5, 5)}, {"w": rand(4, 3, 2, 2), "b": rand(3)},
+        strides=[2, 2])
+    one("ConvTranspose-k3-s2-p1-output-padding", "ConvTranspose", {"x": rand(2, 3, 4, 5)}, {"w": rand(3, 2, 3, 3)},
+        strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])
+    one("ConvTranspose-groups2-dilation2", "ConvTranspose", {"x": rand(1, 4, 5, 5)}, {"w": rand(4, 3, 3, 3)}, group=2,
+        dilations=[2, 2], pads=[1, 0, 2, 1])
+    one("ConvTranspose-same-upper", "ConvTranspose", {"x": rand(1, 3, 5, 5)}, {"w": rand(3, 2, 3, 3)}, auto_pad="SAME_UPPER",
+        strides=[2, 2])
+    one("ConvTranspose-output-shape", "ConvTranspose", {"x": rand(1, 3, 5, 5)}, {"w": rand(3, 2, 3, 3)},
+        strides=[2, 2], output_shape=[12, 11])
+    one("ConvTranspose-1d-stride3", "ConvTranspose", {"x": rand(2, 3, 7)}, {"w": rand(3, 4, 3), "b": rand(4)}, strides=[3])
+
     # ---- pooling --------------------------------------------------------------------------------------
     one("MaxPool-k3-s2-p1", "MaxPool", {"x": img}, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     one("MaxPool-ceil", "MaxPool", {"x": img}, kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)

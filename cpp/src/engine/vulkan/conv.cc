@@ -1,9 +1,11 @@
 // Conv and FusedConv (bias, a residual summand and an activation fused), 1-D and 2-D, NCHW:
 // 1x1 convolutions with unit strides and no padding as a GEMM per image (shaders/gemm.comp),
 // the others by the direct convolution of shaders/conv2d.comp (groups, depthwise, dilations,
-// strides, pads).
+// strides, pads). ConvTranspose by shaders/conv_transpose2d.comp. Pads, auto_pad and the
+// output sizes of ConvTranspose resolve as on the CPU engine (its conv_geometry).
 #include <algorithm>
 
+#include "engine/cpu/cpu.h"
 #include "engine/vulkan/matmul.h"
 #include "engine/vulkan/ops.h"
 
@@ -11,6 +13,7 @@ namespace tether::engine::vulkan {
 
 namespace {
 
+// The push constants of conv2d.comp and conv_transpose2d.comp.
 struct ConvPush {
   uint32_t n;
   uint32_t C, H, W;
@@ -20,31 +23,55 @@ struct ConvPush {
   uint32_t G;
 };
 
+// A 1-D convolution is a 2-D one of height 1.
+ConvPush conv_push(const ir::Node& node, const GpuTensor& x, const GpuTensor& w, const GpuTensor& y, bool transpose) {
+  const cpu::ConvGeometry g = cpu::conv_geometry(node, x.dims, w.dims, y.dims, transpose);
+  check_u32(node, x.numel(), "the input");
+  check_u32(node, y.numel(), "the output");
+  const bool two_d = x.dims.size() == 4;
+  auto last2 = [two_d](const std::vector<int64_t>& v, int64_t fill) { return two_d ? v[v.size() - 2] : fill; };
+  ConvPush p{};
+  p.n = static_cast<uint32_t>(y.numel());
+  p.C = static_cast<uint32_t>(x.dims[1]);
+  p.H = static_cast<uint32_t>(last2(x.dims, 1));
+  p.W = static_cast<uint32_t>(x.dims.back());
+  p.M = static_cast<uint32_t>(y.dims[1]);
+  p.OH = static_cast<uint32_t>(last2(y.dims, 1));
+  p.OW = static_cast<uint32_t>(y.dims.back());
+  p.KH = static_cast<uint32_t>(last2(g.kernel, 1));
+  p.KW = static_cast<uint32_t>(g.kernel.back());
+  p.SH = static_cast<int32_t>(last2(g.strides, 1));
+  p.SW = static_cast<int32_t>(g.strides.back());
+  p.PH = static_cast<int32_t>(last2(g.pad_begin, 0));
+  p.PW = static_cast<int32_t>(g.pad_begin.back());
+  p.DH = static_cast<int32_t>(last2(g.dilations, 1));
+  p.DW = static_cast<int32_t>(g.dilations.back());
+  p.G = static_cast<uint32_t>(g.group);
+  return p;
+}
+
+// A 1x1 kernel with unit strides and no padding is a GEMM: known when W is a constant.
+bool pointwise(const KernelInit& init) {
+  const ir::Tensor* w = init.constant(1);
+  const std::string auto_pad = init.node.attr_string("auto_pad", "NOTSET");
+  if (w == nullptr || init.node.attr_int("group", 1) != 1 || !(auto_pad == "NOTSET" || auto_pad == "VALID")) return false;
+  for (int64_t v : init.node.attr_ints("strides"))
+    if (v != 1) return false;
+  for (int64_t v : init.node.attr_ints("pads"))
+    if (v != 0) return false;
+  for (size_t d = 2; d < w->rank(); ++d)
+    if (w->dims()[d] != 1) return false;
+  return true;
+}
+
 class ConvKernel final : public GpuKernel {
  public:
   explicit ConvKernel(const KernelInit& init)
       : node_(init.node),
-        group_(init.node.attr_int("group", 1)),
         has_bias_(init.node.inputs().size() > 2 && init.node.input(2) != nullptr),
         has_sum_(init.node.inputs().size() > 3 && init.node.input(3) != nullptr),
-        act_(fused_activation(init.node)) {
-    const size_t k = init.input_types[0].shape().rank() - 2;
-    auto ints_or = [&](const char* name, size_t n, int64_t fill) {
-      std::vector<int64_t> v = init.node.attr_ints(name);
-      if (v.empty()) v.assign(n, fill);
-      return v;
-    };
-    strides_ = ints_or("strides", k, 1);
-    dilations_ = ints_or("dilations", k, 1);
-    pads_ = ints_or("pads", 2 * k, 0);
-    auto_pad_ = init.node.attr_string("auto_pad", "NOTSET");
-    // A 1x1 kernel with unit strides and no padding is a GEMM: known when W is a constant.
-    const ir::Tensor* w = init.constant(1);
-    bool pointwise = w != nullptr && group_ == 1 && (auto_pad_ == "NOTSET" || auto_pad_ == "VALID");
-    for (size_t d = 0; pointwise && d < k; ++d)
-      pointwise = w->dims()[d + 2] == 1 && strides_[d] == 1 && pads_[d] == 0 && pads_[d + k] == 0;
-    pointwise_ = pointwise;
-  }
+        pointwise_(pointwise(init)),
+        act_(fused_activation(init.node)) {}
 
   void prepare(Gpu& gpu) override {
     if (pointwise_) {
@@ -64,16 +91,15 @@ class ConvKernel final : public GpuKernel {
     const GpuTensor& y = out[0];
     const Range bias = has_bias_ ? in[2].range : rec.unused();
     const Range sum = has_sum_ ? in[3].range : rec.unused();
-    const bool two_d = x.dims.size() == 4;
-    const int64_t n = x.dims[0], c = x.dims[1], h = two_d ? x.dims[2] : 1, wd = x.dims.back();
-    const int64_t m = y.dims[1], oh = two_d ? y.dims[2] : 1, ow = y.dims.back();
-    check_u32(node_, x.numel(), "the input");
-    check_u32(node_, y.numel(), "the output");
     if (pointwise_) {
+      const int64_t n = x.dims[0], c = x.dims[1], m = y.dims[1];
+      const int64_t in_size = product(x.dims, 2, x.dims.size()), out_size = product(y.dims, 2, y.dims.size());
+      check_u32(node_, x.numel(), "the input");
+      check_u32(node_, y.numel(), "the output");
       GemmPush p{};
       p.M = static_cast<uint32_t>(m);
       p.K = static_cast<uint32_t>(c);
-      p.N = static_cast<uint32_t>(oh * ow);
+      p.N = static_cast<uint32_t>(out_size);
       p.a_rs = p.K;
       p.a_cs = 1;
       p.b_rs = p.N;
@@ -82,48 +108,17 @@ class ConvKernel final : public GpuKernel {
       p.bias_cs = 0;
       p.alpha = 1.0f;
       p.beta = 1.0f;
-      record_gemm(rec, node_, *pipeline_, p, {n}, {0}, {c * h * wd}, w.range, x.range, bias, sum, y.range);
+      record_gemm(rec, node_, *pipeline_, p, {n}, {0}, {c * in_size}, w.range, x.range, bias, sum, y.range);
       return;
     }
-    const size_t k = x.dims.size() - 2;
-    std::vector<int64_t> pb(k), pe(k);
-    for (size_t d = 0; d < k; ++d) {
-      const int64_t ek = (w.dims[d + 2] - 1) * dilations_[d] + 1;
-      if (auto_pad_ == "SAME_UPPER" || auto_pad_ == "SAME_LOWER") {
-        const int64_t total = std::max<int64_t>(0, (y.dims[d + 2] - 1) * strides_[d] + ek - x.dims[d + 2]);
-        pb[d] = auto_pad_ == "SAME_UPPER" ? total / 2 : total - total / 2;
-      } else if (auto_pad_ != "VALID") {
-        pb[d] = pads_[d];
-      }
-    }
-    ConvPush p{};
-    p.n = static_cast<uint32_t>(y.numel());
-    p.C = static_cast<uint32_t>(c);
-    p.H = static_cast<uint32_t>(h);
-    p.W = static_cast<uint32_t>(wd);
-    p.M = static_cast<uint32_t>(m);
-    p.OH = static_cast<uint32_t>(oh);
-    p.OW = static_cast<uint32_t>(ow);
-    p.KH = static_cast<uint32_t>(two_d ? w.dims[2] : 1);
-    p.KW = static_cast<uint32_t>(w.dims.back());
-    p.SH = static_cast<int32_t>(two_d ? strides_[0] : 1);
-    p.SW = static_cast<int32_t>(strides_.back());
-    p.PH = static_cast<int32_t>(two_d ? pb[0] : 0);
-    p.PW = static_cast<int32_t>(pb.back());
-    p.DH = static_cast<int32_t>(two_d ? dilations_[0] : 1);
-    p.DW = static_cast<int32_t>(dilations_.back());
-    p.G = static_cast<uint32_t>(group_);
+    const ConvPush p = conv_push(node_, x, w, y, false);
     dispatch_1d(rec, *pipeline_, {x.range, w.range, bias, sum, y.range}, &p, sizeof p, p.n);
   }
 
  private:
   const ir::Node& node_;
-  int64_t group_;
-  bool has_bias_, has_sum_;
+  bool has_bias_, has_sum_, pointwise_;
   Activation act_;
-  std::vector<int64_t> strides_, dilations_, pads_;
-  std::string auto_pad_;
-  bool pointwise_ = false;
   const Pipeline* pipeline_ = nullptr;
 };
 
@@ -136,12 +131,36 @@ std::string conv_check(const KernelInit& init) {
   return "";
 }
 
+class ConvTransposeKernel final : public GpuKernel {
+ public:
+  explicit ConvTransposeKernel(const KernelInit& init)
+      : node_(init.node), has_bias_(init.node.inputs().size() > 2 && init.node.input(2) != nullptr) {}
+
+  void prepare(Gpu& gpu) override {
+    pipeline_ = &gpu.pipeline("conv_transpose2d", 4, sizeof(ConvPush), {kLocal, has_bias_ ? 1u : 0u});
+  }
+
+  void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
+    const ConvPush p = conv_push(node_, in[0], in[1], out[0], true);
+    dispatch_1d(rec, *pipeline_, {in[0].range, in[1].range, has_bias_ ? in[2].range : rec.unused(), out[0].range}, &p,
+                sizeof p, p.n);
+  }
+
+ private:
+  const ir::Node& node_;
+  bool has_bias_;
+  const Pipeline* pipeline_ = nullptr;
+};
+
 }  // namespace
 
 void register_conv(KernelRegistry& r) {
   auto conv = [](const KernelInit& init) -> std::unique_ptr<Kernel> { return std::make_unique<ConvKernel>(init); };
   r.add("Conv", conv, conv_check);
   r.add("FusedConv", conv, conv_check, "ai.tether");
+  r.add("ConvTranspose",
+        [](const KernelInit& init) -> std::unique_ptr<Kernel> { return std::make_unique<ConvTransposeKernel>(init); },
+        conv_check);
 }
 
 }  // namespace tether::engine::vulkan

@@ -11,7 +11,7 @@ namespace tether::engine::vulkan {
 
 void register_elementwise(KernelRegistry& r);  // elementwise.cc: unary ops, binary ops with broadcasting
 void register_matmul(KernelRegistry& r);       // matmul.cc: Gemm, MatMul and their fused forms
-void register_conv(KernelRegistry& r);         // conv.cc: Conv, FusedConv
+void register_conv(KernelRegistry& r);         // conv.cc: Conv, FusedConv, ConvTranspose
 void register_pool(KernelRegistry& r);         // pool.cc: MaxPool, AveragePool, global pools
 void register_norm(KernelRegistry& r);         // norm.cc: Softmax, LogSoftmax, LayerNormalization
 void register_shape(KernelRegistry& r);        // shape.cc: views, Concat, Split, Transpose, Slice, Expand, Gather
