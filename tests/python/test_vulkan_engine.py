@@ -181,6 +181,23 @@ def test_a_value_larger_than_the_device_binds_is_a_device_error_and_the_session_
     assert_close(sess.run({"a": a, "b": b})["y"], a @ b)
 
 
+def test_the_cli_compares_vulkan_with_the_cpu_engine_layer_by_layer_and_runs_on_vulkan(tmp_path):
+    path = tmp_path / "m.onnx"
+    _mlp_with_cumsum().save(str(path))
+    r = subprocess.run([sys.executable, "-m", "tether.cli", "compare", str(path), "--against", "cpu", "--device", "vulkan",
+                        "--layerwise", "--dim", "batch=3", "--json", "-"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["ok"] and (report["reference"], report["candidate"]) == ("tether cpu", "tether")
+    layers = {layer["node"]: layer for layer in report["layers"]}
+    for node in ("act", "running_sum", "squash", "fc2"):
+        assert layers[node]["status"] == "compared" and layers[node]["metrics"]["ok"], node
+    r = subprocess.run([sys.executable, "-m", "tether.cli", "run", str(path), "--device", "vulkan", "--dim", "batch=2",
+                        "--repeat", "1"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "threads, vulkan)" in r.stdout
+
+
 def test_profile_times_cpu_nodes_and_vulkan_stretches():
     sess = tt.compile(_mlp_with_cumsum(), device="vulkan", profile=True)
     for _ in range(3):
