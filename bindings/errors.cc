@@ -16,6 +16,7 @@ struct Classes {
   PyObject* shape;
   PyObject* write;
   PyObject* unsupported;
+  PyObject* device;
   PyObject* internal;
   PyObject* calibration;
 };
@@ -64,6 +65,9 @@ void register_errors(pyb::module_& m) {
   c.write = make_class(m, "WriteError", bases({c.error, PyExc_OSError}), "A file could not be written.");
   c.unsupported = make_class(m, "UnsupportedError", base(c.error),
                              "The model uses ops, dtypes or attributes the engine cannot run; every such node is listed.");
+  c.device = make_class(m, "DeviceError", base(c.error),
+                        "A device failed: out of device memory, a lost device, a shader the driver could not build, "
+                        "work that did not finish in time. The message names the device and what to try.");
   c.calibration = make_class(m, "CalibrationError", bases({c.error, PyExc_ValueError}),
                              "Calibration data is unusable: NaN or infinity in a sample (tensor and sample named), no "
                              "data, or states that cannot be merged.");
@@ -90,6 +94,8 @@ void register_errors(pyb::module_& m) {
       raise(classes.write, e);
     } catch (const UnsupportedError& e) {
       raise(classes.unsupported, e);
+    } catch (const DeviceError& e) {
+      raise(classes.device, e);
     } catch (const CalibrationError& e) {
       raise(classes.calibration, e);
     } catch (const InternalError& e) {

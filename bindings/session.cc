@@ -2,6 +2,7 @@
 #include "bindings.h"
 #include "engine/cpu/gemm.h"
 #include "engine/cpu/qgemm.h"
+#include "engine/vulkan/vulkan.h"
 #include "util/cpu_features.h"
 #include "util/thread_pool.h"
 
@@ -52,6 +53,8 @@ void register_session(pyb::module_& m) {
              d["scratch_bytes"] = st.scratch_bytes;
              d["plans"] = st.plans;
              d["arenas"] = st.arenas;
+             d["device_weight_bytes"] = st.device_weight_bytes;
+             d["staging_bytes"] = st.staging_bytes;
              return d;
            })
       .def(
@@ -91,6 +94,7 @@ void register_session(pyb::module_& m) {
                d["fused_from"] = st.fused_from;
                d["inputs"] = st.inputs;
                d["outputs"] = st.outputs;
+               d["backend"] = st.backend;
                out.append(d);
              }
              return out;
@@ -117,18 +121,55 @@ void register_session(pyb::module_& m) {
   m.def(
       "compile",
       [](const ir::Model& model, const std::string& device, int threads, bool optimize, bool profile,
-         const std::vector<std::string>& keep) {
+         const std::vector<std::string>& keep, bool strict) {
         engine::CompileOptions o;
         o.device = device;
         o.threads = threads;
         o.optimize = optimize;
         o.profile = profile;
         o.keep = keep;
+        o.strict = strict;
         pyb::gil_scoped_release release;
         return engine::compile(model, o);
       },
       pyb::arg("model"), pyb::arg("device") = "cpu", pyb::arg("threads") = 0, pyb::arg("optimize") = true,
-      pyb::arg("profile") = false, pyb::arg("keep") = std::vector<std::string>{});
+      pyb::arg("profile") = false, pyb::arg("keep") = std::vector<std::string>{}, pyb::arg("strict") = false);
+
+  m.def("devices", [] {
+    std::vector<engine::DeviceInfo> list;
+    {
+      pyb::gil_scoped_release release;  // the first call opens the Vulkan loader
+      list = engine::devices();
+    }
+    pyb::list out;
+    for (const engine::DeviceInfo& i : list) {
+      pyb::dict d;
+      d["device"] = i.device;
+      d["backend"] = i.backend;
+      d["index"] = i.index;
+      d["name"] = i.name;
+      d["type"] = i.type;
+      if (i.backend == "vulkan") {
+        d["driver_name"] = i.driver_name;
+        d["driver_version"] = i.driver_version;
+        d["api_version"] = i.api_version;
+        d["fp16"] = i.fp16;
+        d["int8"] = i.int8;
+        d["subgroup_size"] = i.subgroup_size;
+        d["memory_bytes"] = i.memory_bytes;
+      }
+      out.append(d);
+    }
+    return out;
+  });
+
+  // For tests: what Vulkan's validation layer reported since the last call (TETHER_VULKAN_VALIDATION=1).
+  m.def("_vulkan_validation", [] {
+    pyb::dict d;
+    d["enabled"] = engine::vulkan::validation_enabled();
+    d["messages"] = engine::vulkan::take_validation_messages();
+    return d;
+  });
 }
 
 }  // namespace tether::py

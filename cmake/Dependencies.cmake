@@ -26,14 +26,20 @@ endif()
 find_package(Threads REQUIRED)
 
 # Vulkan is optional: without it the library builds, says so, and offers the CPU engine only.
+# Only the headers are used (the loader is opened at run time, never linked) and glslc, which
+# compiles the shaders into SPIR-V that the library embeds.
+option(TETHER_VULKAN "Build the Vulkan engine when Vulkan's headers and glslc are found" ON)
 find_package(Vulkan QUIET)
 find_program(TETHER_GLSLC glslc)
-if(Vulkan_FOUND AND TETHER_GLSLC)
+if(TETHER_VULKAN AND Vulkan_FOUND AND TETHER_GLSLC)
   set(TETHER_HAVE_VULKAN ON)
+  set(TETHER_VULKAN_INCLUDE ${Vulkan_INCLUDE_DIRS})
   message(STATUS "tether: Vulkan ${Vulkan_VERSION} and glslc found; the Vulkan engine can be built")
 else()
   set(TETHER_HAVE_VULKAN OFF)
-  message(WARNING
-    "tether: Vulkan headers or glslc not found; building without the Vulkan engine. "
-    "Install libvulkan-dev, glslc and mesa-vulkan-drivers to enable it.")
+  if(TETHER_VULKAN)
+    message(WARNING
+      "tether: Vulkan headers or glslc not found; building without the Vulkan engine. "
+      "Install libvulkan-dev, glslc and mesa-vulkan-drivers to enable it.")
+  endif()
 endif()

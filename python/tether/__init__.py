@@ -13,6 +13,7 @@ from tether._builder import GraphBuilder
 from tether._core import (
     ArgumentError,
     CalibrationError,
+    DeviceError,
     Error,
     ExternalDataError,
     GraphError,
@@ -26,7 +27,7 @@ from tether._core import (
 )
 from tether._model import Model, Node, Summary, ValueInfo, load
 from tether._passes import optimize
-from tether._session import Session, compile, cpu_info, supported_ops
+from tether._session import Session, compile, cpu_info, devices, supported_ops
 from tether.export import track
 from tether.parity import ParityReport, compare
 
@@ -35,6 +36,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ArgumentError",
     "CalibrationError",
+    "DeviceError",
     "Error",
     "ExternalDataError",
     "GraphBuilder",
@@ -55,6 +57,7 @@ __all__ = [
     "compare",
     "compile",
     "cpu_info",
+    "devices",
     "supported_ops",
     "load",
     "optimize",

@@ -74,7 +74,10 @@ class Session:
     def memory(self) -> dict[str, int]:
         """Memory of the latest plan: ``arena_bytes`` (one arena shared by every
         intermediate), ``intermediate_bytes`` (what they would take side by side),
-        ``scratch_bytes``, and the counts ``plans`` and ``arenas`` made so far.
+        ``scratch_bytes``, and the counts ``plans`` and ``arenas`` made so far. On a Vulkan
+        device the arena is device memory, ``scratch_bytes`` the host memory of values
+        computed on the CPU, and ``device_weight_bytes`` and ``staging_bytes`` count the
+        weights in device memory and the staging buffer for transfers.
 
         Example:
             >>> m = sess.memory()                         # doctest: +SKIP
@@ -85,7 +88,9 @@ class Session:
 
     def profile(self) -> list[dict[str, Any]]:
         """Kernel time per node over every run so far, in execution order: ``name``,
-        ``op_type``, ``runs`` and ``seconds``. Empty unless compiled with ``profile=True``.
+        ``op_type``, ``runs`` and ``seconds``. Empty unless compiled with ``profile=True``. On
+        a Vulkan device, each run of consecutive Vulkan kernels is one entry (op_type
+        ``vulkan:segment``: upload, submission, wait and download together).
 
         Example:
             >>> sess = tt.compile(model, profile=True)     # doctest: +SKIP
@@ -96,8 +101,20 @@ class Session:
 
     @property
     def report(self) -> str:
-        """What compile did: passes applied, kernels, threads."""
+        """What compile did: passes applied, kernels, threads; on a Vulkan device, the device
+        and each node that runs on the CPU instead, with the reason."""
         return str(self._core.report())
+
+    def steps(self) -> list[dict[str, Any]]:
+        """The kernels a run executes, in order: ``name``, ``op_type``, ``fused_from`` (the
+        model's node names each computes), ``inputs``, ``outputs`` and ``backend`` (``"cpu"``
+        or ``"vulkan"``).
+
+        Example:
+            >>> [s["backend"] for s in tt.compile(model, device="vulkan").steps()]  # doctest: +SKIP
+            ['vulkan', 'vulkan', 'cpu']
+        """
+        return [dict(s) for s in self._core.steps()]
 
     def __repr__(self) -> str:
         return f"<tether.Session on {self.device}: {len(self.inputs)} inputs, {len(self.outputs)} outputs>"
@@ -111,23 +128,55 @@ def compile(  # noqa: A001 - the public name mirrors the lifecycle: load, compil
     optimize: bool = True,
     profile: bool = False,
     keep: Sequence[str] = (),
+    strict: bool = False,
 ) -> Session:
-    """Compiles a model for ``device`` (``"cpu"``) and returns a :class:`Session`.
+    """Compiles a model for ``device`` and returns a :class:`Session`.
 
-    ``threads``: threads per run (default: one per physical core). ``optimize``: apply the
-    graph passes first. ``profile``: time every kernel (see :meth:`Session.profile`).
+    ``device``: ``"cpu"``; ``"vulkan"`` (the first discrete GPU, else an integrated, virtual or
+    CPU Vulkan device) or ``"vulkan:N"`` (device N of :func:`devices`). On Vulkan, nodes the
+    Vulkan backend lacks run on the CPU in the same session, their inputs and outputs copied
+    between host and device once per run; ``Session.report`` lists each such node and why.
+    ``strict=True`` raises UnsupportedError naming those nodes instead.
+    ``threads``: threads per run on the CPU (default: one per physical core). ``optimize``:
+    apply the graph passes first. ``profile``: time every kernel (see :meth:`Session.profile`).
     ``keep``: value names the passes must leave computed (never fused into another kernel),
-    for tools that observe intermediates. Raises UnsupportedError listing every node the
-    device cannot run, ArgumentError for a ``keep`` name the model lacks.
+    for tools that observe intermediates.
+
+    Raises UnsupportedError listing every node the device cannot run (and, for a Vulkan
+    device, when none is found: how to install one), ArgumentError for an unknown device or a
+    ``keep`` name the model lacks, DeviceError when the device fails.
 
     Example:
         >>> sess = tt.compile("model.onnx", threads=1)    # doctest: +SKIP
         >>> sess = tt.compile(model, keep=["conv1_out"])   # doctest: +SKIP
+        >>> gpu = tt.compile(model, device="vulkan")       # doctest: +SKIP
+        >>> print(gpu.report)                              # doctest: +SKIP
+        vulkan: device vulkan:0 'llvmpipe (LLVM 15.0.6, 256 bits)' (cpu, llvmpipe ...)
+        vulkan: 14 kernels on vulkan, 0 on cpu (2 threads), 76.0 KB of weights in device memory
     """
     if not isinstance(model, Model):
         model = load(model)
-    core = _core.compile(model._core, device, 0 if threads is None else int(threads), optimize, profile, list(keep))
+    core = _core.compile(model._core, device, 0 if threads is None else int(threads), optimize, profile, list(keep),
+                         bool(strict))
     return Session(core, device)
+
+
+def devices() -> list[dict[str, Any]]:
+    """The devices :func:`compile` takes: the CPU, then each Vulkan device. Each is a dict with
+    ``device`` (what ``compile`` takes: ``"cpu"``, ``"vulkan:0"``, ...), ``backend``, ``index``,
+    ``name`` and ``type``; Vulkan devices add ``driver_name``, ``driver_version``,
+    ``api_version``, ``fp16`` and ``int8`` (arithmetic in shaders), ``subgroup_size`` and
+    ``memory_bytes`` (device-local memory). Without a Vulkan loader or driver the list holds
+    the CPU alone (``apt-get install mesa-vulkan-drivers`` gives lavapipe, a Vulkan device on
+    the CPU).
+
+    Example:
+        >>> [d["device"] for d in tt.devices()]            # doctest: +SKIP
+        ['cpu', 'vulkan:0']
+        >>> tt.devices()[1]["name"]                        # doctest: +SKIP
+        'llvmpipe (LLVM 15.0.6, 256 bits)'
+    """
+    return [dict(d) for d in _core.devices()]
 
 
 def cpu_info() -> dict[str, Any]:

@@ -5,6 +5,7 @@ Example:
     $ tether inspect model.onnx --json
     $ tether run model.onnx --inputs x.npz --threads 2 --repeat 20
     $ tether compare model.onnx --against onnxruntime --layerwise --html report.html
+    $ tether compare model.onnx --against cpu --device vulkan --layerwise
     $ tether compare edited.onnx --against original.onnx --runner onnxruntime --json -
     $ tether quantize model.onnx --data calib.npz --method entropy -o model.int8.onnx --html int8.html
 """
@@ -110,6 +111,9 @@ def _engine(engine: str, model: str, args: argparse.Namespace, name: str) -> Tet
 def _reference(args: argparse.Namespace) -> tuple[Runner, bool]:
     """The runner ``--against`` names, and whether it is a golden bundle."""
     against = args.against
+    if against == "cpu":  # tether's CPU engine on the same file: the reference for --device vulkan
+        return TetherRunner(args.model, "tether cpu", device="cpu", threads=args.threads,
+                            optimize=not args.no_optimize), False
     if against in _ENGINES:
         return _engine(against, args.model, args, against), False
     if os.path.isdir(against):
@@ -120,7 +124,7 @@ def _reference(args: argparse.Namespace) -> tuple[Runner, bool]:
     if os.sep in against or "." in against or (os.altsep and os.altsep in against):
         raise tether.ArgumentError(f"--against '{against}': no such file or directory")
     raise tether.ArgumentError(f"--against '{against}': not a runner, a file or a folder; use 'onnxruntime', "
-                               "'tether', an ONNX file or a golden bundle folder")
+                               "'tether', 'cpu', an ONNX file or a golden bundle folder")
 
 
 def _output_map(items: Sequence[str]) -> dict[str, str]:
@@ -228,8 +232,9 @@ def _parser() -> argparse.ArgumentParser:
     cmp = sub.add_parser("compare", help="compare a model run by one engine with another engine, another ONNX file "
                          "or a golden bundle; exit 1 on a parity failure")
     cmp.add_argument("model", help="an ONNX file: the candidate, run by --runner")
-    cmp.add_argument("--against", default="onnxruntime", help="the reference: 'onnxruntime' (default) or 'tether' "
-                     "running the same file, another ONNX file (run by --reference-runner), or a golden bundle folder")
+    cmp.add_argument("--against", default="onnxruntime", help="the reference: 'onnxruntime' (default), 'tether' (on "
+                     "--device) or 'cpu' (tether's CPU engine) running the same file, another ONNX file (run by "
+                     "--reference-runner), or a golden bundle folder")
     cmp.add_argument("--runner", choices=_ENGINES, default="tether", help="what runs the model (default tether)")
     cmp.add_argument("--reference-runner", choices=_ENGINES, default="onnxruntime",
                      help="what runs the --against ONNX file (default onnxruntime)")

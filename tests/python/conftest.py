@@ -1,7 +1,8 @@
-"""Shared fixtures: torch models exported to ONNX once per test session."""
+"""Shared fixtures: torch models exported to ONNX once per test session; Vulkan validation."""
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,10 @@ import numpy as np
 import onnx
 import pytest
 from _models import MODELS, TOKEN_VOCAB, build
+
+# Vulkan runs under the Khronos validation layer (synchronization checks included) in every
+# test: set before tether first opens the Vulkan loader.
+os.environ.setdefault("TETHER_VULKAN_VALIDATION", "1")
 
 
 @dataclass(frozen=True)
@@ -66,3 +71,14 @@ def exported_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Expor
 @pytest.fixture(params=sorted(MODELS))
 def exported(request: pytest.FixtureRequest, exported_models: dict[str, Exported]) -> Exported:
     return exported_models[request.param]
+
+
+@pytest.fixture
+def vulkan_validation() -> object:
+    """Fails the test when Vulkan's validation layer reported anything while it ran."""
+    from tether import _core
+
+    _core._vulkan_validation()  # what earlier tests left is theirs
+    yield
+    messages = _core._vulkan_validation()["messages"]
+    assert not messages, "Vulkan validation reported:\n" + "\n".join(messages)

@@ -433,7 +433,7 @@ def test_cli_compare_exits_1_on_failure_and_2_on_bad_usage(tmp_path: Path) -> No
     assert r.returncode == 1 and "FAIL" in r.stdout
     r = _cli("compare", str(good), "--against", "tensorrt")
     assert r.returncode == 2, r.stderr
-    assert "use 'onnxruntime', 'tether', an ONNX file or a golden bundle folder" in r.stderr
+    assert "use 'onnxruntime', 'tether', 'cpu', an ONNX file or a golden bundle folder" in r.stderr
     r = _cli("compare", str(tmp_path / "missing.onnx"))
     assert r.returncode == 2 and "missing.onnx" in r.stderr
 

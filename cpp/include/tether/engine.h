@@ -24,6 +24,8 @@
 namespace tether::engine {
 
 struct CompileOptions {
+  /// "cpu"; "vulkan" (the first discrete GPU, else integrated, virtual, then any Vulkan
+  /// device) or "vulkan:N" (device N of devices()).
   std::string device = "cpu";
   /// Threads for one run: 0 means the number of physical cores.
   int threads = 0;
@@ -34,7 +36,32 @@ struct CompileOptions {
   /// Value names the graph passes must leave computed (never fused away), so that
   /// Session::run_observe and run_capture see them. Unknown names: ArgumentError.
   std::vector<std::string> keep;
+  /// On a Vulkan device: refuse (UnsupportedError naming them) nodes the Vulkan backend cannot
+  /// run, instead of running them on the CPU in the same session. No effect on "cpu".
+  bool strict = false;
 };
+
+/// A device compile() takes, as devices() lists it.
+struct DeviceInfo {
+  std::string device;          ///< what CompileOptions::device takes: "cpu", "vulkan:0", ...
+  std::string backend;         ///< "cpu" or "vulkan"
+  int index = -1;              ///< Vulkan: N of "vulkan:N"; -1 for the CPU
+  std::string name;            ///< the CPU's model; the Vulkan device's name
+  /// "cpu" for the CPU engine; a Vulkan device's type: "discrete_gpu", "integrated_gpu",
+  /// "virtual_gpu", "cpu" (a driver running on the CPU, like Mesa's lavapipe) or "other".
+  std::string type;
+  std::string driver_name;     ///< Vulkan: the driver ("llvmpipe", "NVIDIA", ...)
+  std::string driver_version;  ///< Vulkan: the driver's description of its version
+  std::string api_version;     ///< Vulkan: the Vulkan version the device supports ("1.3.230")
+  bool fp16 = false;           ///< Vulkan: float16 arithmetic in shaders
+  bool int8 = false;           ///< Vulkan: int8 arithmetic in shaders
+  int subgroup_size = 0;       ///< Vulkan: invocations per subgroup
+  int64_t memory_bytes = 0;    ///< Vulkan: device-local memory, all heaps together
+};
+
+/// The CPU, then each Vulkan physical device in the order "vulkan:N" numbers them. Without a
+/// Vulkan loader or driver, the CPU alone; never throws for a missing one.
+std::vector<DeviceInfo> devices();
 
 /// A value as the kernel that wrote it left it. The data is valid during the observer call only.
 struct ObservedValue {
@@ -63,13 +90,16 @@ struct TensorInfo {
   ir::Shape shape;
 };
 
-/// Memory used by the plan for one set of input shapes.
+/// Memory used by the plan for one set of input shapes. On a Vulkan device the arena is device
+/// memory, and scratch_bytes counts the host memory of values computed on the CPU.
 struct MemoryStats {
   int64_t arena_bytes = 0;         ///< the arena every intermediate shares
   int64_t intermediate_bytes = 0;  ///< what the intermediates would take side by side
   int64_t scratch_bytes = 0;       ///< kernel scratch, after the arena
   int64_t plans = 0;               ///< input shape sets planned so far
   int64_t arenas = 0;              ///< arenas allocated so far (one per concurrent run and plan)
+  int64_t device_weight_bytes = 0;  ///< Vulkan: the constants kept in device memory
+  int64_t staging_bytes = 0;        ///< Vulkan: host-visible memory for transfers of the plan
 };
 
 /// One kernel of a compiled session, in execution order.
@@ -81,6 +111,7 @@ struct StepInfo {
   std::vector<std::string> fused_from;
   std::vector<std::string> inputs;   ///< value names read ("" for an omitted optional input)
   std::vector<std::string> outputs;  ///< value names written ("" for an omitted output)
+  std::string backend = "cpu";       ///< the backend that runs it: "cpu" or "vulkan"
 };
 
 /// A compiled model.
@@ -126,7 +157,9 @@ class Session {
 
 /// Compiles `model` (which is not changed). Throws UnsupportedError listing every node the
 /// device cannot run, ArgumentError for an unknown device, and ModelError / ShapeError for a
-/// model that is wrong.
+/// model that is wrong. On a Vulkan device, nodes the Vulkan backend lacks run on the CPU in
+/// the same session (report() lists them; CompileOptions::strict refuses them instead);
+/// UnsupportedError when no Vulkan device is found, DeviceError when the device fails.
 std::unique_ptr<Session> compile(const ir::Model& model, const CompileOptions& options = {});
 
 /// The ops `device` has kernels for, as "domain:op_type" with "" for the ONNX domain

@@ -69,6 +69,14 @@ class UnsupportedError : public Error {
   using Error::Error;
 };
 
+/// A device failed to do what was asked: out of device memory, a lost device, a driver that
+/// could not build a shader, work that did not finish in time. The message names the device,
+/// what was being done and what to try. A session that saw a lost device cannot run again.
+class DeviceError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// Writing a file failed (disk full, permission denied, a folder that does not exist).
 class WriteError : public Error {
  public:

@@ -13,6 +13,8 @@
 #include "engine/half.h"
 #include "engine/kernel.h"
 #include "engine/planner.h"
+#include "engine/session.h"
+#include "engine/vulkan/vulkan.h"
 #include "passes/passes.h"
 #include "passes/rewrite.h"
 #include "tether/engine.h"
@@ -120,23 +122,8 @@ std::shared_ptr<Plan> cached_plan(std::map<std::vector<Dims>, Plan::Cached>& cac
   return plan;
 }
 
-// A tensor's dtype, byte count and bytes as int64 words: a cache key part for its value.
-Dims value_key(ir::DType dtype, const void* data, size_t nbytes) {
-  Dims words(2 + (nbytes + 7) / 8, 0);
-  words[0] = static_cast<int64_t>(dtype);
-  words[1] = static_cast<int64_t>(nbytes);
-  if (nbytes > 0) std::memcpy(words.data() + 2, data, nbytes);
-  return words;
-}
-
 // Where an empty tensor's view points (a kernel reads an omitted input as a null pointer).
 alignas(64) std::byte kEmptyData[64];
-
-std::string dims_text(const Dims& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
-  return s + "]";
-}
 
 class CpuSession final : public Session {
  public:
@@ -162,11 +149,8 @@ class CpuSession final : public Session {
   std::vector<NodeProfile> profile() const override {
     std::vector<NodeProfile> out;
     if (!profile_) return out;
-    for (const Step& s : steps_) {
-      const std::string& d = s.node->domain();
-      out.push_back({s.node->name(), d.empty() || d == "ai.onnx" ? s.node->op_type() : d + ":" + s.node->op_type(),
-                     s.runs.load(), static_cast<double>(s.nanoseconds.load()) * 1e-9});
-    }
+    for (const Step& s : steps_)
+      out.push_back({s.node->name(), qualified_op(*s.node), s.runs.load(), static_cast<double>(s.nanoseconds.load()) * 1e-9});
     return out;
   }
 
@@ -178,12 +162,14 @@ class CpuSession final : public Session {
     const Observer* observer = nullptr;
   };
   std::vector<ir::Tensor> run_steps(const std::vector<std::pair<std::string, ir::Tensor>>& inputs, const Watch* watch) const;
-  void mark_kept(const std::vector<std::string>& names);
   void index_values();
   void create_steps(const Backend& backend);
   int64_t release_packed_constants();
-  std::vector<const ir::Tensor*> bind_inputs(const std::vector<std::pair<std::string, ir::Tensor>>& named) const;
-  void find_shape_inputs();
+  std::vector<const ir::Tensor*> bind_inputs(const std::vector<std::pair<std::string, ir::Tensor>>& named) const {
+    std::vector<const ir::Value*> values;
+    for (int v : input_values_) values.push_back(values_[static_cast<size_t>(v)].value);
+    return engine::bind_inputs(inputs_, values, named);
+  }
   std::shared_ptr<Plan> plan_for(const std::vector<const ir::Tensor*>& bound) const;
   // `values_pinned`: the shape-deciding values step `begin` reads are among the pins.
   std::shared_ptr<Plan> make_plan(const std::vector<const ir::Tensor*>& bound, Pins pins, int begin,
@@ -235,31 +221,16 @@ class CpuSession final : public Session {
 
 CpuSession::CpuSession(const ir::Model& model, const CompileOptions& options, std::shared_ptr<util::ThreadPool> pool)
     : model_(model.clone()), pool_(std::move(pool)), profile_(options.profile) {
-  model_.graph().validate();
-  mark_kept(options.keep);
   std::ostringstream report;
-  if (options.optimize) report << passes::optimize(model_);
-  ops::infer_shapes(model_);
-  if (const int lowered = lower_half_precision(model_, cpu_backend()); lowered > 0) {
-    ops::infer_shapes(model_);
-    report << "cpu: " << lowered << " float16/bfloat16 node" << (lowered > 1 ? "s" : "") << " computed in float32\n";
-  }
+  report << prepare_model(model_, options, cpu_backend());
   index_values();
-  find_shape_inputs();
+  shape_input_ = find_shape_inputs(model_.graph());
   if (pool_ == nullptr) pool_ = std::make_shared<util::ThreadPool>(options.threads);
   create_steps(cpu_backend());
   if (const int64_t freed = release_packed_constants(); freed > 0)
     report << "cpu: " << freed << " bytes of weights kept only in packed form\n";
   report << "cpu: " << steps_.size() << " kernels, " << pool_->threads() << " threads\n";
   report_ = report.str();
-}
-
-void CpuSession::mark_kept(const std::vector<std::string>& names) {
-  for (const std::string& name : names) {
-    ir::Value* v = model_.graph().find(name);
-    if (v == nullptr) throw ArgumentError("keep: the model has no value named '" + name + "'");
-    v->metadata().emplace_back(passes::kKeep, "1");
-  }
 }
 
 void CpuSession::index_values() {
@@ -290,56 +261,6 @@ void CpuSession::index_values() {
     output_values_.push_back(index_.at(v));
     outputs_.push_back({v->name(), v->type().dtype(), v->type().shape()});
   }
-}
-
-namespace {
-
-// True when input i of `n` is read by value to decide an output's shape.
-bool is_shape_slot(const ir::Node& n, size_t i) {
-  if (!(n.domain().empty() || n.domain() == "ai.onnx")) return false;
-  const std::string& op = n.op_type();
-  if (op == "Reshape" || op == "Expand" || op == "Tile" || op == "Squeeze" || op == "Unsqueeze" || op == "Split" ||
-      op == "TopK" || op == "Upsample" || op == "OneHot" || op == "CenterCropPad")
-    return i == 1;
-  if (op == "ConstantOfShape") return i == 0;
-  if (op == "Range") return i <= 2;
-  if (op == "Slice") return i >= 1;
-  if (op == "Resize") return i == 2 || i == 3;
-  if (op == "Pad") return i == 1 || i == 3;
-  if (op.rfind("Reduce", 0) == 0) return i == 1;
-  return false;
-}
-
-// Ops whose CPU kernel copies its input's bytes unchanged (and skips the copy when its output
-// is its input's buffer).
-bool keeps_bytes(const ir::Node& n) {
-  if (!(n.domain().empty() || n.domain() == "ai.onnx")) return false;
-  const std::string& op = n.op_type();
-  return op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze" || op == "Identity";
-}
-
-}  // namespace
-
-// A session input is a shape tensor when its values reach a shape slot (directly, or through
-// nodes computing on it other than Shape and Size, which read only shapes). Plans are then
-// keyed by its values as well as by the input shapes.
-void CpuSession::find_shape_inputs() {
-  const ir::Graph& g = model_.graph();
-  std::unordered_map<const ir::Value*, bool> decides;
-  const std::vector<ir::Node*> order = g.topological_order();
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    const ir::Node& n = **it;
-    const bool reads_shape_only = (n.domain().empty() || n.domain() == "ai.onnx") && (n.op_type() == "Shape" || n.op_type() == "Size");
-    bool output_decides = false;
-    for (const ir::Value* o : n.outputs()) output_decides = output_decides || (o != nullptr && decides[o]);
-    for (size_t i = 0; i < n.inputs().size(); ++i) {
-      const ir::Value* in = n.input(i);
-      if (in == nullptr) continue;
-      if (is_shape_slot(n, i) || (output_decides && !reads_shape_only)) decides[in] = true;
-    }
-  }
-  shape_input_.assign(inputs_.size(), false);
-  for (size_t k = 0; k < inputs_.size(); ++k) shape_input_[k] = decides[values_[static_cast<size_t>(input_values_[k])].value];
 }
 
 // Weights a kernel packed are kept only in packed form: the original buffer is dropped when
@@ -379,16 +300,12 @@ void CpuSession::create_steps(const Backend& backend) {
       if (e.slot != Slot::kOutput) e.slot = Slot::kConstant;  // an output gets a copy at run time
       continue;
     }
-    KernelInit init{*n, {}, {}, {}, model_.opset(""), pool_->threads(), &model_, pool_};
-    // A node's own inputs, then the values its subgraphs read from this graph.
-    std::vector<const ir::Value*> inputs(n->inputs().begin(), n->inputs().end());
-    for (const ir::Value* v : captured_values(*n)) inputs.push_back(v);
-    for (const ir::Value* in : inputs) {
-      init.input_types.push_back(in ? in->type() : ir::ValueType());
-      const ValueEntry* e = in ? &values_[static_cast<size_t>(index_.at(in))] : nullptr;
-      init.constants.push_back(e != nullptr && e->slot == Slot::kConstant ? e->constant : nullptr);
-    }
-    for (const ir::Value* out : n->outputs()) init.output_types.push_back(out ? out->type() : ir::ValueType());
+    const NodeInit made = kernel_init(*n, model_, pool_, [&](const ir::Value* in) -> const ir::Tensor* {
+      const ValueEntry& e = values_[static_cast<size_t>(index_.at(in))];
+      return e.slot == Slot::kConstant ? e.constant : nullptr;
+    });
+    const KernelInit& init = made.init;
+    const std::vector<const ir::Value*>& inputs = made.inputs;
     const std::string why = backend.supports(init);
     if (!why.empty()) {
       unsupported.push_back(n->describe() + ": " + why);
@@ -417,76 +334,8 @@ void CpuSession::create_steps(const Backend& backend) {
   }
 }
 
-// Checks the named inputs against the model and returns, per session input, its tensor.
-std::vector<const ir::Tensor*> CpuSession::bind_inputs(
-    const std::vector<std::pair<std::string, ir::Tensor>>& named) const {
-  std::vector<const ir::Tensor*> bound(inputs_.size(), nullptr);
-  auto names = [&] {
-    std::string s;
-    for (const auto& i : inputs_) s += (s.empty() ? "" : ", ") + i.name;
-    return s;
-  };
-  for (const auto& [name, tensor] : named) {
-    auto it = std::find_if(inputs_.begin(), inputs_.end(), [&](const TensorInfo& i) { return i.name == name; });
-    if (it == inputs_.end()) throw ArgumentError("unknown input '" + name + "'; the model's inputs are: " + names());
-    const auto k = static_cast<size_t>(it - inputs_.begin());
-    if (bound[k] != nullptr) throw ArgumentError("input '" + name + "' is given twice");
-    bound[k] = &tensor;
-  }
-  std::map<std::string, std::pair<int64_t, std::string>> symbols;  // symbol -> (size, input that set it)
-  for (size_t k = 0; k < inputs_.size(); ++k) {
-    const TensorInfo& info = inputs_[k];
-    if (bound[k] == nullptr) {
-      bound[k] = values_[static_cast<size_t>(input_values_[k])].value->has_initializer()
-                     ? &values_[static_cast<size_t>(input_values_[k])].value->initializer()
-                     : nullptr;
-      if (bound[k] == nullptr) throw ArgumentError("input '" + info.name + "' is missing; the model's inputs are: " + names());
-      continue;
-    }
-    const ir::Tensor& t = *bound[k];
-    if (info.dtype != ir::DType::kUndefined && t.dtype() != info.dtype)
-      throw ArgumentError("input '" + info.name + "' is " + std::string(ir::dtype_name(t.dtype())) + ", the model expects " +
-                          std::string(ir::dtype_name(info.dtype)));
-    if (!info.shape.has_rank()) continue;
-    if (t.rank() != info.shape.rank())
-      throw ArgumentError("input '" + info.name + "' has rank " + std::to_string(t.rank()) + " (shape " +
-                          dims_text(t.dims()) + "), the model expects rank " + std::to_string(info.shape.rank()) + " " +
-                          info.shape.to_string());
-    for (size_t d = 0; d < t.rank(); ++d) {
-      const ir::Dim& want = info.shape[d];
-      const int64_t got = t.dims()[d];
-      if (want.is_known() && want.value() != got)
-        throw ArgumentError("input '" + info.name + "' has shape " + dims_text(t.dims()) + ", but dim " + std::to_string(d) +
-                            " must be " + std::to_string(want.value()) + " (the model expects " + info.shape.to_string() + ")");
-      if (want.is_symbolic() && want.factors().size() == 1 && want.coefficient() == 1 && want.factors()[0].second == 1) {
-        auto [it, fresh] = symbols.emplace(want.param(), std::make_pair(got, info.name));
-        if (!fresh && it->second.first != got)
-          throw ArgumentError("dim '" + want.param() + "' is " + std::to_string(it->second.first) + " in input '" +
-                              it->second.second + "' but " + std::to_string(got) + " in input '" + info.name + "'");
-      }
-    }
-  }
-  return bound;
-}
-
-// Shape tensors longer than this are refused: a plan per value of a large input would be data,
-// not shape, dependence.
-constexpr int64_t kMaxShapeTensorElements = 4096;
-
 std::shared_ptr<Plan> CpuSession::plan_for(const std::vector<const ir::Tensor*>& bound) const {
-  // The key: every input's dims, then the bytes of each shape tensor.
-  std::vector<Dims> key;
-  key.reserve(bound.size() * 2);
-  for (const ir::Tensor* t : bound) key.push_back(t->dims());
-  for (size_t k = 0; k < bound.size(); ++k) {
-    if (!shape_input_[k]) continue;
-    const ir::Tensor& t = *bound[k];
-    if (t.dtype() == ir::DType::kString || t.num_elements() > kMaxShapeTensorElements)
-      throw UnsupportedError("input '" + inputs_[k].name + "' decides output shapes by its values, and has " +
-                             std::to_string(t.num_elements()) + " elements; the cpu engine takes such inputs up to " +
-                             std::to_string(kMaxShapeTensorElements) + " elements of a numeric type");
-    key.push_back(value_key(t.dtype(), t.raw_data(), static_cast<size_t>(t.nbytes())));
-  }
+  std::vector<Dims> key = plan_key(bound, shape_input_, inputs_, "cpu");
   std::lock_guard<std::mutex> lock(plans_mutex_);
   const size_t before = plans_.size();
   std::shared_ptr<Plan> plan =
@@ -543,26 +392,14 @@ std::shared_ptr<Plan> CpuSession::make_plan(const std::vector<const ir::Tensor*>
                                             bool values_pinned) const {
   std::vector<Dims> input_dims;
   for (const ir::Tensor* t : bound) input_dims.push_back(t->dims());
-  ir::Model work = model_.clone();
-  for (size_t k = 0; k < inputs_.size(); ++k) {
-    ir::Value* v = work.graph().find(inputs_[k].name);
-    v->set_type(ir::ValueType::tensor(v->type().dtype() == ir::DType::kUndefined
-                                          ? values_[static_cast<size_t>(input_values_[k])].value->type().dtype()
-                                          : v->type().dtype(),
-                                      ir::Shape::of(input_dims[k])));
-  }
   // Weights kept only in packed form have an empty tensor left in the graph; their shape stays.
+  std::vector<std::pair<std::string, ir::ValueType>> fixed;
   for (const ValueEntry& e : values_)
-    if (e.released)
-      work.graph().find(e.value->name())->set_type(ir::ValueType::tensor(e.value->type().dtype(), ir::Shape::of(e.constant_dims)));
+    if (e.released) fixed.emplace_back(e.value->name(), ir::ValueType::tensor(e.value->type().dtype(), ir::Shape::of(e.constant_dims)));
   ops::InferenceOptions opts;
-  opts.overwrite = true;
-  opts.tolerate_subgraph_errors = true;  // a branch these shapes do not take may not fit them
-  for (size_t k = 0; k < inputs_.size(); ++k)
-    if (shape_input_[k]) opts.input_values.emplace(inputs_[k].name, bound[k]);
   for (const auto& [name, t] : pins.values) opts.output_values.emplace(name, &t);
   for (const auto& [name, d] : pins.dims) opts.output_dims.emplace(name, d);
-  ops::infer_shapes(work, opts);
+  const ir::Model work = infer_for_inputs(model_, inputs_, bound, shape_input_, std::move(opts), fixed);
 
   auto plan = std::make_shared<Plan>();
   plan->begin = begin;
@@ -733,25 +570,7 @@ std::vector<ir::Tensor> CpuSession::run_observe(const std::vector<std::pair<std:
 std::vector<StepInfo> CpuSession::steps() const {
   std::vector<StepInfo> out;
   out.reserve(steps_.size());
-  for (const Step& s : steps_) {
-    const ir::Node& n = *s.node;
-    StepInfo info;
-    info.name = n.name();
-    const std::string& d = n.domain();
-    info.op_type = d.empty() || d == "ai.onnx" ? n.op_type() : d + ":" + n.op_type();
-    for (const auto& [key, value] : n.metadata())
-      if (key == passes::kFusedFrom) {
-        for (size_t begin = 0; begin <= value.size();) {
-          const size_t end = std::min(value.find(',', begin), value.size());
-          if (end > begin) info.fused_from.push_back(value.substr(begin, end - begin));
-          begin = end + 1;
-        }
-      }
-    if (info.fused_from.empty()) info.fused_from.push_back(n.name().empty() && n.output(0) ? n.output(0)->name() : n.name());
-    for (const ir::Value* v : n.inputs()) info.inputs.push_back(v ? v->name() : "");
-    for (const ir::Value* v : n.outputs()) info.outputs.push_back(v ? v->name() : "");
-    out.push_back(std::move(info));
-  }
+  for (const Step& s : steps_) out.push_back(step_info(*s.node));
   return out;
 }
 
@@ -944,15 +763,17 @@ std::unique_ptr<Subgraph> compile_subgraph(const ir::Graph& body, const std::vec
 }
 
 std::unique_ptr<Session> compile(const ir::Model& model, const CompileOptions& options) {
-  if (options.device != "cpu")
-    throw ArgumentError("unknown device '" + options.device + "'; available: cpu");
+  if (options.device != "cpu" && !vulkan::is_vulkan_device(options.device))
+    throw ArgumentError("unknown device '" + options.device + "'; available: cpu, vulkan, vulkan:N (see devices())");
   if (options.threads < 0) throw ArgumentError("threads must be >= 0 (0: one per physical core)");
+  if (options.device != "cpu") return vulkan::compile(model, options);
   return std::make_unique<CpuSession>(model, options);
 }
 
 std::vector<std::string> supported_ops(const std::string& device) {
-  if (device != "cpu") throw ArgumentError("unknown device '" + device + "'; available: cpu");
-  std::vector<std::string> ops = cpu_backend().op_types();
+  if (device != "cpu" && !vulkan::is_vulkan_device(device))
+    throw ArgumentError("unknown device '" + device + "'; available: cpu, vulkan, vulkan:N (see devices())");
+  std::vector<std::string> ops = device == "cpu" ? cpu_backend().op_types() : vulkan::op_types();
   ops.push_back(":Constant");  // the session itself turns Constant nodes into constants
   std::sort(ops.begin(), ops.end());
   return ops;

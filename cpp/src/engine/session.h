@@ -1,0 +1,79 @@
+// Pieces every session kind shares (the CPU session in session.cc, the Vulkan session in
+// vulkan/session.cc): compile's first steps, binding inputs, plan keys, shapes for a plan,
+// what a kernel factory sees of a node, and how steps are described.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/kernel.h"
+#include "tether/engine.h"
+#include "tether/shape_inference.h"
+
+namespace tether::engine {
+
+/// The first steps of compile on the session's own copy of a model: validates it, marks the
+/// values options.keep names (ArgumentError for an unknown one), applies the graph passes
+/// when options.optimize, infers shapes, and rewrites float16/bfloat16 nodes that `backend`
+/// runs in float32 only (see half.h). Returns the compile report's lines so far.
+std::string prepare_model(ir::Model& model, const CompileOptions& options, const Backend& backend);
+
+/// Per session input (`infos`, whose graph values are `values`), the tensor a run reads: the
+/// named tensor, or the input's initializer as its default. Throws ArgumentError naming the
+/// input for an unknown, repeated or missing name, a wrong dtype or rank, a dim that
+/// contradicts the model, or a symbolic dim bound to two sizes.
+std::vector<const ir::Tensor*> bind_inputs(const std::vector<TensorInfo>& infos, const std::vector<const ir::Value*>& values,
+                                           const std::vector<std::pair<std::string, ir::Tensor>>& named);
+
+/// True when input i of `n` is read by value to decide an output's shape.
+bool is_shape_slot(const ir::Node& n, size_t i);
+
+/// True for ops whose output is their input's bytes unchanged (Reshape, Flatten, Squeeze,
+/// Unsqueeze, Identity).
+bool keeps_bytes(const ir::Node& n);
+
+/// Per graph input of `graph`: whether its values reach a shape slot (directly, or through
+/// nodes computing on it other than Shape and Size): a "shape tensor".
+std::vector<bool> find_shape_inputs(const ir::Graph& graph);
+
+/// Shape tensors longer than this are refused: a plan per value of a large input would be
+/// data, not shape, dependence.
+inline constexpr int64_t kMaxShapeTensorElements = 4096;
+
+/// A tensor's dtype, byte count and bytes as int64 words: a plan cache key part for its value.
+std::vector<int64_t> value_key(ir::DType dtype, const void* data, size_t nbytes);
+
+/// The key plans are cached by: every input's dims, then the bytes of each shape tensor.
+/// Throws UnsupportedError for a shape tensor that is not numeric or is too long
+/// (`engine` names the engine in the message).
+std::vector<std::vector<int64_t>> plan_key(const std::vector<const ir::Tensor*>& bound, const std::vector<bool>& shape_input,
+                                           const std::vector<TensorInfo>& infos, const std::string& engine);
+
+/// A copy of `model` whose inputs have the bound tensors' dims, with shapes inferred again
+/// for them (and for the values of shape tensors); `opts` may pin more (a run's findings).
+/// `fixed` gives values whose type is set before inference (weights kept only packed).
+ir::Model infer_for_inputs(const ir::Model& model, const std::vector<TensorInfo>& infos,
+                           const std::vector<const ir::Tensor*>& bound, const std::vector<bool>& shape_input,
+                           ops::InferenceOptions opts, const std::vector<std::pair<std::string, ir::ValueType>>& fixed = {});
+
+/// What a kernel factory sees of node `n` of `model`: types, constants (`constant_of` gives a
+/// value's constant tensor, or nullptr), and, after the node's own inputs, the values its
+/// subgraphs capture (see captured_values), which its step must then read as inputs too.
+struct NodeInit {
+  KernelInit init;
+  std::vector<const ir::Value*> inputs;  ///< the node's inputs, then its captured values
+};
+NodeInit kernel_init(const ir::Node& n, const ir::Model& model, std::shared_ptr<util::ThreadPool> pool,
+                     const std::function<const ir::Tensor*(const ir::Value*)>& constant_of);
+
+/// "Conv" for an ONNX op, "ai.tether:FusedConv" for another domain's.
+std::string qualified_op(const ir::Node& n);
+
+/// How Session::steps describes the step of node `n`.
+StepInfo step_info(const ir::Node& n);
+
+}  // namespace tether::engine

@@ -1,0 +1,82 @@
+// The Vulkan backend: which ops it runs and how their kernels are made.
+#include "engine/vulkan/ops.h"
+
+#include <algorithm>
+
+namespace tether::engine::vulkan {
+
+namespace {
+
+class VulkanBackend final : public Backend {
+ public:
+  VulkanBackend() {
+    register_elementwise(registry_);
+    register_matmul(registry_);
+    register_conv(registry_);
+    register_pool(registry_);
+    register_norm(registry_);
+    register_shape(registry_);
+    register_reduce(registry_);
+  }
+
+  std::string_view name() const override { return "vulkan"; }
+
+  std::string supports(const KernelInit& init) const override {
+    const KernelRegistry::Entry* e = registry_.find(init.node.domain(), init.node.op_type());
+    if (e == nullptr) return "no Vulkan kernel for this op";
+    return e->check ? e->check(init) : "";
+  }
+
+  std::unique_ptr<Kernel> create(const KernelInit& init) const override {
+    return registry_.find(init.node.domain(), init.node.op_type())->create(init);
+  }
+
+  std::vector<std::string> op_types() const override { return registry_.op_types(); }
+
+ private:
+  KernelRegistry registry_;
+};
+
+}  // namespace
+
+const Backend& vulkan_backend() {
+  static const VulkanBackend backend;
+  return backend;
+}
+
+std::vector<int64_t> int_values(const ir::Tensor& t) {
+  std::vector<int64_t> out(static_cast<size_t>(t.num_elements()));
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = t.dtype() == ir::DType::kInt32 ? t.data<int32_t>()[i] : t.data<int64_t>()[i];
+  return out;
+}
+
+int64_t normalize_axis(const ir::Node& node, int64_t axis, size_t rank) {
+  const auto r = static_cast<int64_t>(rank);
+  if (axis < -r || axis >= r)
+    throw ModelError(node.describe() + ": axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  return axis < 0 ? axis + r : axis;
+}
+
+int64_t product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t d = begin; d < end && d < dims.size(); ++d) p *= dims[d];
+  return p;
+}
+
+void dispatch_1d(Recorder& rec, const Pipeline& p, const std::vector<Range>& bindings, const void* push, size_t push_bytes,
+                 int64_t n) {
+  if (n <= 0) return;
+  const auto [gx, gy] = rec.grid(n, kLocal);
+  rec.dispatch(p, bindings, push, push_bytes, gx, gy);
+}
+
+std::string require_rank(const KernelInit& init, size_t i, std::initializer_list<size_t> ranks) {
+  const ir::Shape& s = init.input_types[i].shape();
+  if (!s.has_rank()) return "input " + std::to_string(i) + " has an unknown rank";
+  if (std::find(ranks.begin(), ranks.end(), s.rank()) == ranks.end())
+    return "input " + std::to_string(i) + " has rank " + std::to_string(s.rank()) + ", which the Vulkan kernel does not take";
+  return "";
+}
+
+}  // namespace tether::engine::vulkan

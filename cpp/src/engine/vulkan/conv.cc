@@ -1,0 +1,166 @@
+// Conv and FusedConv (bias, a residual summand and an activation fused), 1-D and 2-D, NCHW:
+// 1x1 convolutions with unit strides and no padding as a GEMM per image (shaders/gemm.comp),
+// the others by the direct convolution of shaders/conv2d.comp (groups, depthwise, dilations,
+// strides, pads). ConvTranspose by shaders/conv_transpose2d.comp. Pads, auto_pad and the
+// output sizes of ConvTranspose resolve as on the CPU engine (its conv_geometry).
+#include <algorithm>
+
+#include "engine/cpu/cpu.h"
+#include "engine/vulkan/matmul.h"
+#include "engine/vulkan/ops.h"
+
+namespace tether::engine::vulkan {
+
+namespace {
+
+// The push constants of conv2d.comp and conv_transpose2d.comp.
+struct ConvPush {
+  uint32_t n;
+  uint32_t C, H, W;
+  uint32_t M, OH, OW;
+  uint32_t KH, KW;
+  int32_t SH, SW, PH, PW, DH, DW;
+  uint32_t G;
+};
+
+// A 1-D convolution is a 2-D one of height 1.
+ConvPush conv_push(const ir::Node& node, const GpuTensor& x, const GpuTensor& w, const GpuTensor& y, bool transpose) {
+  const cpu::ConvGeometry g = cpu::conv_geometry(node, x.dims, w.dims, y.dims, transpose);
+  check_u32(node, x.numel(), "the input");
+  check_u32(node, y.numel(), "the output");
+  const bool two_d = x.dims.size() == 4;
+  auto last2 = [two_d](const std::vector<int64_t>& v, int64_t fill) { return two_d ? v[v.size() - 2] : fill; };
+  ConvPush p{};
+  p.n = static_cast<uint32_t>(y.numel());
+  p.C = static_cast<uint32_t>(x.dims[1]);
+  p.H = static_cast<uint32_t>(last2(x.dims, 1));
+  p.W = static_cast<uint32_t>(x.dims.back());
+  p.M = static_cast<uint32_t>(y.dims[1]);
+  p.OH = static_cast<uint32_t>(last2(y.dims, 1));
+  p.OW = static_cast<uint32_t>(y.dims.back());
+  p.KH = static_cast<uint32_t>(last2(g.kernel, 1));
+  p.KW = static_cast<uint32_t>(g.kernel.back());
+  p.SH = static_cast<int32_t>(last2(g.strides, 1));
+  p.SW = static_cast<int32_t>(g.strides.back());
+  p.PH = static_cast<int32_t>(last2(g.pad_begin, 0));
+  p.PW = static_cast<int32_t>(g.pad_begin.back());
+  p.DH = static_cast<int32_t>(last2(g.dilations, 1));
+  p.DW = static_cast<int32_t>(g.dilations.back());
+  p.G = static_cast<uint32_t>(g.group);
+  return p;
+}
+
+// A 1x1 kernel with unit strides and no padding is a GEMM: known when W is a constant.
+bool pointwise(const KernelInit& init) {
+  const ir::Tensor* w = init.constant(1);
+  const std::string auto_pad = init.node.attr_string("auto_pad", "NOTSET");
+  if (w == nullptr || init.node.attr_int("group", 1) != 1 || !(auto_pad == "NOTSET" || auto_pad == "VALID")) return false;
+  for (int64_t v : init.node.attr_ints("strides"))
+    if (v != 1) return false;
+  for (int64_t v : init.node.attr_ints("pads"))
+    if (v != 0) return false;
+  for (size_t d = 2; d < w->rank(); ++d)
+    if (w->dims()[d] != 1) return false;
+  return true;
+}
+
+class ConvKernel final : public GpuKernel {
+ public:
+  explicit ConvKernel(const KernelInit& init)
+      : node_(init.node),
+        has_bias_(init.node.inputs().size() > 2 && init.node.input(2) != nullptr),
+        has_sum_(init.node.inputs().size() > 3 && init.node.input(3) != nullptr),
+        pointwise_(pointwise(init)),
+        act_(fused_activation(init.node)) {}
+
+  void prepare(Gpu& gpu) override {
+    if (pointwise_) {
+      pipeline_ = &gemm_pipeline(gpu, act_, has_bias_, has_sum_);
+    } else {
+      std::vector<uint32_t> spec{kLocal};
+      for (uint32_t v : act_.spec()) spec.push_back(v);
+      spec.push_back(has_bias_ ? 1 : 0);
+      spec.push_back(has_sum_ ? 1 : 0);
+      pipeline_ = &gpu.pipeline("conv2d", 5, sizeof(ConvPush), spec);
+    }
+  }
+
+  void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
+    const GpuTensor& x = in[0];
+    const GpuTensor& w = in[1];
+    const GpuTensor& y = out[0];
+    const Range bias = has_bias_ ? in[2].range : rec.unused();
+    const Range sum = has_sum_ ? in[3].range : rec.unused();
+    if (pointwise_) {
+      const int64_t n = x.dims[0], c = x.dims[1], m = y.dims[1];
+      const int64_t in_size = product(x.dims, 2, x.dims.size()), out_size = product(y.dims, 2, y.dims.size());
+      check_u32(node_, x.numel(), "the input");
+      check_u32(node_, y.numel(), "the output");
+      GemmPush p{};
+      p.M = static_cast<uint32_t>(m);
+      p.K = static_cast<uint32_t>(c);
+      p.N = static_cast<uint32_t>(out_size);
+      p.a_rs = p.K;
+      p.a_cs = 1;
+      p.b_rs = p.N;
+      p.b_cs = 1;
+      p.bias_rs = 1;
+      p.bias_cs = 0;
+      p.alpha = 1.0f;
+      p.beta = 1.0f;
+      record_gemm(rec, node_, *pipeline_, p, {n}, {0}, {c * in_size}, w.range, x.range, bias, sum, y.range);
+      return;
+    }
+    const ConvPush p = conv_push(node_, x, w, y, false);
+    dispatch_1d(rec, *pipeline_, {x.range, w.range, bias, sum, y.range}, &p, sizeof p, p.n);
+  }
+
+ private:
+  const ir::Node& node_;
+  bool has_bias_, has_sum_, pointwise_;
+  Activation act_;
+  const Pipeline* pipeline_ = nullptr;
+};
+
+std::string conv_check(const KernelInit& init) {
+  if (std::string why = float32_only(init); !why.empty()) return why;
+  if (std::string why = require_rank(init, 0, {3, 4}); !why.empty()) return why + " (the Vulkan kernel takes 1-D and 2-D)";
+  const ir::Shape& w = init.input_types[1].shape();
+  if (!w.has_rank() || w.rank() != init.input_types[0].shape().rank()) return "W's rank differs from X's";
+  if (init.node.attr_int("group", 1) < 1) return "group must be at least 1";
+  return "";
+}
+
+class ConvTransposeKernel final : public GpuKernel {
+ public:
+  explicit ConvTransposeKernel(const KernelInit& init)
+      : node_(init.node), has_bias_(init.node.inputs().size() > 2 && init.node.input(2) != nullptr) {}
+
+  void prepare(Gpu& gpu) override {
+    pipeline_ = &gpu.pipeline("conv_transpose2d", 4, sizeof(ConvPush), {kLocal, has_bias_ ? 1u : 0u});
+  }
+
+  void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
+    const ConvPush p = conv_push(node_, in[0], in[1], out[0], true);
+    dispatch_1d(rec, *pipeline_, {in[0].range, in[1].range, has_bias_ ? in[2].range : rec.unused(), out[0].range}, &p,
+                sizeof p, p.n);
+  }
+
+ private:
+  const ir::Node& node_;
+  bool has_bias_;
+  const Pipeline* pipeline_ = nullptr;
+};
+
+}  // namespace
+
+void register_conv(KernelRegistry& r) {
+  auto conv = [](const KernelInit& init) -> std::unique_ptr<Kernel> { return std::make_unique<ConvKernel>(init); };
+  r.add("Conv", conv, conv_check);
+  r.add("FusedConv", conv, conv_check, "ai.tether");
+  r.add("ConvTranspose",
+        [](const KernelInit& init) -> std::unique_ptr<Kernel> { return std::make_unique<ConvTransposeKernel>(init); },
+        conv_check);
+}
+
+}  // namespace tether::engine::vulkan

@@ -1,0 +1,57 @@
+// The process's Vulkan instance: the loader opened at run time, the physical devices, and
+// (with TETHER_VULKAN_VALIDATION=1) the validation layer and a messenger recording its messages.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/vulkan/api.h"
+#include "tether/engine.h"
+
+namespace tether::engine::vulkan {
+
+/// A physical device as the instance found it.
+struct PhysicalDevice {
+  VkPhysicalDevice handle = VK_NULL_HANDLE;
+  DeviceInfo info;              ///< what devices() reports
+  uint32_t api_version = 0;     ///< the version tether uses it with (instance and device, the lower)
+  int queue_family = -1;        ///< a queue family with compute
+  std::string unusable;         ///< why tether cannot compile for it ("" when it can)
+  VkPhysicalDeviceLimits limits{};
+  VkPhysicalDeviceMemoryProperties memory{};
+  uint64_t max_allocation = UINT64_MAX;  ///< largest single memory allocation (maintenance3)
+};
+
+/// The instance, created on first use and kept for the life of the process.
+class Instance {
+ public:
+  /// The instance, or nullptr when there is none: no loader (libvulkan.so.1, or the library
+  /// TETHER_VULKAN_LIBRARY names), or a loader without a driver. `why` then says which.
+  static Instance* get(std::string* why = nullptr);
+
+  const InstanceApi& api() const { return api_; }
+  VkInstance handle() const { return instance_; }
+  const std::vector<PhysicalDevice>& devices() const { return devices_; }
+  /// Whether the validation layer is on (TETHER_VULKAN_VALIDATION=1 and the layer installed).
+  bool validation() const { return validation_; }
+
+ private:
+  Instance() = default;
+  std::string create();
+  void enumerate();
+
+  InstanceApi api_;
+  VkInstance instance_ = VK_NULL_HANDLE;
+  VkDebugUtilsMessengerEXT messenger_ = VK_NULL_HANDLE;
+  std::vector<PhysicalDevice> devices_;
+  bool validation_ = false;
+};
+
+/// Records a message as validation would (tether's own checks of what it asks of Vulkan).
+void note_validation_message(const std::string& message);
+
+/// "1.3.230" for a VK_MAKE_API_VERSION value.
+std::string version_text(uint32_t version);
+
+}  // namespace tether::engine::vulkan

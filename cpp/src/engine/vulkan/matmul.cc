@@ -1,0 +1,193 @@
+// Gemm, MatMul (batched, numpy broadcasting of the batch dims) and the fused FusedGemm and
+// FusedMatMul, on the tiled GEMM of shaders/gemm.comp; also the GEMM conv.cc uses for 1x1
+// convolutions.
+#include "engine/vulkan/matmul.h"
+
+#include <algorithm>
+
+#include "engine/vulkan/ops.h"
+
+namespace tether::engine::vulkan {
+
+namespace {
+
+// The tile edge: 16 x 16 invocations where the device runs 256 in a workgroup.
+uint32_t gemm_tile(const Device& device) { return device.max_workgroup() >= 256 ? 16 : 8; }
+
+}  // namespace
+
+const Pipeline& gemm_pipeline(Gpu& gpu, const Activation& act, bool bias, bool sum) {
+  const uint32_t ts = gemm_tile(gpu.device);
+  std::vector<uint32_t> spec{ts};
+  for (uint32_t v : act.spec()) spec.push_back(v);
+  spec.push_back(bias ? 1 : 0);
+  spec.push_back(sum ? 1 : 0);
+  spec.push_back(ts);  // the workgroup's y size
+  spec.push_back(ts);  // the tile edge the shader's shared arrays take
+  return gpu.pipeline("gemm", 5, sizeof(GemmPush), spec);
+}
+
+void record_gemm(Recorder& rec, const ir::Node& node, const Pipeline& p, GemmPush push, const std::vector<int64_t>& batch,
+                 const std::vector<int64_t>& a_bs, const std::vector<int64_t>& b_bs, const Range& a, const Range& b,
+                 const Range& bias, const Range& sum, const Range& c) {
+  // The batch dims, merged where both operands allow, at most 4.
+  std::vector<int64_t> dims = batch, sa = a_bs, sb = b_bs;
+  collapse_dims(dims, {&sa, &sb});
+  if (dims.size() > 4)
+    throw UnsupportedError(node.describe() + ": " + std::to_string(dims.size()) +
+                           " batch dims that do not merge; the Vulkan GEMM takes 4");
+  const int64_t batches = product(dims, 0, dims.size());
+  check_u32(node, batches * push.M * push.N, "the output");
+  const size_t pad = 4 - dims.size();
+  for (size_t d = 0; d < 4; ++d) {
+    push.bdims[d] = d < pad ? 1 : static_cast<uint32_t>(dims[d - pad]);
+    push.a_bs[d] = d < pad ? 0 : static_cast<uint32_t>(sa[d - pad]);
+    push.b_bs[d] = d < pad ? 0 : static_cast<uint32_t>(sb[d - pad]);
+  }
+  const uint32_t ts = gemm_tile(rec.device());
+  const int64_t gx = (push.N + ts - 1) / ts, gy = (push.M + ts - 1) / ts;
+  const VkPhysicalDeviceLimits& limits = rec.device().limits();
+  if (gx > limits.maxComputeWorkGroupCount[0] || gy > limits.maxComputeWorkGroupCount[1] ||
+      batches > limits.maxComputeWorkGroupCount[2])
+    throw UnsupportedError(node.describe() + ": a product of " + std::to_string(batches) + " x " + std::to_string(push.M) +
+                           " x " + std::to_string(push.N) + " needs more workgroups than the Vulkan device dispatches");
+  if (push.M == 0 || push.N == 0 || batches == 0) return;
+  rec.dispatch(p, {a, b, bias, sum, c}, &push, sizeof push, static_cast<uint32_t>(gx), static_cast<uint32_t>(gy),
+               static_cast<uint32_t>(batches));
+}
+
+namespace {
+
+// Gemm and FusedGemm: Y = act(alpha * op(A) @ op(B) + beta * C).
+class GemmKernel final : public GpuKernel {
+ public:
+  explicit GemmKernel(const KernelInit& init)
+      : node_(init.node),
+        alpha_(init.node.attr_float("alpha", 1.0f)),
+        beta_(init.node.attr_float("beta", 1.0f)),
+        trans_a_(init.node.attr_int("transA", 0) != 0),
+        trans_b_(init.node.attr_int("transB", 0) != 0),
+        has_c_(init.node.inputs().size() > 2 && init.node.input(2) != nullptr),
+        act_(fused_activation(init.node)) {}
+
+  void prepare(Gpu& gpu) override { pipeline_ = &gemm_pipeline(gpu, act_, has_c_, false); }
+
+  void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
+    const std::vector<int64_t>& a = in[0].dims;
+    const std::vector<int64_t>& b = in[1].dims;
+    GemmPush p{};
+    p.M = static_cast<uint32_t>(trans_a_ ? a[1] : a[0]);
+    p.K = static_cast<uint32_t>(trans_a_ ? a[0] : a[1]);
+    p.N = static_cast<uint32_t>(trans_b_ ? b[0] : b[1]);
+    p.a_rs = trans_a_ ? 1 : static_cast<uint32_t>(a[1]);
+    p.a_cs = trans_a_ ? static_cast<uint32_t>(a[1]) : 1;
+    p.b_rs = trans_b_ ? 1 : static_cast<uint32_t>(b[1]);
+    p.b_cs = trans_b_ ? static_cast<uint32_t>(b[1]) : 1;
+    p.alpha = alpha_;
+    p.beta = beta_;
+    Range bias = rec.unused();
+    if (has_c_) {
+      const std::vector<int64_t> s = broadcast_strides(in[2].dims, {p.M, p.N});
+      p.bias_rs = static_cast<uint32_t>(s[0]);
+      p.bias_cs = static_cast<uint32_t>(s[1]);
+      bias = in[2].range;
+    }
+    record_gemm(rec, node_, *pipeline_, p, {}, {}, {}, in[0].range, in[1].range, bias, rec.unused(), out[0].range);
+  }
+
+ private:
+  const ir::Node& node_;
+  float alpha_, beta_;
+  bool trans_a_, trans_b_, has_c_;
+  Activation act_;
+  const Pipeline* pipeline_ = nullptr;
+};
+
+// MatMul and FusedMatMul: numpy matmul (1-D operands promoted, batch dims broadcast), then a
+// bias over the last dim and an activation.
+class MatMulKernel final : public GpuKernel {
+ public:
+  explicit MatMulKernel(const KernelInit& init)
+      : node_(init.node),
+        has_bias_(init.node.inputs().size() > 2 && init.node.input(2) != nullptr),
+        act_(fused_activation(init.node)) {}
+
+  void prepare(Gpu& gpu) override { pipeline_ = &gemm_pipeline(gpu, act_, has_bias_, false); }
+
+  void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
+    std::vector<int64_t> a = in[0].dims, b = in[1].dims;
+    if (a.size() == 1) a.insert(a.begin(), 1);
+    if (b.size() == 1) b.push_back(1);
+    const size_t rank = std::max(a.size(), b.size());
+    a.insert(a.begin(), rank - a.size(), 1);
+    b.insert(b.begin(), rank - b.size(), 1);
+    GemmPush p{};
+    p.M = static_cast<uint32_t>(a[rank - 2]);
+    p.K = static_cast<uint32_t>(a[rank - 1]);
+    p.N = static_cast<uint32_t>(b[rank - 1]);
+    p.a_rs = p.K;
+    p.a_cs = 1;
+    p.b_rs = p.N;
+    p.b_cs = 1;
+    p.alpha = 1.0f;
+    p.beta = 1.0f;
+    std::vector<int64_t> batch(rank - 2), a_bs(rank - 2), b_bs(rank - 2);
+    int64_t sa = static_cast<int64_t>(p.M) * p.K, sb = static_cast<int64_t>(p.K) * p.N;
+    for (size_t d = rank - 2; d-- > 0;) {
+      batch[d] = std::max(a[d], b[d]);
+      a_bs[d] = a[d] == 1 ? 0 : sa;
+      b_bs[d] = b[d] == 1 ? 0 : sb;
+      sa *= a[d];
+      sb *= b[d];
+    }
+    Range bias = rec.unused();
+    if (has_bias_) {
+      if (in[2].numel() != p.N)
+        throw UnsupportedError(node_.describe() + ": a bias of " + std::to_string(in[2].numel()) + " elements for " +
+                               std::to_string(p.N) + " columns");
+      p.bias_cs = 1;
+      bias = in[2].range;
+    }
+    record_gemm(rec, node_, *pipeline_, p, batch, a_bs, b_bs, in[0].range, in[1].range, bias, rec.unused(), out[0].range);
+  }
+
+ private:
+  const ir::Node& node_;
+  bool has_bias_;
+  Activation act_;
+  const Pipeline* pipeline_ = nullptr;
+};
+
+std::string gemm_check(const KernelInit& init) {
+  if (std::string why = float32_only(init); !why.empty()) return why;
+  if (std::string why = require_rank(init, 0, {2}); !why.empty()) return why;
+  if (std::string why = require_rank(init, 1, {2}); !why.empty()) return why;
+  if (init.node.inputs().size() > 2 && init.node.input(2) != nullptr) {
+    const ir::Shape& c = init.input_types[2].shape();
+    if (!c.has_rank() || c.rank() > 2) return "C must have rank 2 or less";
+  }
+  return "";
+}
+
+std::string matmul_check(const KernelInit& init) {
+  if (std::string why = float32_only(init); !why.empty()) return why;
+  for (size_t i = 0; i < 2; ++i) {
+    const ir::Shape& s = init.input_types[i].shape();
+    if (!s.has_rank()) return "input " + std::to_string(i) + " has an unknown rank";
+    if (s.rank() == 0) return "input " + std::to_string(i) + " is a scalar";
+  }
+  return "";
+}
+
+}  // namespace
+
+void register_matmul(KernelRegistry& r) {
+  auto gemm = [](const KernelInit& init) -> std::unique_ptr<Kernel> { return std::make_unique<GemmKernel>(init); };
+  auto matmul = [](const KernelInit& init) -> std::unique_ptr<Kernel> { return std::make_unique<MatMulKernel>(init); };
+  r.add("Gemm", gemm, gemm_check);
+  r.add("FusedGemm", gemm, gemm_check, "ai.tether");
+  r.add("MatMul", matmul, matmul_check);
+  r.add("FusedMatMul", matmul, matmul_check, "ai.tether");
+}
+
+}  // namespace tether::engine::vulkan

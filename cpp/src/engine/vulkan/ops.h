@@ -1,0 +1,40 @@
+// The Vulkan backend's op families (one file each, beside their shaders) and what they share.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/vulkan/kernel.h"
+
+namespace tether::engine::vulkan {
+
+void register_elementwise(KernelRegistry& r);  // elementwise.cc: unary ops, binary ops with broadcasting
+void register_matmul(KernelRegistry& r);       // matmul.cc: Gemm, MatMul and their fused forms
+void register_conv(KernelRegistry& r);         // conv.cc: Conv, FusedConv, ConvTranspose
+void register_pool(KernelRegistry& r);         // pool.cc: MaxPool, AveragePool, global pools
+void register_norm(KernelRegistry& r);         // norm.cc: Softmax, LogSoftmax, LayerNormalization
+void register_shape(KernelRegistry& r);        // shape.cc: views, Concat, Split, Transpose, Slice, Expand, Gather
+void register_reduce(KernelRegistry& r);       // reduce.cc: Reduce*
+
+/// Invocations per workgroup of the 1-D shaders.
+inline constexpr uint32_t kLocal = 64;
+
+/// An integer tensor's values (int64 or int32) as int64.
+std::vector<int64_t> int_values(const ir::Tensor& t);
+
+/// `axis` counted from the end when negative, for a rank; throws ModelError naming the node
+/// when it is out of range.
+int64_t normalize_axis(const ir::Node& node, int64_t axis, size_t rank);
+
+/// Element count of dims [begin, end).
+int64_t product(const std::vector<int64_t>& dims, size_t begin, size_t end);
+
+/// Records a 1-D dispatch of `n` invocations of `p` (workgroups of kLocal).
+void dispatch_1d(Recorder& rec, const Pipeline& p, const std::vector<Range>& bindings, const void* push, size_t push_bytes,
+                 int64_t n);
+
+/// "" when input `i` has a static rank in `ranks`, else why not.
+std::string require_rank(const KernelInit& init, size_t i, std::initializer_list<size_t> ranks);
+
+}  // namespace tether::engine::vulkan

@@ -1,0 +1,269 @@
+// Plans of the Vulkan session: for one set of input shapes, where every value lives (device
+// arena, weight buffer, host arena, the caller's tensors), what crosses between host and
+// device, and the recorded command buffers.
+#include <algorithm>
+
+#include "engine/planner.h"
+#include "engine/session.h"
+#include "engine/vulkan/record.h"
+#include "engine/vulkan/session.h"
+
+namespace tether::engine::vulkan {
+
+namespace {
+
+int64_t value_bytes(const ValueEntry& e, const Dims& dims) {
+  return ir::storage_bytes(e.value->type().dtype(), ir::checked_num_elements(dims).value_or(0)).value_or(0);
+}
+
+int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+}  // namespace
+
+Plan::~Plan() {
+  const DeviceApi& api = device->api();
+  if (pool != VK_NULL_HANDLE) api.vkDestroyCommandPool(device->handle(), pool, nullptr);
+  if (descriptors != VK_NULL_HANDLE) api.vkDestroyDescriptorPool(device->handle(), descriptors, nullptr);
+  if (fence != VK_NULL_HANDLE) api.vkDestroyFence(device->handle(), fence, nullptr);
+}
+
+std::unique_ptr<Plan> VulkanSession::make_plan(const std::vector<const ir::Tensor*>& bound, bool capture) const {
+  auto plan = std::make_unique<Plan>(device_);
+  const ir::Model work = infer_for_inputs(model_, inputs_, bound, shape_input_, {});
+  plan->dims.resize(values_.size());
+  for (size_t i = 0; i < values_.size(); ++i) {
+    const ValueEntry& e = values_[i];
+    if (e.input >= 0) {
+      plan->dims[i] = bound[static_cast<size_t>(e.input)]->dims();
+    } else if (e.is_constant) {
+      plan->dims[i] = e.constant->dims();
+    } else if (e.producer >= 0) {
+      const ir::Value* w = work.graph().find(e.value->name());
+      auto sizes = w ? w->type().shape().static_sizes() : std::nullopt;
+      if (!sizes)
+        throw UnsupportedError("value '" + e.value->name() + "' (output of " +
+                               steps_[static_cast<size_t>(e.producer)].node->describe() + ") has a shape that depends on data (" +
+                               (w ? w->type().to_string() : std::string("?")) +
+                               "); the Vulkan engine needs every shape to follow from the input shapes and the values of "
+                               "shape-carrying inputs; compile with device='cpu'");
+      plan->dims[i] = *sizes;
+    }
+  }
+  for (int s = 0; s < static_cast<int>(steps_.size()); ++s) {
+    const bool gpu = steps_[static_cast<size_t>(s)].gpu != nullptr;
+    if (plan->segments.empty() || plan->segments.back().gpu != gpu) plan->segments.push_back(Segment{gpu, s, s});
+    plan->segments.back().end = s + 1;
+  }
+  plan->capture.assign(values_.size(), false);
+  if (capture)
+    for (size_t i = 0; i < values_.size(); ++i) {
+      const ValueEntry& e = values_[i];
+      plan->capture[i] = e.producer >= 0 && steps_[static_cast<size_t>(e.producer)].gpu != nullptr && e.output < 0;
+    }
+  place_on_device(*plan);
+  place_on_host(*plan);
+  record(*plan);
+  return plan;
+}
+
+// Device ranges: constants read on the device are in the weight buffer; values Vulkan steps
+// write, and host values they read (uploaded once, at the start of the first segment reading
+// them), get offsets in one arena by their lifetimes; a view's output shares its input's range.
+void VulkanSession::place_on_device(Plan& plan) const {
+  const size_t n = values_.size();
+  std::vector<int> seg_of(steps_.size());
+  for (size_t g = 0; g < plan.segments.size(); ++g)
+    for (int s = plan.segments[g].begin; s < plan.segments[g].end; ++s) seg_of[static_cast<size_t>(s)] = static_cast<int>(g);
+  auto gpu_written = [&](size_t i) {
+    return values_[i].producer >= 0 && steps_[static_cast<size_t>(values_[i].producer)].gpu != nullptr;
+  };
+  auto host_needed = [&](size_t i) { return values_[i].cpu_reads || values_[i].output >= 0 || plan.capture[i]; };
+
+  std::vector<int> first(n, -1), last(n, -1), upload_seg(n, -1), alias(n, -1);
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const Step& step = steps_[s];
+    if (step.gpu == nullptr) continue;
+    for (size_t k = 0; k < step.inputs.size(); ++k) {
+      const int in = step.inputs[k];
+      if (in < 0 || !step.gpu->reads_on_device(k)) continue;
+      const auto i = static_cast<size_t>(in);
+      if (values_[i].weight >= 0) continue;
+      if (!gpu_written(i) && upload_seg[i] < 0) {
+        upload_seg[i] = seg_of[s];
+        first[i] = plan.segments[static_cast<size_t>(seg_of[s])].begin;
+      }
+      last[i] = std::max(last[i], static_cast<int>(s));
+    }
+    for (int o : step.outputs)
+      if (o >= 0) first[static_cast<size_t>(o)] = last[static_cast<size_t>(o)] = static_cast<int>(s);
+  }
+  // Values downloaded at the end of their segment live until then.
+  for (size_t i = 0; i < n; ++i)
+    if (gpu_written(i) && host_needed(i))
+      last[i] = std::max(last[i], plan.segments[static_cast<size_t>(seg_of[static_cast<size_t>(values_[i].producer)])].end - 1);
+  for (const Step& step : steps_) {
+    if (step.gpu == nullptr || !step.gpu->is_view()) continue;
+    int root = step.inputs[0];
+    while (alias[static_cast<size_t>(root)] >= 0) root = alias[static_cast<size_t>(root)];
+    const auto out = static_cast<size_t>(step.outputs[0]);
+    alias[out] = root;
+    last[static_cast<size_t>(root)] = std::max(last[static_cast<size_t>(root)], last[out]);
+  }
+
+  const VkPhysicalDeviceLimits& limits = device_->limits();
+  const int64_t align = std::max<int64_t>(64, static_cast<int64_t>(limits.minStorageBufferOffsetAlignment));
+  std::vector<Lifetime> lifetimes;
+  std::vector<size_t> placed;
+  plan.dev.assign(n, Range{});
+  for (size_t i = 0; i < n; ++i) {
+    if (first[i] < 0 && alias[i] < 0 && values_[i].weight < 0) continue;
+    const int64_t bytes = value_bytes(values_[i], plan.dims[i]);
+    if (bytes > static_cast<int64_t>(limits.maxStorageBufferRange))
+      throw DeviceError("value '" + values_[i].value->name() + "' takes " + bytes_text(bytes) + ", more than the " +
+                        bytes_text(limits.maxStorageBufferRange) + " Vulkan device '" + device_->name() +
+                        "' binds at once; use smaller inputs or compile with device='cpu'");
+    plan.dev[i].bytes = bytes;
+    if (values_[i].weight >= 0 || alias[i] >= 0 || first[i] < 0) continue;
+    lifetimes.push_back({std::max<int64_t>(bytes, 16), first[i], std::max(first[i], last[i])});
+    placed.push_back(i);
+  }
+  const ArenaPlan arena = plan_arena(lifetimes, align);
+  plan.arena_bytes = arena.arena_bytes;
+  plan.intermediate_bytes = arena.sum_bytes;
+  plan.arena = device_->buffer(arena.arena_bytes, Memory::kDevice, "the device arena of a plan");
+  for (size_t k = 0; k < placed.size(); ++k) {
+    plan.dev[placed[k]].buffer = plan.arena.handle();
+    plan.dev[placed[k]].offset = arena.offsets[k];
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (values_[i].weight >= 0) {
+      const Range& w = weight_ranges_[static_cast<size_t>(values_[i].weight)];
+      plan.dev[i].buffer = w.buffer;
+      plan.dev[i].offset = w.offset;
+    }
+  for (size_t i = 0; i < n; ++i) {
+    if (alias[i] < 0) continue;
+    const Range& r = plan.dev[static_cast<size_t>(alias[i])];
+    plan.dev[i].buffer = r.buffer;
+    plan.dev[i].offset = r.offset;
+  }
+
+  // Transfers through one staging buffer, each in a region of its own.
+  int64_t staging = 0;
+  for (size_t g = 0; g < plan.segments.size(); ++g) {
+    Segment& seg = plan.segments[g];
+    if (!seg.gpu) continue;
+    for (size_t i = 0; i < n; ++i)
+      if (upload_seg[i] == static_cast<int>(g) && plan.dev[i].bytes > 0) {
+        seg.uploads.push_back({static_cast<int>(i), staging, plan.dev[i].bytes});
+        staging += align_up(plan.dev[i].bytes, 16);
+      }
+    for (int s = seg.begin; s < seg.end; ++s)
+      for (int o : steps_[static_cast<size_t>(s)].outputs)
+        if (o >= 0 && host_needed(static_cast<size_t>(o)) && plan.dev[static_cast<size_t>(o)].bytes > 0) {
+          seg.downloads.push_back({o, staging, plan.dev[static_cast<size_t>(o)].bytes});
+          staging += align_up(plan.dev[static_cast<size_t>(o)].bytes, 16);
+        }
+  }
+  plan.staging_bytes = staging;
+  if (staging > 0) plan.staging = device_->buffer(staging, Memory::kStaging, "the staging buffer of a plan");
+}
+
+// Host memory: values CPU steps write (graph outputs aside: the caller's tensors) and values
+// downloaded for CPU steps get offsets in one host arena by their lifetimes; CPU kernels'
+// scratch follows it.
+void VulkanSession::place_on_host(Plan& plan) const {
+  const size_t n = values_.size();
+  std::vector<int> seg_end(steps_.size());
+  for (const Segment& seg : plan.segments)
+    for (int s = seg.begin; s < seg.end; ++s) seg_end[static_cast<size_t>(s)] = seg.end - 1;
+  std::vector<int> first(n, -1), last(n, -1);
+  for (size_t i = 0; i < n; ++i) {
+    const ValueEntry& e = values_[i];
+    if (e.producer < 0 || e.output >= 0 || plan.capture[i]) continue;
+    const bool gpu = steps_[static_cast<size_t>(e.producer)].gpu != nullptr;
+    if (gpu && !e.cpu_reads) continue;  // lives on the device only
+    first[i] = gpu ? seg_end[static_cast<size_t>(e.producer)] : e.producer;
+    last[i] = first[i];
+  }
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const Step& step = steps_[s];
+    for (size_t k = 0; k < step.inputs.size(); ++k) {
+      const int in = step.inputs[k];
+      if (in < 0 || first[static_cast<size_t>(in)] < 0) continue;
+      // A Vulkan step reads host values through the upload at its segment's start, earlier
+      // than the step itself: the value lives until then, which `s` covers.
+      last[static_cast<size_t>(in)] = std::max(last[static_cast<size_t>(in)], static_cast<int>(s));
+    }
+  }
+  std::vector<Lifetime> lifetimes;
+  std::vector<size_t> placed;
+  plan.host_offset.assign(n, -1);
+  for (size_t i = 0; i < n; ++i) {
+    if (first[i] < 0) continue;
+    lifetimes.push_back({std::max<int64_t>(value_bytes(values_[i], plan.dims[i]), 1), first[i], last[i]});
+    placed.push_back(i);
+  }
+  const ArenaPlan arena = plan_arena(lifetimes);
+  for (size_t k = 0; k < placed.size(); ++k) plan.host_offset[placed[k]] = arena.offsets[k];
+  plan.host_bytes = arena.arena_bytes;
+  for (const Step& step : steps_) {
+    if (step.gpu != nullptr) continue;
+    std::vector<View> ins, outs;
+    for (int in : step.inputs)
+      ins.push_back(in >= 0 ? View{values_[static_cast<size_t>(in)].value->type().dtype(), plan.dims[static_cast<size_t>(in)], nullptr}
+                            : View{});
+    for (int o : step.outputs)
+      outs.push_back(o >= 0 ? View{values_[static_cast<size_t>(o)].value->type().dtype(), plan.dims[static_cast<size_t>(o)], nullptr}
+                            : View{});
+    plan.scratch_bytes = std::max(plan.scratch_bytes, step.kernel->scratch_bytes(ins, outs));
+  }
+  plan.host = ir::Buffer::allocate(plan.host_bytes + plan.scratch_bytes + 64);
+}
+
+void VulkanSession::record(Plan& plan) const {
+  const DeviceApi& api = device_->api();
+  VkCommandPoolCreateInfo pool{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  pool.queueFamilyIndex = device_->queue_family();
+  device_->check(api.vkCreateCommandPool(device_->handle(), &pool, nullptr, &plan.pool), "creating a command pool");
+  plan.fence = device_->fence();
+  PlanRecorder rec(*device_, weight_ranges_, Range{unused_.handle(), 0, unused_.bytes()});
+  for (const Segment& seg : plan.segments) {
+    if (!seg.gpu) continue;
+    rec.begin_segment();
+    for (const Transfer& t : seg.uploads)
+      rec.copy(Range{plan.staging.handle(), t.staging, t.bytes}, plan.dev[static_cast<size_t>(t.value)]);
+    for (int s = seg.begin; s < seg.end; ++s) {
+      const Step& step = steps_[static_cast<size_t>(s)];
+      if (step.gpu->is_view()) continue;
+      std::vector<GpuTensor> ins, outs;
+      bool empty = true;
+      for (size_t k = 0; k < step.inputs.size(); ++k) {
+        const int in = step.inputs[k];
+        GpuTensor t;
+        if (in >= 0) {
+          t.dtype = values_[static_cast<size_t>(in)].value->type().dtype();
+          t.dims = plan.dims[static_cast<size_t>(in)];
+          if (step.gpu->reads_on_device(k)) t.range = plan.dev[static_cast<size_t>(in)];
+        }
+        ins.push_back(std::move(t));
+      }
+      for (int o : step.outputs) {
+        GpuTensor t;
+        if (o >= 0) {
+          t.dtype = values_[static_cast<size_t>(o)].value->type().dtype();
+          t.dims = plan.dims[static_cast<size_t>(o)];
+          t.range = plan.dev[static_cast<size_t>(o)];
+          empty = empty && t.numel() == 0;
+        }
+        outs.push_back(std::move(t));
+      }
+      if (!empty) step.gpu->record(rec, ins, outs);
+    }
+    for (const Transfer& t : seg.downloads)
+      rec.copy(plan.dev[static_cast<size_t>(t.value)], Range{plan.staging.handle(), t.staging, t.bytes});
+  }
+  rec.finish(plan);
+}
+
+}  // namespace tether::engine::vulkan

@@ -1,0 +1,48 @@
+// The Recorder a plan's kernels record into: commands collected per segment, then turned into
+// one command buffer per segment, with a descriptor set per dispatch from one pool and a
+// barrier between each command and the next.
+#pragma once
+
+#include <array>
+#include <vector>
+
+#include "engine/vulkan/kernel.h"
+#include "engine/vulkan/session.h"
+
+namespace tether::engine::vulkan {
+
+class PlanRecorder final : public Recorder {
+ public:
+  PlanRecorder(const Device& device, const std::vector<Range>& weights, Range unused)
+      : device_(device), weights_(weights), unused_(unused) {}
+
+  const Device& device() const override { return device_; }
+  void dispatch(const Pipeline& p, const std::vector<Range>& bindings, const void* push, size_t push_bytes, uint32_t gx,
+                uint32_t gy, uint32_t gz) override;
+  void copy(const Range& src, const Range& dst) override;
+  Range weight(int handle) const override { return weights_.at(static_cast<size_t>(handle)); }
+  Range unused() const override { return unused_; }
+
+  /// Commands recorded from now on go to the next segment's command buffer.
+  void begin_segment() { segments_.emplace_back(); }
+  /// Creates the plan's descriptor pool and sets and records one command buffer per segment
+  /// begun, into the plan's Vulkan segments in order.
+  void finish(Plan& plan);
+
+ private:
+  struct Command {
+    const Pipeline* pipeline = nullptr;  // nullptr: a copy
+    std::vector<Range> bindings;
+    std::array<std::byte, 128> push{};
+    uint32_t push_bytes = 0;
+    uint32_t groups[3] = {1, 1, 1};
+    Range src, dst;  // a copy
+    VkDescriptorSet set = VK_NULL_HANDLE;
+  };
+  const Device& device_;
+  const std::vector<Range>& weights_;
+  Range unused_;
+  std::vector<std::vector<Command>> segments_;
+};
+
+}  // namespace tether::engine::vulkan

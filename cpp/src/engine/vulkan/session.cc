@@ -1,0 +1,519 @@
+// The Vulkan session: compile (steps on a backend each, weights uploaded once), runs
+// (serialised; plans made once per input shapes and replayed), capture, steps, report.
+#include "engine/vulkan/session.h"
+
+#include <algorithm>
+#include <chrono>
+#include <queue>
+#include <cstring>
+#include <sstream>
+
+#include "engine/evaluate.h"
+#include "engine/session.h"
+#include "engine/vulkan/vulkan.h"
+#include "util/thread_pool.h"
+
+namespace tether::engine::vulkan {
+
+namespace {
+
+// Shape and Size read their input's dims, never its data.
+bool reads_dims_only(const ir::Node& n) {
+  return (n.domain().empty() || n.domain() == "ai.onnx") && (n.op_type() == "Shape" || n.op_type() == "Size");
+}
+
+// Where an empty tensor's data points.
+alignas(64) std::byte kEmpty[64];
+
+// Destroys what a one-shot submission created, however it ends.
+struct OneShot {
+  const Device& device;
+  VkCommandPool pool = VK_NULL_HANDLE;
+  VkFence fence = VK_NULL_HANDLE;
+  ~OneShot() {
+    if (pool != VK_NULL_HANDLE) device.api().vkDestroyCommandPool(device.handle(), pool, nullptr);
+    if (fence != VK_NULL_HANDLE) device.api().vkDestroyFence(device.handle(), fence, nullptr);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Session> compile(const ir::Model& model, const CompileOptions& options) {
+  std::shared_ptr<Device> device = Device::open(options.device);
+  return std::make_unique<VulkanSession>(model, options, std::move(device));
+}
+
+std::vector<DeviceInfo> devices() {
+  std::vector<DeviceInfo> out;
+  if (const Instance* instance = Instance::get())
+    for (const PhysicalDevice& d : instance->devices()) out.push_back(d.info);
+  return out;
+}
+
+std::vector<std::string> op_types() { return vulkan_backend().op_types(); }
+
+bool validation_enabled() {
+  const Instance* instance = Instance::get();
+  return instance != nullptr && instance->validation();
+}
+
+VulkanSession::VulkanSession(const ir::Model& model, const CompileOptions& options, std::shared_ptr<Device> device)
+    : device_(std::move(device)), model_(model.clone()), profile_(options.profile) {
+  std::ostringstream report;
+  report << prepare_model(model_, options, cpu_backend());
+  index_values();
+  shape_input_ = find_shape_inputs(model_.graph());
+  pool_ = std::make_shared<util::ThreadPool>(options.threads);
+  unused_ = device_->buffer(16, Memory::kDevice, "an unused binding");
+  create_steps(options);
+  step_runs_.assign(steps_.size(), 0);
+  step_ns_.assign(steps_.size(), 0);
+
+  const DeviceInfo& info = device_->physical().info;
+  int on_gpu = 0, shapes = 0;
+  for (const Step& s : steps_) {
+    on_gpu += s.gpu != nullptr;
+    shapes += s.shapes_only;
+  }
+  const int on_cpu = static_cast<int>(steps_.size()) - on_gpu - shapes;
+  report << "vulkan: device " << info.device << " '" << info.name << "' (" << info.type << ", " << info.driver_name << " "
+         << info.driver_version << ", Vulkan " << info.api_version << ")"
+         << (Instance::get()->validation() ? ", validation layer on" : "") << "\n";
+  int segments = 0;
+  for (size_t s = 0; s < steps_.size(); ++s) segments += s == 0 || (steps_[s].gpu != nullptr) != (steps_[s - 1].gpu != nullptr);
+  report << "vulkan: " << on_gpu << " kernels on vulkan, " << on_cpu << " on cpu (" << pool_->threads() << " threads), "
+         << shapes << " shape computations on cpu, in " << segments << " stretch" << (segments == 1 ? "" : "es") << "; "
+         << bytes_text(weight_bytes_) << " of weights in device memory\n";
+  if (on_cpu > 0) {
+    report << "cpu fallback: " << on_cpu << " node" << (on_cpu > 1 ? "s" : "") << " the Vulkan backend does not run:\n";
+    for (const Step& s : steps_)
+      if (s.gpu == nullptr && !s.shapes_only) report << "  " << s.node->describe() << ": " << s.why_cpu << "\n";
+  }
+  report_ = report.str();
+}
+
+VulkanSession::~VulkanSession() {
+  // A run that timed out may leave work on the device: it must finish before plans go.
+  if (!broken_.empty()) device_->api().vkDeviceWaitIdle(device_->handle());
+  plans_.clear();
+}
+
+void VulkanSession::index_values() {
+  ir::Graph& g = model_.graph();
+  for (ir::Value* v : g.values()) {
+    index_[v] = static_cast<int>(values_.size());
+    ValueEntry e;
+    e.value = v;
+    if (v->has_initializer()) {
+      e.constant = &v->initializer();
+      e.is_constant = true;
+    }
+    values_.push_back(e);
+  }
+  for (ir::Value* v : g.inputs()) {
+    ValueEntry& e = values_[static_cast<size_t>(index_.at(v))];
+    e.is_constant = false;  // an initializer here is the input's default
+    e.input = static_cast<int>(inputs_.size());
+    input_values_.push_back(index_.at(v));
+    inputs_.push_back({v->name(), v->type().dtype(), v->type().shape()});
+  }
+  for (ir::Value* v : g.outputs()) {
+    ValueEntry& e = values_[static_cast<size_t>(index_.at(v))];
+    if (e.output < 0) e.output = static_cast<int>(outputs_.size());
+    output_values_.push_back(index_.at(v));
+    outputs_.push_back({v->name(), v->type().dtype(), v->type().shape()});
+  }
+}
+
+// Each node goes to the Vulkan backend when it supports it (a view op only when its data is
+// not computed on the CPU, so that it stays with its data), else to the CPU backend.
+void VulkanSession::create_steps(const CompileOptions& options) {
+  const std::vector<ir::Node*> order = model_.graph().topological_order();
+  constants_.reserve(order.size());  // stable addresses for the pointers taken below
+  Gpu gpu(*device_);
+  std::vector<std::string> unsupported, fallback, dynamic;
+  for (const ir::Node* n : order) {
+    if (n->op_type() == "Constant" && (n->domain().empty() || n->domain() == "ai.onnx")) {
+      constants_.push_back(constant_node_value(*n));
+      ValueEntry& e = values_[static_cast<size_t>(index_.at(n->output(0)))];
+      e.constant = &constants_.back();
+      e.is_constant = true;
+      continue;
+    }
+    const NodeInit made = kernel_init(*n, model_, pool_, [&](const ir::Value* in) -> const ir::Tensor* {
+      const ValueEntry& e = values_[static_cast<size_t>(index_.at(in))];
+      return e.is_constant ? e.constant : nullptr;
+    });
+    const KernelInit& init = made.init;
+    std::string why = vulkan_backend().supports(init);
+    if (why.empty() && keeps_bytes(*n) && n->input(0) != nullptr) {
+      const int producer = values_[static_cast<size_t>(index_.at(n->input(0)))].producer;
+      if (producer >= 0 && steps_[static_cast<size_t>(producer)].gpu == nullptr)
+        why = "its data is computed on the CPU, where the view stays";
+    }
+    const std::string why_cpu = why.empty() ? "" : cpu_backend().supports(init);
+    if (!why_cpu.empty()) {
+      unsupported.push_back(n->describe() + ": " + why_cpu + " (vulkan: " + why + ")");
+      continue;
+    }
+    Step& step = steps_.emplace_back();
+    step.node = n;
+    if (why.empty()) {
+      step.kernel = vulkan_backend().create(init);
+      step.gpu = static_cast<GpuKernel*>(step.kernel.get());
+      step.gpu->prepare(gpu);
+    } else {
+      step.kernel = cpu_backend().create(init);
+      step.why_cpu = why;
+      if (step.kernel->allocates_outputs()) dynamic.push_back(n->describe());
+    }
+    const int index = static_cast<int>(steps_.size()) - 1;
+    // A CPU step computes on shapes alone when it reads dims only (Shape, Size) or values
+    // that are constants or computed on shapes alone.
+    step.shapes_only = step.gpu == nullptr;
+    for (size_t k = 0; k < made.inputs.size(); ++k) {
+      const ir::Value* in = made.inputs[k];
+      step.inputs.push_back(in ? index_.at(in) : -1);
+      if (in == nullptr) continue;
+      ValueEntry& e = values_[static_cast<size_t>(index_.at(in))];
+      if (step.gpu == nullptr && !reads_dims_only(*n)) {
+        e.cpu_reads = true;
+        step.shapes_only = step.shapes_only && (e.is_constant || (e.producer >= 0 && steps_[static_cast<size_t>(e.producer)].shapes_only));
+      } else if (step.gpu != nullptr && step.gpu->reads_on_device(k)) {
+        e.gpu_reads = true;
+      }
+    }
+    if (step.gpu == nullptr && !step.shapes_only) fallback.push_back(n->describe() + ": " + why);
+    for (const ir::Value* out : n->outputs()) {
+      step.outputs.push_back(out ? index_.at(out) : -1);
+      if (out != nullptr) values_[static_cast<size_t>(index_.at(out))].producer = index;
+    }
+  }
+  auto listing = [](const std::vector<std::string>& items) {
+    std::string s;
+    for (const auto& u : items) s += "\n  " + u;
+    return s;
+  };
+  if (!unsupported.empty())
+    throw UnsupportedError("neither vulkan nor cpu can run " + std::to_string(unsupported.size()) + " node" +
+                           (unsupported.size() > 1 ? "s" : "") + " of this model:" + listing(unsupported));
+  if (options.strict && !fallback.empty())
+    throw UnsupportedError("strict: the Vulkan backend cannot run " + std::to_string(fallback.size()) + " node" +
+                           (fallback.size() > 1 ? "s" : "") + " of this model (without strict they run on the cpu):" +
+                           listing(fallback));
+  if (!dynamic.empty())
+    throw UnsupportedError("the Vulkan engine needs every shape to follow from the input shapes, and these nodes size "
+                           "their outputs from data:" + listing(dynamic) + "\ncompile with device='cpu'");
+  // Constants read on the device join the weight buffer as they are.
+  for (ValueEntry& e : values_)
+    if (e.is_constant && e.input < 0 && e.gpu_reads && e.constant != nullptr)
+      e.weight = gpu.add_weight_view(e.constant->raw_data(), e.constant->nbytes());
+  upload_weights(gpu);
+  schedule_steps();
+}
+
+// Orders the steps so that each backend runs as long a stretch as it can: a topological order
+// (by what each step reads: Shape and Size read no data, Vulkan steps only what they read on
+// the device) that keeps to the current backend while it has a step ready. Fewer stretches
+// are fewer submissions and waits per run.
+void VulkanSession::schedule_steps() {
+  const size_t n = steps_.size();
+  std::vector<std::vector<size_t>> readers(n);
+  std::vector<int> waiting(n, 0);
+  for (size_t s = 0; s < n; ++s) {
+    const Step& step = steps_[s];
+    if (step.gpu == nullptr && reads_dims_only(*step.node)) continue;
+    for (size_t k = 0; k < step.inputs.size(); ++k) {
+      const int in = step.inputs[k];
+      if (in < 0 || (step.gpu != nullptr && !step.gpu->reads_on_device(k))) continue;
+      const int producer = values_[static_cast<size_t>(in)].producer;
+      if (producer < 0) continue;
+      readers[static_cast<size_t>(producer)].push_back(s);
+      ++waiting[s];
+    }
+  }
+  // Ready steps per backend, earliest first (a min-heap by original position).
+  std::priority_queue<size_t, std::vector<size_t>, std::greater<>> ready[2];
+  for (size_t s = 0; s < n; ++s)
+    if (waiting[s] == 0) ready[steps_[s].gpu != nullptr].push(s);
+  std::vector<size_t> order;
+  int current = -1;
+  while (order.size() < n) {
+    if (current < 0 || ready[current].empty()) {
+      if (ready[0].empty() && ready[1].empty()) throw InternalError("the Vulkan session's steps form a cycle");
+      current = ready[1].empty() ? 0 : ready[0].empty() ? 1 : ready[1].top() < ready[0].top() ? 1 : 0;
+    }
+    const size_t s = ready[current].top();
+    ready[current].pop();
+    order.push_back(s);
+    for (size_t r : readers[s])
+      if (--waiting[r] == 0) ready[steps_[r].gpu != nullptr].push(r);
+  }
+  std::deque<Step> sorted;
+  for (size_t s : order) sorted.push_back(std::move(steps_[s]));
+  steps_ = std::move(sorted);
+  for (ValueEntry& e : values_) e.producer = -1;
+  for (size_t s = 0; s < n; ++s)
+    for (int o : steps_[s].outputs)
+      if (o >= 0) values_[static_cast<size_t>(o)].producer = static_cast<int>(s);
+}
+
+// Every weight in one device buffer (each at an offset shaders may bind), copied there once
+// through a staging buffer.
+void VulkanSession::upload_weights(Gpu& gpu) {
+  const int64_t align = std::max<int64_t>(64, static_cast<int64_t>(device_->limits().minStorageBufferOffsetAlignment));
+  std::vector<int64_t> offsets;
+  int64_t total = 0;
+  for (const Gpu::Weight& w : gpu.weights) {
+    offsets.push_back(total);
+    total += (std::max<int64_t>(w.bytes, 16) + align - 1) / align * align;
+  }
+  weight_bytes_ = total;
+  if (gpu.weights.empty()) return;
+  weights_ = device_->buffer(total, Memory::kDevice, "the model's weights");
+  Buffer staging = device_->buffer(total, Memory::kStaging, "uploading the model's weights");
+  for (size_t k = 0; k < gpu.weights.size(); ++k) {
+    const Gpu::Weight& w = gpu.weights[k];
+    const void* src = w.data != nullptr ? w.data : w.owned.data();
+    if (w.bytes > 0) std::memcpy(staging.mapped() + offsets[k], src, static_cast<size_t>(w.bytes));
+    weight_ranges_.push_back(Range{weights_.handle(), offsets[k], w.bytes});
+  }
+  staging.flush();
+  const DeviceApi& api = device_->api();
+  OneShot shot{*device_};
+  VkCommandPoolCreateInfo pool{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  pool.queueFamilyIndex = device_->queue_family();
+  device_->check(api.vkCreateCommandPool(device_->handle(), &pool, nullptr, &shot.pool), "uploading the model's weights");
+  VkCommandBufferAllocateInfo alloc{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  alloc.commandPool = shot.pool;
+  alloc.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  alloc.commandBufferCount = 1;
+  VkCommandBuffer cmd = VK_NULL_HANDLE;
+  device_->check(api.vkAllocateCommandBuffers(device_->handle(), &alloc, &cmd), "uploading the model's weights");
+  VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  device_->check(api.vkBeginCommandBuffer(cmd, &begin), "uploading the model's weights");
+  VkBufferCopy region{0, 0, static_cast<VkDeviceSize>(total)};
+  api.vkCmdCopyBuffer(cmd, staging.handle(), weights_.handle(), 1, &region);
+  VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER, nullptr, VK_ACCESS_TRANSFER_WRITE_BIT,
+                          VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_TRANSFER_READ_BIT};
+  api.vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                           0, 1, &barrier, 0, nullptr, 0, nullptr);
+  device_->check(api.vkEndCommandBuffer(cmd), "uploading the model's weights");
+  shot.fence = device_->fence();
+  device_->submit_and_wait(cmd, shot.fence, "uploading the model's weights");
+}
+
+Plan& VulkanSession::plan_for(const std::vector<const ir::Tensor*>& bound, bool capture) const {
+  auto key = std::make_pair(plan_key(bound, shape_input_, inputs_, "vulkan"), capture);
+  ++clock_;
+  auto it = plans_.find(key);
+  if (it == plans_.end()) {
+    std::unique_ptr<Plan> plan = make_plan(bound, capture);  // may throw: nothing cached then
+    if (plans_.size() >= kMaxPlans) {
+      auto oldest = plans_.begin();
+      for (auto p = plans_.begin(); p != plans_.end(); ++p)
+        if (p->second.last_use < oldest->second.last_use) oldest = p;
+      plans_.erase(oldest);
+    }
+    it = plans_.emplace(std::move(key), Cached{std::move(plan), clock_}).first;
+    const Plan& p = *it->second.plan;
+    last_.arena_bytes = p.arena_bytes;
+    last_.intermediate_bytes = p.intermediate_bytes;
+    last_.scratch_bytes = p.host_bytes + p.scratch_bytes;
+    last_.staging_bytes = p.staging_bytes;
+    last_.device_weight_bytes = weight_bytes_;
+    last_.plans = static_cast<int64_t>(plans_.size());
+    last_.arenas = last_.plans;
+  }
+  it->second.last_use = clock_;
+  return *it->second.plan;
+}
+
+std::vector<ir::Tensor> VulkanSession::run(const std::vector<std::pair<std::string, ir::Tensor>>& inputs) const {
+  return run_plan(inputs, false, nullptr);
+}
+
+std::vector<ir::Tensor> VulkanSession::run_capture(const std::vector<std::pair<std::string, ir::Tensor>>& inputs,
+                                                   const std::vector<std::string>& names,
+                                                   std::vector<std::pair<std::string, ir::Tensor>>& captured) const {
+  std::vector<bool> wanted(values_.size(), names.empty());
+  for (const std::string& name : names)
+    if (const ir::Value* v = model_.graph().find(name)) wanted[static_cast<size_t>(index_.at(v))] = true;
+  std::vector<std::pair<std::string, ir::Tensor>> out;
+  const OnValue copy = [&](int v, const void* data) {
+    if (!wanted[static_cast<size_t>(v)]) return;
+    const ValueEntry& e = values_[static_cast<size_t>(v)];
+    const std::vector<int64_t>& dims = last_dims_[static_cast<size_t>(v)];
+    const auto bytes = ir::storage_bytes(e.value->type().dtype(), ir::checked_num_elements(dims).value_or(0)).value_or(0);
+    out.emplace_back(e.value->name(), ir::Tensor::copy_of(e.value->type().dtype(), dims, data, bytes));
+  };
+  std::vector<ir::Tensor> result = run_plan(inputs, true, &copy);
+  for (auto& c : out) captured.push_back(std::move(c));
+  return result;
+}
+
+std::vector<ir::Tensor> VulkanSession::run_observe(const std::vector<std::pair<std::string, ir::Tensor>>& inputs,
+                                                   const std::vector<std::string>& names, const Observer& observer) const {
+  std::vector<int> slot(values_.size(), -1);
+  std::vector<int> watched_inputs;
+  for (size_t k = 0; k < names.size(); ++k) {
+    const ir::Value* v = model_.graph().find(names[k]);
+    const int i = v != nullptr ? index_.at(v) : -1;
+    if (i < 0 || !(values_[static_cast<size_t>(i)].producer >= 0 || values_[static_cast<size_t>(i)].input >= 0))
+      throw ArgumentError("cannot observe '" + names[k] + "': " +
+                          (v == nullptr ? std::string("the compiled model has no value of that name (fused away? compile with keep)")
+                                        : std::string("no kernel writes it (a constant)")));
+    if (slot[static_cast<size_t>(i)] >= 0) throw ArgumentError("cannot observe '" + names[k] + "' twice in one run");
+    slot[static_cast<size_t>(i)] = static_cast<int>(k);
+    if (values_[static_cast<size_t>(i)].input >= 0) watched_inputs.push_back(i);
+  }
+  const OnValue call = [&](int v, const void* data) {
+    const int k = slot[static_cast<size_t>(v)];
+    if (k < 0) return;
+    const ValueEntry& e = values_[static_cast<size_t>(v)];
+    observer(ObservedValue{static_cast<size_t>(k), e.value->name(), e.value->type().dtype(), last_dims_[static_cast<size_t>(v)], data});
+  };
+  return run_plan(inputs, true, &call, &watched_inputs);
+}
+
+std::vector<ir::Tensor> VulkanSession::run_plan(const std::vector<std::pair<std::string, ir::Tensor>>& named, bool capture,
+                                                const OnValue* on_value, const std::vector<int>* watch_inputs) const {
+  std::lock_guard<std::mutex> lock(run_mutex_);
+  if (!broken_.empty()) throw DeviceError("this Vulkan session cannot run any more: " + broken_);
+  std::vector<const ir::Value*> input_values;
+  for (int v : input_values_) input_values.push_back(values_[static_cast<size_t>(v)].value);
+  const std::vector<const ir::Tensor*> bound = bind_inputs(inputs_, input_values, named);
+  Plan& plan = plan_for(bound, capture);
+  last_dims_ = plan.dims;
+
+  const size_t n = values_.size();
+  std::vector<ir::Tensor> outputs(outputs_.size());
+  std::vector<ir::Tensor> captures(capture ? n : 0);
+  std::vector<void*> data(n, nullptr);
+  std::byte* host = plan.host->mutable_data();
+  auto storage = [](ir::Tensor& t) { return t.nbytes() == 0 ? static_cast<void*>(kEmpty) : t.mutable_raw_data(); };
+  for (size_t i = 0; i < n; ++i) {
+    const ValueEntry& e = values_[i];
+    if (e.input >= 0) {
+      data[i] = const_cast<void*>(bound[static_cast<size_t>(e.input)]->raw_data());
+    } else if (e.is_constant) {
+      data[i] = e.constant->nbytes() == 0 ? static_cast<void*>(kEmpty) : const_cast<void*>(e.constant->raw_data());
+    } else if (e.producer >= 0) {
+      const ir::DType dt = e.value->type().dtype();
+      if (e.output >= 0) {
+        outputs[static_cast<size_t>(e.output)] = ir::Tensor::zeros(dt, plan.dims[i]);
+        data[i] = storage(outputs[static_cast<size_t>(e.output)]);
+      } else if (plan.capture[i]) {
+        captures[i] = ir::Tensor::zeros(dt, plan.dims[i]);
+        data[i] = storage(captures[i]);
+      } else if (plan.host_offset[i] >= 0) {
+        data[i] = host + plan.host_offset[i];
+      }
+    }
+  }
+  if (on_value != nullptr && watch_inputs != nullptr)
+    for (int v : *watch_inputs) (*on_value)(v, data[static_cast<size_t>(v)]);
+  const RunContext ctx{pool_.get(), host + plan.host_bytes};
+  for (const Segment& seg : plan.segments) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!seg.gpu) {
+      for (int s = seg.begin; s < seg.end; ++s) {
+        const Step& step = steps_[static_cast<size_t>(s)];
+        std::vector<View> ins, outs;
+        for (int in : step.inputs) {
+          const auto i = static_cast<size_t>(in);
+          ins.push_back(in >= 0 ? View{values_[i].value->type().dtype(), plan.dims[i], data[i]} : View{});
+        }
+        for (int o : step.outputs) {
+          const auto i = static_cast<size_t>(o);
+          outs.push_back(o >= 0 ? View{values_[i].value->type().dtype(), plan.dims[i], data[i]} : View{});
+        }
+        const auto s0 = std::chrono::steady_clock::now();
+        step.kernel->run(ctx, ins, outs);
+        if (profile_) {
+          ++step_runs_[static_cast<size_t>(s)];
+          step_ns_[static_cast<size_t>(s)] +=
+              std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - s0).count();
+        }
+        if (on_value != nullptr)
+          for (int o : step.outputs)
+            if (o >= 0) (*on_value)(o, data[static_cast<size_t>(o)]);
+      }
+      continue;
+    }
+    std::byte* staging = plan.staging.mapped();
+    for (const Transfer& t : seg.uploads)
+      std::memcpy(staging + t.staging, data[static_cast<size_t>(t.value)], static_cast<size_t>(t.bytes));
+    if (plan.staging.handle() != VK_NULL_HANDLE) plan.staging.flush();
+    try {
+      device_->submit_and_wait(seg.cmd, plan.fence, "running the model's Vulkan kernels");
+    } catch (const DeviceError& e) {
+      broken_ = e.what();  // the command buffer may still be pending, or the device is lost
+      throw;
+    }
+    if (plan.staging.handle() != VK_NULL_HANDLE) plan.staging.invalidate();
+    for (const Transfer& t : seg.downloads)
+      std::memcpy(data[static_cast<size_t>(t.value)], staging + t.staging, static_cast<size_t>(t.bytes));
+    if (profile_) {
+      auto& [runs, ns] = segment_time_[seg.begin];
+      ++runs;
+      ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    }
+    if (on_value != nullptr)
+      for (int s = seg.begin; s < seg.end; ++s)
+        for (int o : steps_[static_cast<size_t>(s)].outputs)
+          if (o >= 0 && data[static_cast<size_t>(o)] != nullptr) (*on_value)(o, data[static_cast<size_t>(o)]);
+  }
+  // Outputs no step writes (an input or a constant passed through), and outputs listed twice.
+  for (size_t k = 0; k < outputs_.size(); ++k) {
+    const ValueEntry& e = values_[static_cast<size_t>(output_values_[k])];
+    if (e.producer >= 0 && e.output == static_cast<int>(k)) continue;
+    const ir::Tensor* src = e.input >= 0 ? bound[static_cast<size_t>(e.input)]
+                            : e.is_constant ? e.constant
+                                            : &outputs[static_cast<size_t>(e.output)];
+    outputs[k] = src->dtype() == ir::DType::kString ? *src : ir::Tensor::copy_of(src->dtype(), src->dims(), src->raw_data(), src->nbytes());
+  }
+  return outputs;
+}
+
+std::vector<StepInfo> VulkanSession::steps() const {
+  std::vector<StepInfo> out;
+  for (const Step& s : steps_) {
+    StepInfo info = step_info(*s.node);
+    info.backend = s.gpu != nullptr ? "vulkan" : "cpu";
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+MemoryStats VulkanSession::memory() const {
+  std::lock_guard<std::mutex> lock(run_mutex_);
+  MemoryStats m = last_;
+  m.device_weight_bytes = weight_bytes_;
+  return m;
+}
+
+int VulkanSession::threads() const { return pool_->threads(); }
+
+// CPU steps by node; the Vulkan steps of each segment together, as one entry (upload, submit,
+// wait, download): per-kernel GPU timestamps are not measured yet.
+std::vector<NodeProfile> VulkanSession::profile() const {
+  std::lock_guard<std::mutex> lock(run_mutex_);
+  std::vector<NodeProfile> out;
+  if (!profile_) return out;
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const Step& step = steps_[s];
+    if (step.gpu == nullptr) {
+      out.push_back({step.node->name(), qualified_op(*step.node), step_runs_[s], static_cast<double>(step_ns_[s]) * 1e-9});
+    } else if (auto it = segment_time_.find(static_cast<int>(s)); it != segment_time_.end()) {
+      size_t end = s;
+      while (end < steps_.size() && steps_[end].gpu != nullptr) ++end;
+      out.push_back({"vulkan: " + std::to_string(end - s) + " kernels from " + step.node->name(), "vulkan:segment",
+                     it->second.first, static_cast<double>(it->second.second) * 1e-9});
+    }
+  }
+  return out;
+}
+
+}  // namespace tether::engine::vulkan

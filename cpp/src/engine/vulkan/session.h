@@ -1,0 +1,165 @@
+// The Vulkan session: a compiled model whose steps belong to a backend. Nodes the Vulkan
+// backend supports are recorded into command buffers on the device; every other node runs on
+// the CPU backend in the same session, on host memory, with each value that crosses between
+// the two copied once per run through a staging buffer. docs/vulkan.md describes it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/kernel.h"
+#include "engine/vulkan/device.h"
+#include "engine/vulkan/kernel.h"
+#include "tether/engine.h"
+
+namespace tether::util {
+class ThreadPool;
+}
+
+namespace tether::engine::vulkan {
+
+using Dims = std::vector<int64_t>;
+
+/// A value of the compiled graph and what the session knows of it at compile time.
+struct ValueEntry {
+  const ir::Value* value = nullptr;
+  const ir::Tensor* constant = nullptr;  ///< a constant's tensor (an input's default for an input)
+  bool is_constant = false;
+  int input = -1;     ///< session input index
+  int output = -1;    ///< session output index (its first occurrence)
+  int producer = -1;  ///< the step that writes it
+  bool gpu_reads = false;  ///< a Vulkan step reads it on the device
+  bool cpu_reads = false;  ///< a CPU step reads it
+  int weight = -1;    ///< a constant read on the device: its handle in the weight buffer
+};
+
+/// One node of the compiled graph, on one backend.
+struct Step {
+  const ir::Node* node = nullptr;
+  std::unique_ptr<Kernel> kernel;
+  GpuKernel* gpu = nullptr;  ///< the kernel, when the step is on the Vulkan backend
+  std::vector<int> inputs;   ///< value index, -1 when omitted
+  std::vector<int> outputs;  ///< value index, -1 when omitted
+  std::string why_cpu;       ///< a CPU step: why the Vulkan backend does not run it
+  bool shapes_only = false;  ///< a CPU step computing on shapes alone (Shape, integer ops on its results)
+};
+
+/// A copy between a value's host memory and its device range, through the staging buffer.
+struct Transfer {
+  int value = -1;
+  int64_t staging = 0;  ///< offset in the staging buffer
+  int64_t bytes = 0;
+};
+
+/// Consecutive steps on one backend. A Vulkan segment is one command buffer, submitted once
+/// per run: its uploads, its dispatches, its downloads.
+struct Segment {
+  bool gpu = false;
+  int begin = 0, end = 0;  ///< steps [begin, end)
+  VkCommandBuffer cmd = VK_NULL_HANDLE;
+  std::vector<Transfer> uploads, downloads;
+};
+
+/// Everything fixed for one set of input shapes: every value's dims and places, the device
+/// arena, staging and host memory, and the recorded command buffers with their descriptor
+/// sets. Made once, replayed by every run with these shapes.
+struct Plan {
+  explicit Plan(std::shared_ptr<Device> d) : device(std::move(d)) {}
+  ~Plan();
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+
+  std::shared_ptr<Device> device;
+  std::vector<Dims> dims;             ///< per value
+  std::vector<Range> dev;             ///< per value: its device range (empty buffer when none)
+  std::vector<int64_t> host_offset;   ///< per value: offset in the host arena, or -1
+  std::vector<bool> capture;          ///< per value: written on the device into a tensor of its own (run_capture)
+  std::vector<Segment> segments;
+  int64_t arena_bytes = 0, intermediate_bytes = 0, host_bytes = 0, scratch_bytes = 0, staging_bytes = 0;
+  Buffer arena, staging;
+  std::shared_ptr<ir::Buffer> host;   ///< the host arena, then CPU kernels' scratch
+  VkCommandPool pool = VK_NULL_HANDLE;
+  VkDescriptorPool descriptors = VK_NULL_HANDLE;
+  VkFence fence = VK_NULL_HANDLE;
+  int64_t dispatches = 0;
+};
+
+class VulkanSession final : public Session {
+ public:
+  VulkanSession(const ir::Model& model, const CompileOptions& options, std::shared_ptr<Device> device);
+  ~VulkanSession() override;
+
+  const std::vector<TensorInfo>& inputs() const override { return inputs_; }
+  const std::vector<TensorInfo>& outputs() const override { return outputs_; }
+  std::vector<ir::Tensor> run(const std::vector<std::pair<std::string, ir::Tensor>>& inputs) const override;
+  std::vector<ir::Tensor> run_capture(const std::vector<std::pair<std::string, ir::Tensor>>& inputs,
+                                      const std::vector<std::string>& names,
+                                      std::vector<std::pair<std::string, ir::Tensor>>& captured) const override;
+  std::vector<ir::Tensor> run_observe(const std::vector<std::pair<std::string, ir::Tensor>>& inputs,
+                                      const std::vector<std::string>& names, const Observer& observer) const override;
+  std::vector<StepInfo> steps() const override;
+  MemoryStats memory() const override;
+  std::string report() const override { return report_; }
+  int threads() const override;
+  std::vector<NodeProfile> profile() const override;
+
+ private:
+  // Called with each value a run computes (value index, its host bytes), in execution order.
+  using OnValue = std::function<void(int value, const void* data)>;
+
+  void index_values();
+  void create_steps(const CompileOptions& options);
+  void upload_weights(Gpu& gpu);
+  void schedule_steps();
+  std::vector<ir::Tensor> run_plan(const std::vector<std::pair<std::string, ir::Tensor>>& named, bool capture,
+                                   const OnValue* on_value, const std::vector<int>* watch_inputs = nullptr) const;
+  Plan& plan_for(const std::vector<const ir::Tensor*>& bound, bool capture) const;
+  std::unique_ptr<Plan> make_plan(const std::vector<const ir::Tensor*>& bound, bool capture) const;
+  void place_on_device(Plan& plan) const;
+  void place_on_host(Plan& plan) const;
+  void record(Plan& plan) const;
+
+  std::shared_ptr<Device> device_;
+  ir::Model model_;  // the compiled copy: owns the constants kernels read
+  std::vector<ValueEntry> values_;
+  std::unordered_map<const ir::Value*, int> index_;
+  std::deque<Step> steps_;
+  std::vector<TensorInfo> inputs_, outputs_;
+  std::vector<int> input_values_, output_values_;
+  std::vector<bool> shape_input_;
+  std::vector<ir::Tensor> constants_;  // Constant-node values
+  std::shared_ptr<util::ThreadPool> pool_;
+  std::string report_;
+  bool profile_ = false;
+
+  Buffer unused_;                       // bound where a specialisation reads nothing
+  Buffer weights_;                      // constants read on the device, one buffer
+  std::vector<Range> weight_ranges_;    // by handle
+  int64_t weight_bytes_ = 0;
+
+  // Runs are serialised: a plan's command buffers, arena and staging serve one run at a time.
+  mutable std::mutex run_mutex_;
+  mutable std::string broken_;  // set when the device failed under a run: every later run says so
+  static constexpr size_t kMaxPlans = 8;
+  struct Cached {
+    std::unique_ptr<Plan> plan;
+    uint64_t last_use = 0;
+  };
+  mutable std::map<std::pair<std::vector<Dims>, bool>, Cached> plans_;
+  mutable uint64_t clock_ = 0;
+  mutable MemoryStats last_;
+  mutable std::vector<Dims> last_dims_;  // the running plan's dims (read by capture callbacks)
+  // Profiling: per CPU step, and per Vulkan segment of the last plan (wall time of its submit).
+  mutable std::vector<int64_t> step_runs_, step_ns_;
+  mutable std::map<int, std::pair<int64_t, int64_t>> segment_time_;  // first step -> (runs, ns)
+};
+
+}  // namespace tether::engine::vulkan
