@@ -111,6 +111,34 @@ def test_strict_refuses_the_nodes_the_vulkan_backend_lacks_and_names_them():
         tt.compile(_mlp_with_cumsum(), device="vulkan", strict=True)
 
 
+def _conv_chain() -> tt.Model:
+    """Conv -> Relu -> MaxPool -> Conv: the CPU engine runs it channels last."""
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+             helper.make_node("Conv", ["p1", "w2"], ["y"], name="conv2")]
+    return _model(nodes, {"x": [2, 3, 10, 12]}, {"w1": rng.standard_normal((8, 3, 3, 3)).astype(np.float32),
+                                                 "w2": rng.standard_normal((4, 8, 1, 1)).astype(np.float32)})
+
+
+def test_vulkan_compiles_the_onnx_layout_and_leaves_channels_last_nodes_to_the_cpu():
+    model = _conv_chain()
+    x = np.random.default_rng(4).standard_normal((2, 3, 10, 12)).astype(np.float32)
+    want = run_ort(model._core.to_bytes(), {"x": x})[0]
+    # Compiled for Vulkan, the model keeps the ONNX layout and runs wholly on the device ...
+    sess = tt.compile(model, device="vulkan", strict=True)
+    assert "channels last" not in sess.report and all(s["backend"] == "vulkan" for s in sess.steps())
+    assert_close(sess.run({"x": x})["y"], want, what="vulkan")
+    # ... while a model optimised for the CPU engine (channels last) hands those nodes back to it.
+    optimised = tt.optimize(model)
+    assert any(n.attributes.get("channels_last") == 1 for n in optimised.nodes)
+    mixed = tt.compile(optimised, device="vulkan", optimize=False)
+    on_cpu = {s["op_type"] for s in mixed.steps() if s["backend"] == "cpu"}
+    assert "ai.tether:FusedConv" in on_cpu and "channels_last = 1 is the CPU engine's layout" in mixed.report
+    assert_close(mixed.run({"x": x})["y"], want, what="channels-last model on vulkan")
+
+
 def test_each_new_input_shape_makes_one_plan_that_later_runs_reuse():
     model = _mlp_with_cumsum()
     sess, cpu = tt.compile(model, device="vulkan"), tt.compile(model)

@@ -17,9 +17,16 @@
 
 namespace tether::passes {
 
+struct OptimizeOptions {
+  /// Lay convolutions and the nodes around them out channels last (ai.tether ops with
+  /// channels_last = 1), as tether's CPU engine runs them fastest. Engines with kernels for
+  /// the ONNX layout only (Vulkan) turn it off.
+  bool channels_last = true;
+};
+
 /// Rewrites `model` in place and returns a report, one line per pass with its count. The
 /// result may use tether's ai.tether ops (imported at version 1 when used). Throws ShapeError
 /// when shape inference finds the model inconsistent.
-std::string optimize(ir::Model& model);
+std::string optimize(ir::Model& model, const OptimizeOptions& options = {});
 
 }  // namespace tether::passes

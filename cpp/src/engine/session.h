@@ -12,6 +12,7 @@
 
 #include "engine/kernel.h"
 #include "tether/engine.h"
+#include "tether/passes.h"
 #include "tether/shape_inference.h"
 
 namespace tether::engine {
@@ -20,7 +21,10 @@ namespace tether::engine {
 /// values options.keep names (ArgumentError for an unknown one), applies the graph passes
 /// when options.optimize, infers shapes, and rewrites float16/bfloat16 nodes that `backend`
 /// runs in float32 only (see half.h). Returns the compile report's lines so far.
-std::string prepare_model(ir::Model& model, const CompileOptions& options, const Backend& backend);
+/// `passes` chooses among the passes (an engine whose kernels take the ONNX layout only turns
+/// channels_last off).
+std::string prepare_model(ir::Model& model, const CompileOptions& options, const Backend& backend,
+                          const passes::OptimizeOptions& passes = {});
 
 /// Per session input (`infos`, whose graph values are `values`), the tensor a run reads: the
 /// named tensor, or the input's initializer as its default. Throws ArgumentError naming the

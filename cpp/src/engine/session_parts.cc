@@ -33,7 +33,8 @@ Dims value_key(ir::DType dtype, const void* data, size_t nbytes) {
   return words;
 }
 
-std::string prepare_model(ir::Model& model, const CompileOptions& options, const Backend& backend) {
+std::string prepare_model(ir::Model& model, const CompileOptions& options, const Backend& backend,
+                          const passes::OptimizeOptions& passes) {
   model.graph().validate();
   for (const std::string& name : options.keep) {
     ir::Value* v = model.graph().find(name);
@@ -41,7 +42,7 @@ std::string prepare_model(ir::Model& model, const CompileOptions& options, const
     v->metadata().emplace_back(passes::kKeep, "1");
   }
   std::ostringstream report;
-  if (options.optimize) report << passes::optimize(model);
+  if (options.optimize) report << passes::optimize(model, passes);
   ops::infer_shapes(model);
   if (const int lowered = lower_half_precision(model, backend); lowered > 0) {
     ops::infer_shapes(model);

@@ -6,7 +6,7 @@
 
 namespace tether::passes {
 
-std::string optimize(ir::Model& model) {
+std::string optimize(ir::Model& model, const OptimizeOptions& options) {
   std::ostringstream report;
   ir::Graph& g = model.graph();
   report << "pass remove_identities: " << remove_identities(g) << " nodes removed\n";
@@ -16,14 +16,16 @@ std::string optimize(ir::Model& model) {
   report << "pass fuse_qdq: " << fuse_qdq(model) << " DequantizeLinear -> op -> QuantizeLinear patterns fused\n";
   report << "pass fuse_matmul_integer_to_float: " << fuse_matmul_integer_to_float(model)
          << " MatMulInteger -> Cast -> Mul chains fused\n";
-  report << "pass channels_last_integer_convs: " << channels_last_integer_convs(model)
-         << " integer nodes made channels last\n";
+  if (options.channels_last)
+    report << "pass channels_last_integer_convs: " << channels_last_integer_convs(model)
+           << " integer nodes made channels last\n";
   report << "pass fold_conv_batchnorm: " << fold_conv_batchnorm(g) << " BatchNormalization nodes folded\n";
   report << "pass fuse_matmul_add: " << fuse_matmul_add(model) << " MatMul + Add pairs fused\n";
   report << "pass fuse_conv_add: " << fuse_conv_add(model) << " Conv + Add pairs fused\n";
   report << "pass fuse_activations: " << fuse_activations(model) << " activations fused\n";
-  report << "pass channels_last_float_convs: " << channels_last_float_convs(model)
-         << " float nodes made channels last\n";
+  if (options.channels_last)
+    report << "pass channels_last_float_convs: " << channels_last_float_convs(model)
+           << " float nodes made channels last\n";
   const int nodes = remove_dead_nodes(g);
   const int weights = remove_unused_initializers(g);
   report << "pass remove_dead_nodes: " << nodes << " nodes and " << weights << " initializers removed\n";

@@ -24,6 +24,10 @@ class VulkanBackend final : public Backend {
   std::string supports(const KernelInit& init) const override {
     const KernelRegistry::Entry* e = registry_.find(init.node.domain(), init.node.op_type());
     if (e == nullptr) return "no Vulkan kernel for this op";
+    // The CPU engine's channels-last forms (a model saved after tt.optimize): the Vulkan
+    // kernels read the ONNX layout.
+    if (init.node.domain() == "ai.tether" && init.node.attr_int("channels_last", 0) != 0)
+      return "channels_last = 1 is the CPU engine's layout";
     return e->check ? e->check(init) : "";
   }
 

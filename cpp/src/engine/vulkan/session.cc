@@ -60,7 +60,10 @@ bool validation_enabled() {
 VulkanSession::VulkanSession(const ir::Model& model, const CompileOptions& options, std::shared_ptr<Device> device)
     : device_(std::move(device)), model_(model.clone()), profile_(options.profile) {
   std::ostringstream report;
-  report << prepare_model(model_, options, cpu_backend());
+  // Vulkan's kernels take the ONNX layout: no channels-last rewrites (a CPU-engine choice).
+  passes::OptimizeOptions layout;
+  layout.channels_last = false;
+  report << prepare_model(model_, options, cpu_backend(), layout);
   index_values();
   shape_input_ = find_shape_inputs(model_.graph());
   pool_ = std::make_shared<util::ThreadPool>(options.threads);
