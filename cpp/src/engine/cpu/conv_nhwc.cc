@@ -13,6 +13,8 @@ namespace tether::engine::cpu {
 namespace {
 
 constexpr int kGenericMr = 4;
+// Tasks per thread a convolution is cut into at least, when it can be (uneven tasks even out).
+constexpr int64_t kTasksPerThread = 4;
 // Packed weights up to this size are read from cache for every unit of pixels (see run_dense).
 constexpr int64_t kCachedWeightBytes = 512 << 10;
 constexpr int kGenericNr = 16;
@@ -66,8 +68,12 @@ struct Sizes {
   int64_t n, h, w, c, ho, wo, co;
   int64_t kh, kw, sh, sw, dh, dw, pt, pl, pr, wp;
   bool flat;  ///< 1x1, stride 1, no padding: all pixels are one row (constant stride c)
+  bool copy;  ///< X is read from a copy padded along W (wp wide), else in place (wp == w)
   int64_t taps() const { return kh * kw; }
-  bool padded() const { return pl > 0 || pr > 0; }
+  // Column of X where a tile starting at output column ow0 has its taps' origin, in the
+  // columns of what is read (the padded copy, or X itself, where it may lie left of X: only
+  // taps inside are read).
+  int64_t origin(int64_t ow0) const { return ow0 * sw - (copy ? 0 : pl); }
 };
 
 // Splits `len` pixels into tiles of at most `mr`, as equal as they come.
@@ -108,7 +114,7 @@ class NhwcConv final : public Kernel {
 
   int64_t scratch_bytes(const std::vector<View>& in, const std::vector<View>& out) const override {
     const Sizes s = sizes(in[0], out[0]);
-    const int64_t pad = s.padded() ? s.n * s.h * s.wp * s.c : 0;
+    const int64_t pad = s.copy ? s.n * s.h * s.wp * s.c : 0;
     return pad * 4 + threads_ * 2 * s.taps() * 8 + 64;
   }
 
@@ -123,7 +129,7 @@ class NhwcConv final : public Kernel {
     auto* taps_scratch = reinterpret_cast<int64_t*>(ctx.scratch);
     auto* padded = reinterpret_cast<float*>(ctx.scratch + (threads_ * 2 * s.taps() * 8 + 63) / 64 * 64);
     const float* xp = x.as<float>();
-    if (s.padded()) {
+    if (s.copy) {
       pad_columns(ctx, xp, s, padded);
       xp = padded;
     }
@@ -141,7 +147,10 @@ class NhwcConv final : public Kernel {
     s.dh = g.dilations[0], s.dw = g.dilations[1], s.pt = g.pad_begin[0], s.pl = g.pad_begin[1];
     // Columns past W that the last window reaches (at most the pads given).
     s.pr = std::max<int64_t>(0, (s.wo - 1) * s.sw + (s.kw - 1) * s.dw + 1 - s.w - s.pl);
-    s.wp = s.w + s.pl + s.pr;
+    // A dense convolution pads a copy (its tiles then read any tap whole); a depthwise one
+    // reads X in place, its edge pixels in tiles of one whose taps outside are skipped.
+    s.copy = !depthwise_ && (s.pl > 0 || s.pr > 0);
+    s.wp = s.copy ? s.w + s.pl + s.pr : s.w;
     s.flat = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.pt == 0 && s.pl == 0 && s.ho == s.h && s.wo == s.w;
     return s;
   }
@@ -191,13 +200,17 @@ class NhwcConv final : public Kernel {
   struct Units {
     int64_t count, len;  // units, and pixels per unit (the last flat unit may be shorter)
   };
-  Units units(const Sizes& s, int mr) const {
+  // `others`: how many tasks each unit is split into besides (panels, channel blocks); units
+  // of a flat convolution shrink (to one tile at least) until all threads have a few tasks.
+  Units units(const Sizes& s, int mr, int64_t others) const {
     if (!s.flat) return {s.n * s.ho, s.wo};
-    const int64_t pixels = s.n * s.h * s.w, len = static_cast<int64_t>(mr) * 8;
+    const int64_t pixels = s.n * s.h * s.w, wanted = (kTasksPerThread * threads_ + others - 1) / others;
+    const int64_t len = std::max<int64_t>(mr, std::min<int64_t>(int64_t{mr} * 8, (pixels + wanted - 1) / wanted));
     return {(pixels + len - 1) / len, len};
   }
 
-  // Calls f(rows, x base, y pixel index, xo, index, taps) for every tile of unit u.
+  // Calls f(rows, x base, y pixel index, taps, merged) for every tile of unit u, with the taps'
+  // offsets in xo and indices in index (merged: the taps are whole kernel rows).
   template <typename F>
   void for_tiles(const Sizes& s, const Units& un, int64_t u, int mr, bool merge_rows, const float* xp, int64_t* xo,
                  int64_t* index, F&& f) const {
@@ -205,15 +218,25 @@ class NhwcConv final : public Kernel {
       const int64_t pixels = s.n * s.h * s.w, p0 = u * un.len, p1 = std::min(pixels, p0 + un.len);
       xo[0] = 0;
       index[0] = 0;
-      for (int64_t p = p0; p < p1; p += mr) f(std::min<int64_t>(mr, p1 - p), xp + p * s.c, p, 1);
+      for (int64_t p = p0; p < p1; p += mr) f(std::min<int64_t>(mr, p1 - p), xp + p * s.c, p, 1, merge_rows);
       return;
     }
-    const int64_t img = u / s.ho, oh = u % s.ho, tiles = tile_count(s.wo, mr);
+    const int64_t img = u / s.ho, oh = u % s.ho;
+    auto tile = [&](int64_t ow0, int64_t rows, bool merged) {
+      const int64_t taps = tile_taps(s, oh, ow0, rows, merged, xo, index);
+      f(rows, xp + (img * s.h * s.wp + s.origin(ow0)) * s.c, (img * s.ho + oh) * s.wo + ow0, taps, merged);
+    };
+    // Read in place, a pixel whose window crosses an edge of X is a tile of its own.
+    const int64_t lo = s.copy ? 0 : std::min(s.wo, (s.pl + s.sw - 1) / s.sw);
+    const int64_t last_in = s.w - 1 - (s.kw - 1) * s.dw + s.pl;  // the last inside window starts here
+    const int64_t hi = s.copy ? s.wo : std::max(lo, std::min(s.wo, last_in < 0 ? 0 : last_in / s.sw + 1));
+    for (int64_t ow = 0; ow < lo; ++ow) tile(ow, 1, false);
+    const int64_t tiles = tile_count(hi - lo, mr);
     for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t ow0 = tile_begin(s.wo, tiles, t), rows = tile_begin(s.wo, tiles, t + 1) - ow0;
-      const int64_t taps = tile_taps(s, oh, ow0, rows, merge_rows, xo, index);
-      f(rows, xp + (img * s.h * s.wp + ow0 * s.sw) * s.c, (img * s.ho + oh) * s.wo + ow0, taps);
+      const int64_t ow0 = lo + tile_begin(hi - lo, tiles, t);
+      tile(ow0, lo + tile_begin(hi - lo, tiles, t + 1) - ow0, merge_rows);
     }
+    for (int64_t ow = hi; ow < s.wo; ++ow) tile(ow, 1, false);
   }
 
   TileEpilogue tile_epilogue_of(const float* bias, bool& after) const {
@@ -231,7 +254,7 @@ class NhwcConv final : public Kernel {
     const int64_t per_group = (cout_g + nr - 1) / nr, panels = group_ * per_group;
     const bool merge_rows = s.dw == 1 && group_ == 1;
     const int64_t cin = merge_rows ? s.kw * cin_g : cin_g;  // channels per tap
-    const Units un = units(s, isa_.mr);
+    const Units un = units(s, isa_.mr, panels);
     // Small weights stay in cache while every unit of pixels runs through all panels (each
     // output pixel's channels written, and its summand read, in one go); large ones are read
     // once, each panel running through every unit.
@@ -250,7 +273,8 @@ class NhwcConv final : public Kernel {
         te.col_bias = bias != nullptr ? bias + oc : nullptr;
         te.sum_ld = s.co;
         for_tiles(s, un, u, isa_.mr, merge_rows, xp, xo, index,
-                  [&](int64_t rows, const float* xt, int64_t pixel, int64_t taps) {
+                  [&](int64_t rows, const float* xt, int64_t pixel, int64_t taps, bool merged) {
+                    TETHER_CHECK(merged == merge_rows, "Conv: a dense tile's taps differ from the packing");
                     for (int64_t t = 0; t < taps; ++t) index[t] *= cin * nr;
                     float* yt = y + pixel * s.co + oc;
                     te.sum = sum != nullptr ? sum + pixel * s.co + oc : nullptr;
@@ -266,32 +290,45 @@ class NhwcConv final : public Kernel {
   void run_depthwise(const RunContext& ctx, const float* xp, const Sizes& s, const float* bias, const float* sum,
                      float* y, int64_t* taps_scratch) const {
     const int64_t cpad = (s.c + isa_.dw_nr - 1) / isa_.dw_nr * isa_.dw_nr;
-    const Units un = units(s, isa_.dw_mr);
+    // Rows, and runs of channels when there are too few rows to give each thread a few tasks
+    // (a 7 x 7 map of 960 channels).
+    const int64_t rows_total = s.flat ? 1 : s.n * s.ho;
+    const int64_t blocks = std::clamp<int64_t>((kTasksPerThread * threads_ + rows_total - 1) / rows_total, 1,
+                                               (s.c + 63) / 64);
+    const int64_t block_c = (s.c + blocks - 1) / blocks + isa_.dw_nr - 1;
+    const int64_t width = block_c / isa_.dw_nr * isa_.dw_nr;  // channels per block, whole vectors
+    const int64_t nblocks = (s.c + width - 1) / width;
+    const Units un = units(s, isa_.dw_mr, nblocks);
     // Stride 1 along W, 3 or 5 taps: kernel rows at a time, each input pixel loaded once.
     const bool by_rows = isa_.depthwise_rows != nullptr && s.sw == 1 && s.dw == 1 && (s.kw == 3 || s.kw == 5);
     bool after = false;
     TileEpilogue te0 = tile_epilogue_of(bias, after);
     te0.sum_ld = s.c;
-    auto task = [&](int thread, int64_t u0, int64_t u1) {
+    auto task = [&](int thread, int64_t i0, int64_t i1) {
       int64_t* xo = taps_scratch + thread * 2 * s.taps();
       int64_t* index = xo + s.taps();
       TileEpilogue te = te0;
-      for (int64_t u = u0; u < u1; ++u)
-        for_tiles(s, un, u, isa_.dw_mr, by_rows, xp, xo, index, [&](int64_t rows, const float* xt, int64_t pixel, int64_t taps) {
-          float* yt = y + pixel * s.c;
-          te.sum = sum != nullptr ? sum + pixel * s.c : nullptr;
-          if (by_rows) {
-            for (int64_t t = 0; t < taps; ++t) index[t] *= s.kw * cpad;
-            isa_.depthwise_rows(rows, xt, xo, index, taps, s.kw, s.c, cpad, packed_.data(), yt, s.c, &te);
-          } else {
-            for (int64_t t = 0; t < taps; ++t) index[t] *= cpad;
-            isa_.depthwise(rows, xt, s.sw * s.c, xo, index, taps, s.c, packed_.data(), yt, s.c, &te);
-          }
-          if (after)
-            for (int64_t r = 0; r < rows; ++r) epilogue_.apply(yt + r * s.c, s.c);
-        });
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t u = i / nblocks, c0 = i % nblocks * width, c = std::min(width, s.c - c0);
+        te.col_bias = bias != nullptr ? bias + c0 : nullptr;
+        for_tiles(s, un, u, isa_.dw_mr, by_rows, xp, xo, index,
+                  [&](int64_t rows, const float* xt, int64_t pixel, int64_t taps, bool merged) {
+                    float* yt = y + pixel * s.c + c0;
+                    te.sum = sum != nullptr ? sum + pixel * s.c + c0 : nullptr;
+                    const float* w = packed_.data() + c0;
+                    if (merged) {
+                      for (int64_t t = 0; t < taps; ++t) index[t] *= s.kw * cpad;
+                      isa_.depthwise_rows(rows, xt + c0, s.c, xo, index, taps, s.kw, c, cpad, w, yt, s.c, &te);
+                    } else {
+                      for (int64_t t = 0; t < taps; ++t) index[t] *= cpad;
+                      isa_.depthwise(rows, xt + c0, s.sw * s.c, xo, index, taps, c, w, yt, s.c, &te);
+                    }
+                    if (after)
+                      for (int64_t r = 0; r < rows; ++r) epilogue_.apply(yt + r * s.c, c);
+                  });
+      }
     };
-    run_tasks(ctx, un.count, task);
+    run_tasks(ctx, un.count * nblocks, task);
   }
 
   template <typename F>

@@ -40,12 +40,13 @@ using NhwcDepthwiseKernel = void (*)(int64_t rows, const float* x, int64_t x_str
                                      int64_t ldy, const TileEpilogue* ep);
 
 /// The depthwise tile at stride 1 and dilation 1 along W, by kernel rows: for each row t,
-/// x + x_off[t] is the tile's first input pixel of that row and w + w_off[t] its kw taps'
-/// weights (one block of `cpad` floats per tap). Each input pixel is loaded once per row and
-/// used by every tap that reads it. kw is 3 or 5.
-using NhwcDepthwiseRowsKernel = void (*)(int64_t rows, const float* x, const int64_t* x_off, const int64_t* w_off,
-                                         int64_t krows, int64_t kw, int64_t c, int64_t cpad, const float* w, float* y,
-                                         int64_t ldy, const TileEpilogue* ep);
+/// x + x_off[t] is the tile's first input pixel of that row (pixels x_stride floats apart)
+/// and w + w_off[t] its kw taps' weights (one block of `cpad` floats per tap), for `c`
+/// channels. Each input pixel is loaded once per row and used by every tap that reads it. kw
+/// is 3 or 5.
+using NhwcDepthwiseRowsKernel = void (*)(int64_t rows, const float* x, int64_t x_stride, const int64_t* x_off,
+                                         const int64_t* w_off, int64_t krows, int64_t kw, int64_t c, int64_t cpad,
+                                         const float* w, float* y, int64_t ldy, const TileEpilogue* ep);
 
 struct NhwcConvIsa {
   const char* name;  ///< "f32_conv_nhwc_14x32__avx512", ...
@@ -68,9 +69,9 @@ void f32_conv_nhwc_14x32__avx512(int64_t rows, const float* x, int64_t x_stride,
 void f32_dwconv_nhwc_8x16__avx512(int64_t rows, const float* x, int64_t x_stride, const int64_t* x_off,
                                   const int64_t* w_off, int64_t taps, int64_t c, const float* w, float* y, int64_t ldy,
                                   const TileEpilogue* ep);
-void f32_dwconv_nhwc_rows_8x16__avx512(int64_t rows, const float* x, const int64_t* x_off, const int64_t* w_off,
-                                       int64_t krows, int64_t kw, int64_t c, int64_t cpad, const float* w, float* y,
-                                       int64_t ldy, const TileEpilogue* ep);
+void f32_dwconv_nhwc_rows_8x16__avx512(int64_t rows, const float* x, int64_t x_stride, const int64_t* x_off,
+                                       const int64_t* w_off, int64_t krows, int64_t kw, int64_t c, int64_t cpad,
+                                       const float* w, float* y, int64_t ldy, const TileEpilogue* ep);
 void f32_conv_nhwc_6x16__avx2(int64_t rows, const float* x, int64_t x_stride, const int64_t* x_off,
                               const int64_t* w_off, int64_t taps, int64_t cin, const float* w, float* y, int64_t ldy,
                               int64_t n, bool accumulate, const TileEpilogue* ep);

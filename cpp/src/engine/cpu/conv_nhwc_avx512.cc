@@ -137,8 +137,8 @@ void dw_tile(const float* x, int64_t xs, const int64_t* x_off, const int64_t* w_
 // Stride 1 by kernel rows: the R + KW - 1 input pixels of a row are loaded once, and tap j of
 // output pixel r reads pixel r + j.
 template <int R, int KW>
-void dw_rows_tile(const float* x, const int64_t* x_off, const int64_t* w_off, int64_t krows, int64_t c, int64_t cpad,
-                  const float* w, float* y, int64_t ldy, const TileEpilogue* ep) {
+void dw_rows_tile(const float* x, int64_t xs, const int64_t* x_off, const int64_t* w_off, int64_t krows, int64_t c,
+                  int64_t cpad, const float* w, float* y, int64_t ldy, const TileEpilogue* ep) {
   TileEpilogue block;
   for (int64_t c0 = 0; c0 < c; c0 += 16) {
     const __mmask16 m[1] = {lanes(c - c0)};
@@ -149,7 +149,7 @@ void dw_rows_tile(const float* x, const int64_t* x_off, const int64_t* w_off, in
       const float* xt = x + x_off[t] + c0;
       __m512 v[R + KW - 1];
 #pragma GCC unroll 12
-      for (int j = 0; j < R + KW - 1; ++j) v[j] = _mm512_maskz_loadu_ps(m[0], xt + j * c);
+      for (int j = 0; j < R + KW - 1; ++j) v[j] = _mm512_maskz_loadu_ps(m[0], xt + j * xs);
 #pragma GCC unroll 5
       for (int j = 0; j < KW; ++j) {
         const __m512 wv = _mm512_loadu_ps(w + w_off[t] + j * cpad + c0);
@@ -170,11 +170,11 @@ void dw_rows_tile(const float* x, const int64_t* x_off, const int64_t* w_off, in
 }
 
 template <int KW>
-void dw_rows(int64_t rows, const float* x, const int64_t* x_off, const int64_t* w_off, int64_t krows, int64_t c,
-             int64_t cpad, const float* w, float* y, int64_t ldy, const TileEpilogue* ep) {
+void dw_rows(int64_t rows, const float* x, int64_t xs, const int64_t* x_off, const int64_t* w_off, int64_t krows,
+             int64_t c, int64_t cpad, const float* w, float* y, int64_t ldy, const TileEpilogue* ep) {
   switch (rows) {
 #define TETHER_DW_ROWS(R) \
-  case R: return dw_rows_tile<R, KW>(x, x_off, w_off, krows, c, cpad, w, y, ldy, ep);
+  case R: return dw_rows_tile<R, KW>(x, xs, x_off, w_off, krows, c, cpad, w, y, ldy, ep);
     TETHER_DW_ROWS(1) TETHER_DW_ROWS(2) TETHER_DW_ROWS(3) TETHER_DW_ROWS(4)
     TETHER_DW_ROWS(5) TETHER_DW_ROWS(6) TETHER_DW_ROWS(7) TETHER_DW_ROWS(8)
 #undef TETHER_DW_ROWS
@@ -184,11 +184,11 @@ void dw_rows(int64_t rows, const float* x, const int64_t* x_off, const int64_t* 
 
 }  // namespace
 
-void f32_dwconv_nhwc_rows_8x16__avx512(int64_t rows, const float* x, const int64_t* x_off, const int64_t* w_off,
-                                       int64_t krows, int64_t kw, int64_t c, int64_t cpad, const float* w, float* y,
-                                       int64_t ldy, const TileEpilogue* ep) {
-  if (kw == 3) dw_rows<3>(rows, x, x_off, w_off, krows, c, cpad, w, y, ldy, ep);
-  else if (kw == 5) dw_rows<5>(rows, x, x_off, w_off, krows, c, cpad, w, y, ldy, ep);
+void f32_dwconv_nhwc_rows_8x16__avx512(int64_t rows, const float* x, int64_t xs, const int64_t* x_off,
+                                       const int64_t* w_off, int64_t krows, int64_t kw, int64_t c, int64_t cpad,
+                                       const float* w, float* y, int64_t ldy, const TileEpilogue* ep) {
+  if (kw == 3) dw_rows<3>(rows, x, xs, x_off, w_off, krows, c, cpad, w, y, ldy, ep);
+  else if (kw == 5) dw_rows<5>(rows, x, xs, x_off, w_off, krows, c, cpad, w, y, ldy, ep);
 }
 
 void f32_conv_nhwc_14x32__avx512(int64_t rows, const float* x, int64_t xs, const int64_t* x_off, const int64_t* w_off,
