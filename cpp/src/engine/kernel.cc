@@ -84,4 +84,14 @@ std::string require_dtype(const KernelInit& init, size_t i, std::initializer_lis
   return "input " + std::to_string(i) + " is " + std::string(ir::dtype_name(t)) + "; supported: " + names;
 }
 
+std::string RegistryBackend::supports(const KernelInit& init) const {
+  const KernelRegistry::Entry* e = registry_.find(init.node.domain(), init.node.op_type());
+  if (e == nullptr) return missing_;
+  return e->check ? e->check(init) : "";
+}
+
+std::unique_ptr<Kernel> RegistryBackend::create(const KernelInit& init) const {
+  return registry_.find(init.node.domain(), init.node.op_type())->create(init);
+}
+
 }  // namespace tether::engine

@@ -134,6 +134,22 @@ class Backend {
   virtual std::vector<std::string> op_types() const = 0;
 };
 
+/// A backend whose kernels are the entries of a registry its constructor fills.
+class RegistryBackend : public Backend {
+ public:
+  /// `missing`: the reason given for an op the registry lacks ("no cpu kernel for this op").
+  explicit RegistryBackend(std::string missing) : missing_(std::move(missing)) {}
+  std::string supports(const KernelInit& init) const override;
+  std::unique_ptr<Kernel> create(const KernelInit& init) const override;
+  std::vector<std::string> op_types() const override { return registry_.op_types(); }
+
+ protected:
+  KernelRegistry registry_;
+
+ private:
+  std::string missing_;
+};
+
 /// The CPU backend.
 const Backend& cpu_backend();
 

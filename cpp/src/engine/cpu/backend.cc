@@ -7,9 +7,9 @@ namespace cpu {
 
 namespace {
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public RegistryBackend {
  public:
-  CpuBackend() {
+  CpuBackend() : RegistryBackend("no cpu kernel for this op") {
     register_elementwise(registry_);
     register_matmul(registry_);
     register_conv(registry_);
@@ -31,21 +31,6 @@ class CpuBackend final : public Backend {
   }
 
   std::string_view name() const override { return "cpu"; }
-
-  std::string supports(const KernelInit& init) const override {
-    const KernelRegistry::Entry* e = registry_.find(init.node.domain(), init.node.op_type());
-    if (e == nullptr) return "no cpu kernel for this op";
-    return e->check ? e->check(init) : "";
-  }
-
-  std::unique_ptr<Kernel> create(const KernelInit& init) const override {
-    return registry_.find(init.node.domain(), init.node.op_type())->create(init);
-  }
-
-  std::vector<std::string> op_types() const override { return registry_.op_types(); }
-
- private:
-  KernelRegistry registry_;
 };
 
 }  // namespace

@@ -107,10 +107,25 @@ void conv_tile_any(const float* x, int64_t xs, const int64_t* x_off, const int64
   else conv_tile<R, 2>(x, xs, x_off, w_off, taps, cin, w, y, ldy, n, accumulate, ep);
 }
 
+// The epilogue and store of channels [c0, c0 + 16) of R depthwise output pixels.
+template <int R>
+inline void store_block(__m512 (&acc)[R][1], const __mmask16 (&m)[1], const TileEpilogue* ep, int64_t c0, float* y,
+                        int64_t ldy) {
+  TileEpilogue block;
+  const TileEpilogue* e = nullptr;
+  if (ep != nullptr) {
+    block = *ep;
+    block.col_bias = ep->col_bias != nullptr ? ep->col_bias + c0 : nullptr;
+    block.sum = ep->sum != nullptr ? ep->sum + c0 : nullptr;
+    e = &block;
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) finish_row<1>(acc[r], m, false, e, r, y + r * ldy + c0);
+}
+
 template <int R>
 void dw_tile(const float* x, int64_t xs, const int64_t* x_off, const int64_t* w_off, int64_t taps, int64_t c,
              const float* w, float* y, int64_t ldy, const TileEpilogue* ep) {
-  TileEpilogue block;
   for (int64_t c0 = 0; c0 < c; c0 += 16) {
     const __mmask16 m[1] = {lanes(c - c0)};
     __m512 acc[R][1];
@@ -122,15 +137,7 @@ void dw_tile(const float* x, int64_t xs, const int64_t* x_off, const int64_t* w_
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) acc[r][0] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m[0], xt + r * xs), wv, acc[r][0]);
     }
-    const TileEpilogue* e = nullptr;
-    if (ep != nullptr) {
-      block = *ep;
-      block.col_bias = ep->col_bias != nullptr ? ep->col_bias + c0 : nullptr;
-      block.sum = ep->sum != nullptr ? ep->sum + c0 : nullptr;
-      e = &block;
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) finish_row<1>(acc[r], m, false, e, r, y + r * ldy + c0);
+    store_block<R>(acc, m, ep, c0, y, ldy);
   }
 }
 
@@ -139,7 +146,6 @@ void dw_tile(const float* x, int64_t xs, const int64_t* x_off, const int64_t* w_
 template <int R, int KW>
 void dw_rows_tile(const float* x, int64_t xs, const int64_t* x_off, const int64_t* w_off, int64_t krows, int64_t c,
                   int64_t cpad, const float* w, float* y, int64_t ldy, const TileEpilogue* ep) {
-  TileEpilogue block;
   for (int64_t c0 = 0; c0 < c; c0 += 16) {
     const __mmask16 m[1] = {lanes(c - c0)};
     __m512 acc[R][1];
@@ -157,15 +163,7 @@ void dw_rows_tile(const float* x, int64_t xs, const int64_t* x_off, const int64_
         for (int r = 0; r < R; ++r) acc[r][0] = _mm512_fmadd_ps(v[r + j], wv, acc[r][0]);
       }
     }
-    const TileEpilogue* e = nullptr;
-    if (ep != nullptr) {
-      block = *ep;
-      block.col_bias = ep->col_bias != nullptr ? ep->col_bias + c0 : nullptr;
-      block.sum = ep->sum != nullptr ? ep->sum + c0 : nullptr;
-      e = &block;
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) finish_row<1>(acc[r], m, false, e, r, y + r * ldy + c0);
+    store_block<R>(acc, m, ep, c0, y, ldy);
   }
 }
 

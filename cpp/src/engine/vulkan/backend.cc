@@ -7,9 +7,9 @@ namespace tether::engine::vulkan {
 
 namespace {
 
-class VulkanBackend final : public Backend {
+class VulkanBackend final : public RegistryBackend {
  public:
-  VulkanBackend() {
+  VulkanBackend() : RegistryBackend("no Vulkan kernel for this op") {
     register_elementwise(registry_);
     register_matmul(registry_);
     register_conv(registry_);
@@ -22,23 +22,13 @@ class VulkanBackend final : public Backend {
   std::string_view name() const override { return "vulkan"; }
 
   std::string supports(const KernelInit& init) const override {
-    const KernelRegistry::Entry* e = registry_.find(init.node.domain(), init.node.op_type());
-    if (e == nullptr) return "no Vulkan kernel for this op";
     // The CPU engine's channels-last forms (a model saved after tt.optimize): the Vulkan
     // kernels read the ONNX layout.
-    if (init.node.domain() == "ai.tether" && init.node.attr_int("channels_last", 0) != 0)
+    if (init.node.domain() == "ai.tether" && init.node.attr_int("channels_last", 0) != 0 &&
+        registry_.find(init.node.domain(), init.node.op_type()) != nullptr)
       return "channels_last = 1 is the CPU engine's layout";
-    return e->check ? e->check(init) : "";
+    return RegistryBackend::supports(init);
   }
-
-  std::unique_ptr<Kernel> create(const KernelInit& init) const override {
-    return registry_.find(init.node.domain(), init.node.op_type())->create(init);
-  }
-
-  std::vector<std::string> op_types() const override { return registry_.op_types(); }
-
- private:
-  KernelRegistry registry_;
 };
 
 }  // namespace
