@@ -254,17 +254,24 @@ class NhwcConv final : public Kernel {
     const int64_t per_group = (cout_g + nr - 1) / nr, panels = group_ * per_group;
     const bool merge_rows = s.dw == 1 && group_ == 1;
     const int64_t cin = merge_rows ? s.kw * cin_g : cin_g;  // channels per tap
-    const Units un = units(s, isa_.mr, panels);
     // Small weights stay in cache while every unit of pixels runs through all panels (each
     // output pixel's channels written, and its summand read, in one go); large ones are read
     // once, each panel running through every unit.
     const bool pixels_outer = static_cast<int64_t>(packed_.size()) * 4 <= kCachedWeightBytes;
+    // With small weights, a task is a unit of pixels through all panels when there are units
+    // enough: a thread then writes every channel of its pixels, which the next layer's task on
+    // that thread reads from its own cache (split by panels, every layer would read half its
+    // input from the other core's).
+    Units un = units(s, isa_.mr, pixels_outer ? 1 : panels);
+    const bool by_pixels = pixels_outer && un.count >= kTasksPerThread * threads_;
+    if (pixels_outer && !by_pixels) un = units(s, isa_.mr, panels);
+    const int64_t per_task = by_pixels ? panels : 1;  // panels a task runs
     bool after = false;
     const TileEpilogue base = tile_epilogue_of(bias, after);
     auto task = [&](int thread, int64_t i0, int64_t i1) {
       int64_t* xo = taps_scratch + thread * 2 * s.taps();
       int64_t* index = xo + s.taps();
-      for (int64_t i = i0; i < i1; ++i) {
+      for (int64_t i = i0 * per_task; i < i1 * per_task; ++i) {
         const int64_t p = pixels_outer ? i % panels : i / un.count, u = pixels_outer ? i / panels : i % un.count;
         const int64_t g = p / per_group, oc = g * cout_g + p % per_group * nr;  // the panel's first channel
         const int64_t n = std::min(nr, (g + 1) * cout_g - oc);
@@ -284,7 +291,7 @@ class NhwcConv final : public Kernel {
                   });
       }
     };
-    run_tasks(ctx, panels * un.count, task);
+    run_tasks(ctx, panels * un.count / per_task, task);
   }
 
   void run_depthwise(const RunContext& ctx, const float* xp, const Sizes& s, const float* bias, const float* sum,
