@@ -19,6 +19,7 @@ struct Classes {
   PyObject* device;
   PyObject* internal;
   PyObject* calibration;
+  PyObject* memory_limit;
 };
 Classes classes{};
 
@@ -71,6 +72,9 @@ void register_errors(pyb::module_& m) {
   c.calibration = make_class(m, "CalibrationError", bases({c.error, PyExc_ValueError}),
                              "Calibration data is unusable: NaN or infinity in a sample (tensor and sample named), no "
                              "data, or states that cannot be merged.");
+  c.memory_limit = make_class(m, "MemoryLimitError", bases({c.error, PyExc_MemoryError}),
+                              "A run would need more memory than the session may take (compile's max_memory): the "
+                              "node, value, shape and bytes are named, before anything is allocated.");
   c.internal = make_class(m, "InternalError", base(c.error), "A bug in tether: an internal invariant failed.");
 
   pyb::register_exception_translator([](std::exception_ptr p) {
@@ -98,6 +102,8 @@ void register_errors(pyb::module_& m) {
       raise(classes.device, e);
     } catch (const CalibrationError& e) {
       raise(classes.calibration, e);
+    } catch (const MemoryLimitError& e) {
+      raise(classes.memory_limit, e);
     } catch (const InternalError& e) {
       raise(classes.internal, e);
     } catch (const Error& e) {

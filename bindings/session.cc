@@ -121,7 +121,7 @@ void register_session(pyb::module_& m) {
   m.def(
       "compile",
       [](const ir::Model& model, const std::string& device, int threads, bool optimize, bool profile,
-         const std::vector<std::string>& keep, bool strict) {
+         const std::vector<std::string>& keep, bool strict, int64_t max_memory) {
         engine::CompileOptions o;
         o.device = device;
         o.threads = threads;
@@ -129,11 +129,13 @@ void register_session(pyb::module_& m) {
         o.profile = profile;
         o.keep = keep;
         o.strict = strict;
+        o.max_memory = max_memory;
         pyb::gil_scoped_release release;
         return engine::compile(model, o);
       },
       pyb::arg("model"), pyb::arg("device") = "cpu", pyb::arg("threads") = 0, pyb::arg("optimize") = true,
-      pyb::arg("profile") = false, pyb::arg("keep") = std::vector<std::string>{}, pyb::arg("strict") = false);
+      pyb::arg("profile") = false, pyb::arg("keep") = std::vector<std::string>{}, pyb::arg("strict") = false,
+      pyb::arg("max_memory") = 0);
 
   m.def("devices", [] {
     std::vector<engine::DeviceInfo> list;

@@ -129,6 +129,7 @@ def compile(  # noqa: A001 - the public name mirrors the lifecycle: load, compil
     profile: bool = False,
     keep: Sequence[str] = (),
     strict: bool = False,
+    max_memory: int | None = None,
 ) -> Session:
     """Compiles a model for ``device`` and returns a :class:`Session`.
 
@@ -140,7 +141,11 @@ def compile(  # noqa: A001 - the public name mirrors the lifecycle: load, compil
     ``threads``: threads per run on the CPU (default: one per physical core). ``optimize``:
     apply the graph passes first. ``profile``: time every kernel (see :meth:`Session.profile`).
     ``keep``: value names the passes must leave computed (never fused into another kernel),
-    for tools that observe intermediates.
+    for tools that observe intermediates. ``max_memory``: bytes one run may take for its
+    intermediates, outputs and scratch on the CPU (default: the machine's physical memory); a
+    run that would need more, because of its input shapes or of sizes computed from data
+    (ConstantOfShape, Expand, Tile, Range, Resize, ...), raises MemoryLimitError naming the
+    node, value, shape and bytes before allocating anything.
 
     Raises UnsupportedError listing every node the device cannot run (and, for a Vulkan
     device, when none is found: how to install one), ArgumentError for an unknown device or a
@@ -149,6 +154,7 @@ def compile(  # noqa: A001 - the public name mirrors the lifecycle: load, compil
     Example:
         >>> sess = tt.compile("model.onnx", threads=1)    # doctest: +SKIP
         >>> sess = tt.compile(model, keep=["conv1_out"])   # doctest: +SKIP
+        >>> sess = tt.compile(model, max_memory=2 << 30)   # doctest: +SKIP
         >>> gpu = tt.compile(model, device="vulkan")       # doctest: +SKIP
         >>> print(gpu.report)                              # doctest: +SKIP
         vulkan: device vulkan:0 'llvmpipe (LLVM 15.0.6, 256 bits)' (cpu, llvmpipe ...)
@@ -156,8 +162,10 @@ def compile(  # noqa: A001 - the public name mirrors the lifecycle: load, compil
     """
     if not isinstance(model, Model):
         model = load(model)
+    if max_memory is not None and int(max_memory) <= 0:
+        raise _core.ArgumentError(f"max_memory must be a positive number of bytes, got {max_memory}")
     core = _core.compile(model._core, device, 0 if threads is None else int(threads), optimize, profile, list(keep),
-                         bool(strict))
+                         bool(strict), 0 if max_memory is None else int(max_memory))
     return Session(core, device)
 
 

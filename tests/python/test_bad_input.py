@@ -369,3 +369,51 @@ def test_group_normalization_with_bad_groups_is_a_shape_error_naming_the_node(gr
     blob = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10).SerializeToString()
     with pytest.raises(tt.ShapeError, match=message.replace("(", r"\(").replace(")", r"\)")):
         tt.compile(blob)
+
+
+def _tile_model() -> bytes:
+    """y = Tile(x, repeats): the output's size comes from the values of the input `repeats`."""
+    node = helper.make_node("Tile", ["x", "repeats"], ["y"], name="grow")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+                                            helper.make_tensor_value_info("repeats", TensorProto.INT64, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10).SerializeToString()
+
+
+def test_a_size_computed_from_data_past_the_limit_is_a_memory_limit_error_and_the_session_stays_usable():
+    sess = tt.compile(_tile_model())
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with pytest.raises(tt.MemoryLimitError, match=r"Tile 'grow': output 'y' of shape \[2000000, 3000000\] \(float32\) "
+                                                  r"would take 24000000000000 bytes; a run of this session may take \d+ "
+                                                  r"bytes \(compile's max_memory\)"):
+        sess.run({"x": x, "repeats": np.array([1_000_000, 1_000_000], np.int64)})
+    np.testing.assert_array_equal(sess.run({"x": x, "repeats": np.array([2, 3], np.int64)})["y"], np.tile(x, (2, 3)))
+    # It is a MemoryError too, for code that catches those.
+    with pytest.raises(MemoryError):
+        sess.run({"x": x, "repeats": np.array([1 << 40, 1 << 40], np.int64)})
+
+
+def test_max_memory_bounds_every_value_and_all_of_them_together():
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    small = tt.compile(_tile_model(), max_memory=4096)
+    np.testing.assert_array_equal(small.run({"x": x, "repeats": np.array([4, 10], np.int64)})["y"], np.tile(x, (4, 10)))
+    with pytest.raises(tt.MemoryLimitError, match="would take 4800 bytes; a run of this session may take 4096 bytes"):
+        small.run({"x": x, "repeats": np.array([20, 10], np.int64)})
+    # Two values each within the limit, together past it.
+    nodes = [helper.make_node("Tile", ["x", "r"], ["a"], name="first"), helper.make_node("Neg", ["a"], ["b"], name="second"),
+             helper.make_node("Add", ["a", "b"], ["y"], name="third")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array([20, 10], np.int64), "r")])
+    blob = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10).SerializeToString()
+    np.testing.assert_array_equal(tt.compile(blob, max_memory=1 << 20).run({"x": x})["y"], np.zeros((40, 30)))
+    with pytest.raises(tt.MemoryLimitError, match=r"a run with these input shapes would take \d+ bytes of intermediates, "
+                                                  r"scratch and outputs \(the largest, output '\w' of \w+ '\w+', "
+                                                  r"\[40, 30\]: 4800 bytes\); a run of this session may take 10000 bytes"):
+        tt.compile(blob, max_memory=10000, optimize=False).run({"x": x})
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+def test_max_memory_must_be_a_positive_number_of_bytes(bad):
+    with pytest.raises(tt.ArgumentError, match=f"max_memory must be a positive number of bytes, got {bad}"):
+        tt.compile(_tile_model(), max_memory=bad)

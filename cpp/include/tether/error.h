@@ -77,6 +77,14 @@ class DeviceError : public Error {
   using Error::Error;
 };
 
+/// A run would need more memory than the session may take (CompileOptions::max_memory): the
+/// message names the node, the value, its shape and the bytes asked for, before anything is
+/// allocated.
+class MemoryLimitError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// Writing a file failed (disk full, permission denied, a folder that does not exist).
 class WriteError : public Error {
  public:

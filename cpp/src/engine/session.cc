@@ -188,6 +188,8 @@ class CpuSession final : public Session {
   std::shared_ptr<util::ThreadPool> pool_;
   std::string report_;
   bool profile_ = false;
+  int64_t max_memory_ = 0;  // bytes one run may take (CompileOptions::max_memory)
+  void check_memory(const Plan& plan, int begin) const;
   bool has_allocating_ = false;  // some step sizes its outputs itself (plans may then end early)
 
   mutable std::mutex plans_mutex_;
@@ -220,7 +222,10 @@ class CpuSession final : public Session {
 };
 
 CpuSession::CpuSession(const ir::Model& model, const CompileOptions& options, std::shared_ptr<util::ThreadPool> pool)
-    : model_(model.clone()), pool_(std::move(pool)), profile_(options.profile) {
+    : model_(model.clone()),
+      pool_(std::move(pool)),
+      profile_(options.profile),
+      max_memory_(options.max_memory > 0 ? options.max_memory : physical_memory()) {
   std::ostringstream report;
   report << prepare_model(model_, options, cpu_backend());
   index_values();
@@ -388,6 +393,47 @@ std::shared_ptr<Plan> CpuSession::next_plan(Plan& plan, const std::vector<const 
 
 // Concrete shapes come from shape inference on a copy whose inputs have the given sizes (and,
 // for shape tensors, the given values), with the sizes and values a run found pinned.
+// A plan may not need more than the session may take: no value past the limit, and not all of
+// them together (the arena, the kernels' scratch and the outputs). Checked before a run
+// allocates anything, so a size computed from data (a Tile of 1e6 x 1e6) is a typed error
+// naming its node, not an allocation failure or a machine swapping.
+void CpuSession::check_memory(const Plan& plan, int begin) const {
+  int64_t outputs = 0, largest = -1;
+  size_t largest_value = 0;
+  const Step* largest_step = nullptr;
+  for (int s = begin; s < plan.end; ++s) {
+    const Step& step = steps_[static_cast<size_t>(s)];
+    if (step.kernel->allocates_outputs()) continue;  // sized by the run (bounded by its inputs)
+    for (int o : step.outputs) {
+      if (o < 0) continue;
+      const auto i = static_cast<size_t>(o);
+      const ir::DType dtype = values_[i].value->type().dtype();
+      const std::optional<int64_t> n = ir::checked_num_elements(plan.dims[i]);
+      const std::optional<int64_t> bytes = n ? ir::storage_bytes(dtype, *n) : std::nullopt;
+      if (!bytes || *bytes > max_memory_)
+        throw MemoryLimitError(step.node->describe() + ": output '" + values_[i].value->name() + "' of shape " +
+                               dims_text(plan.dims[i]) + " (" + std::string(ir::dtype_name(dtype)) + ") would take " +
+                               (bytes ? std::to_string(*bytes) + " bytes" : std::string("more bytes than int64 counts")) +
+                               "; a run of this session may take " + std::to_string(max_memory_) +
+                               " bytes (compile's max_memory)");
+      if (values_[i].slot == Slot::kOutput) outputs += *bytes;
+      if (*bytes > largest) {
+        largest = *bytes;
+        largest_value = i;
+        largest_step = &step;
+      }
+    }
+  }
+  const int64_t total = plan.arena_bytes + plan.scratch_bytes + outputs;
+  if (total > max_memory_ && largest_step != nullptr)
+    throw MemoryLimitError("a run with these input shapes would take " + std::to_string(total) +
+                           " bytes of intermediates, scratch and outputs (the largest, output '" +
+                           values_[largest_value].value->name() + "' of " + largest_step->node->describe() + ", " +
+                           dims_text(plan.dims[largest_value]) + ": " + std::to_string(largest) +
+                           " bytes); a run of this session may take " + std::to_string(max_memory_) +
+                           " bytes (compile's max_memory)");
+}
+
 std::shared_ptr<Plan> CpuSession::make_plan(const std::vector<const ir::Tensor*>& bound, Pins pins, int begin,
                                             bool values_pinned) const {
   std::vector<Dims> input_dims;
@@ -532,6 +578,7 @@ std::shared_ptr<Plan> CpuSession::make_plan(const std::vector<const ir::Tensor*>
       outs.push_back(o >= 0 ? View{values_[static_cast<size_t>(o)].value->type().dtype(), plan->dims[static_cast<size_t>(o)], nullptr} : View{});
     plan->scratch_bytes = std::max(plan->scratch_bytes, step.kernel->scratch_bytes(ins, outs));
   }
+  check_memory(*plan, begin);
   return plan;
 }
 
@@ -766,6 +813,7 @@ std::unique_ptr<Session> compile(const ir::Model& model, const CompileOptions& o
   if (options.device != "cpu" && !vulkan::is_vulkan_device(options.device))
     throw ArgumentError("unknown device '" + options.device + "'; available: cpu, vulkan, vulkan:N (see devices())");
   if (options.threads < 0) throw ArgumentError("threads must be >= 0 (0: one per physical core)");
+  if (options.max_memory < 0) throw ArgumentError("max_memory must be >= 0 bytes (0: the machine's physical memory)");
   if (options.device != "cpu") return vulkan::compile(model, options);
   return std::make_unique<CpuSession>(model, options);
 }

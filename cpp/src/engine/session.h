@@ -23,6 +23,12 @@ namespace tether::engine {
 /// runs in float32 only (see half.h). Returns the compile report's lines so far.
 /// `passes` chooses among the passes (an engine whose kernels take the ONNX layout only turns
 /// channels_last off).
+/// "[2, 3, 4]".
+std::string dims_text(const std::vector<int64_t>& dims);
+
+/// Bytes of physical memory of this machine (a session's default max_memory).
+int64_t physical_memory();
+
 std::string prepare_model(ir::Model& model, const CompileOptions& options, const Backend& backend,
                           const passes::OptimizeOptions& passes = {});
 

@@ -1,5 +1,8 @@
 // Pieces every session kind shares (see session.h).
+#include <unistd.h>
+
 #include <algorithm>
+#include <limits>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -13,17 +16,13 @@
 
 namespace tether::engine {
 
-namespace {
-
 using Dims = std::vector<int64_t>;
 
-std::string dims_text(const Dims& d) {
+std::string dims_text(const std::vector<int64_t>& d) {
   std::string s = "[";
   for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
   return s + "]";
 }
-
-}  // namespace
 
 Dims value_key(ir::DType dtype, const void* data, size_t nbytes) {
   Dims words(2 + (nbytes + 7) / 8, 0);
@@ -31,6 +30,12 @@ Dims value_key(ir::DType dtype, const void* data, size_t nbytes) {
   words[1] = static_cast<int64_t>(nbytes);
   if (nbytes > 0) std::memcpy(words.data() + 2, data, nbytes);
   return words;
+}
+
+int64_t physical_memory() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), size = ::sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || size <= 0) return std::numeric_limits<int64_t>::max();
+  return static_cast<int64_t>(pages) * static_cast<int64_t>(size);
 }
 
 std::string prepare_model(ir::Model& model, const CompileOptions& options, const Backend& backend,
