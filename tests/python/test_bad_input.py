@@ -417,3 +417,98 @@ def test_max_memory_bounds_every_value_and_all_of_them_together():
 def test_max_memory_must_be_a_positive_number_of_bytes(bad):
     with pytest.raises(tt.ArgumentError, match=f"max_memory must be a positive number of bytes, got {bad}"):
         tt.compile(_tile_model(), max_memory=bad)
+
+
+def _one_node(op: str, feeds: dict, attrs: dict, outputs: int = 1, opset: int = 18) -> bytes:
+    """A model of one node `op` over inputs of unknown shape, as the engine fuzzer builds them."""
+    names = [name for name in feeds]
+    node = helper.make_node(op, [n if feeds[n] is not None else "" for n in names], [f"o{k}" for k in range(outputs)],
+                            name="n", **attrs)
+    graph = helper.make_graph([node], "g",
+                              [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), None)
+                               for n, v in feeds.items() if v is not None],
+                              [helper.make_tensor_value_info(f"o{k}", TensorProto.UNDEFINED, None) for k in range(outputs)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10).SerializeToString()
+
+
+_F = np.float32
+_FUZZ_FINDINGS = [
+    # op, inputs (None: omitted), attributes, outputs, the error's message
+    ("LayerNormalization", {"x": np.ones((4, 3, 2), _F), "s": np.ones((), _F), "b": np.ones((), _F)}, {"stash_type": 4}, 3,
+     "stash_type is uint16; only float"),
+    ("LayerNormalization", {"x": np.ones((4, 3), _F), "s": np.ones((2,), _F)}, {}, 1,
+     r"scale \(normalising from axis 1\) of shape \[2\] does not broadcast to \[3\]"),
+    ("Scatter", {"d": np.ones((4, 4, 2), _F), "i": np.zeros((4, 4, 0), np.int64), "u": np.ones((2, 2, 1), _F)}, {}, 1,
+     r"indices \[4, 4, 0\] and updates \[2, 2, 1\] must have the same shape"),
+    ("ScatterElements", {"d": np.ones((4, 4), _F), "i": np.zeros((3,), np.int64), "u": np.ones((3,), _F)}, {}, 1,
+     r"indices \[3\] must have data's rank 2"),
+    ("ScatterND", {"d": np.ones((4,), _F), "i": np.zeros((), np.int64), "u": np.ones((), _F)}, {}, 1,
+     "indices must have rank >= 1, got a scalar"),
+    ("ScatterND", {"d": np.ones((4, 3), _F), "i": np.zeros((2, 1), np.int64), "u": np.ones((2, 4), _F)}, {}, 1,
+     r"updates have shape \[2, 4\], expected \[2, 3\]"),
+    ("OneHot", {"i": np.zeros((3,), np.int64), "d": np.array(4, np.int64), "v": np.zeros(3, _F)}, {}, 1,
+     r"values must hold two elements \[off, on\], got shape \[3\]"),
+    ("PRelu", {"x": np.ones((4, 1, 4), _F), "s": np.ones((1, 3), _F)}, {}, 1,
+     r"slope of shape \[1, 3\] does not broadcast to \[4, 1, 4\]"),
+    ("GRU", {"x": np.ones((2, 1, 2), _F), "w": np.ones((), _F), "r": np.ones((1, 9, 3), _F)}, {"hidden_size": 3}, 1,
+     r"W has shape \[\], expected \[1, 9, 2\]"),
+    ("LSTM", {"x": np.ones((2, 1, 4), _F), "w": np.ones((1, 8, 4), _F), "r": np.ones((1, 8, 3), _F)}, {"hidden_size": 2}, 1,
+     r"R has shape \[1, 8, 3\], expected \[1, 8, 2\]"),
+    ("RNN", {"x": np.ones((2, 1, 4), _F), "w": np.ones((1, 5, 4), _F), "r": np.ones((1, 5, 5), _F),
+             "b": np.ones((5,), _F)}, {"hidden_size": 5}, 1, r"B has shape \[5\], expected \[1, 10\]"),
+    ("Trilu", {"x": np.ones((3, 3), _F), "k": np.zeros((0, 3), np.int64)}, {}, 1, r"k must be a scalar, got shape \[0, 3\]"),
+    ("GatherND", {"d": np.ones((2, 4, 1), _F), "i": np.zeros((1, 2), np.int64)}, {"batch_dims": 1}, 1,
+     "batch dim 0 is 2 in data and 1 in indices"),
+    ("GatherElements", {"d": np.ones((2, 4), _F), "i": np.zeros((3,), np.int64)}, {}, 1,
+     "indices have rank 1 and data 2; they must have the same rank"),
+    ("BatchNormalization", {"x": np.ones((3,), _F), "s": np.ones(3, _F), "b": np.ones(3, _F), "m": np.ones(3, _F),
+                            "v": np.ones(3, _F)}, {}, 1, r"input must have rank >= 2 \(N, C, ...\), got \[3\]"),
+    ("BatchNormalization", {"x": np.ones((1, 3, 2), _F), "s": np.ones(2, _F), "b": np.ones(3, _F), "m": np.ones(3, _F),
+                            "v": np.ones(3, _F)}, {}, 1, "scale has 2 values for 3 channels"),
+    ("InstanceNormalization", {"x": np.ones((2, 3), _F), "s": np.ones(3, _F), "b": np.ones(3, _F)}, {}, 1,
+     "input must have rank >= 3"),
+    ("LRN", {"x": np.ones((1, 3, 2, 2), _F)}, {"size": 0}, 1, "size is 0; it must be >= 1"),
+    ("Softmax", {"x": np.ones((2, 3), _F)}, {"axis": 5}, 1, "axis"),
+    ("Softmax", {"x": np.ones((), _F)}, {}, 1, "input must have rank >= 1, got a scalar"),
+    ("MeanVarianceNormalization", {"x": np.ones((2, 3), _F)}, {"axes": [0, 7]}, 1, "axes"),
+    ("CumSum", {"x": np.ones((2, 3), _F), "a": np.array(4, np.int64)}, {}, 1, "axis"),
+    ("CumSum", {"x": np.ones((2, 3), _F), "a": np.zeros((2,), np.int64)}, {}, 1, r"axis must be a scalar, got shape \[2\]"),
+    ("Pad", {"x": np.ones((2, 3), _F), "p": np.zeros((2, 2), np.int64)}, {}, 1, r"pads must be 1-D, got shape \[2, 2\]"),
+]
+
+
+@pytest.mark.parametrize("op,feeds,attrs,outputs,message", _FUZZ_FINDINGS,
+                         ids=[f"{c[0]}-{k}" for k, c in enumerate(_FUZZ_FINDINGS)])
+def test_engine_fuzzer_findings_are_typed_errors_naming_the_node(op, feeds, attrs, outputs, message):
+    # Each was a crash, a heap overwrite or an internal error; onnxruntime refuses each too.
+    blob = _one_node(op, feeds, attrs, outputs)
+    run_feeds = {n: v for n, v in feeds.items() if v is not None}
+    import onnxruntime as ort
+    from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument, InvalidGraph, RuntimeException
+
+    with pytest.raises((Fail, InvalidArgument, InvalidGraph, RuntimeException)):
+        ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, run_feeds)
+    # Attribute checks fire at compile, shape checks once the run gives the shapes.
+    # An input's values are only known at run time: those errors are ArgumentErrors.
+    with pytest.raises(tt.Error, match=f"{op} 'n': .*{message}") as raised:
+        tt.compile(blob).run(run_feeds)
+    assert isinstance(raised.value, (tt.ShapeError, tt.ArgumentError)), repr(raised.value)
+
+
+def test_dynamic_quantize_linear_without_its_scale_and_zero_point_outputs_matches_onnxruntime():
+    # The kernel once wrote the omitted outputs through null pointers. onnxruntime requires all
+    # three outputs, so it runs the full node as the oracle.
+    x = np.linspace(-3, 5, 24, dtype=np.float32).reshape(4, 6)
+
+    def model(outputs):
+        node = helper.make_node("DynamicQuantizeLinear", ["x"], outputs, name="dq")
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6])],
+                                  [helper.make_tensor_value_info(o, t, None)
+                                   for o, t in zip(outputs, (TensorProto.UINT8, TensorProto.FLOAT, TensorProto.UINT8),
+                                                   strict=False)])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10).SerializeToString()
+
+    import onnxruntime as ort
+
+    want = ort.InferenceSession(model(["y", "s", "z"]), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(tt.compile(model(["y"])).run({"x": x})["y"], want)

@@ -155,6 +155,7 @@ void where(InferContext& ctx) {
 
 void prelu(InferContext& ctx) {
   // The slope broadcasts to X (unidirectionally): the output is X's shape.
+  check_unidirectional(ctx, ctx.input_shape(1), ctx.input_shape(0), "slope");
   same_as_input(ctx);
 }
 
@@ -194,16 +195,63 @@ void min_max(InferContext& ctx) {
   });
 }
 
+// Ops of X's shape that work along an axis attribute (Softmax, Hardmax, LpNormalization):
+// X has rank >= 1 and the axis lies within it.
+void along_axis(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  if (x.has_rank()) {
+    if (x.rank() == 0) ctx.fail("input must have rank >= 1, got a scalar");
+    // (The default differs between opsets; only an axis the model gives is checked.)
+    if (ctx.has_attr("axis")) ctx.axis(ctx.attr_int("axis", -1), x.rank());
+  }
+  same_as_input(ctx);
+}
+
+// MeanVarianceNormalization over `axes` (default [0, 2, 3]), each within X's rank.
+void mean_variance(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  if (x.has_rank())
+    for (int64_t a : ctx.attr_ints("axes", {0, 2, 3})) ctx.axis(a, x.rank(), "an entry of axes");
+  same_as_input(ctx);
+}
+
+// Trilu keeps the upper or lower triangle of the last two dims: rank >= 2.
+void trilu(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  if (x.has_rank() && x.rank() < 2) ctx.fail("input must have rank >= 2, got " + x.to_string());
+  if (ctx.num_inputs() > 1 && ctx.has_input(1)) {
+    const Shape& k = ctx.input_shape(1);
+    if (k.has_rank() && (k.rank() > 1 || (k.rank() == 1 && k[0].is_known() && k[0].value() != 1)))
+      ctx.fail("k must be a scalar, got shape " + k.to_string());
+  }
+  same_as_input(ctx);
+}
+
+// CumSum / CumProd (X, axis): axis a scalar (or one value) within X's rank when known.
+void cumulative(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  const Shape& a = ctx.input_shape(1);
+  if (a.has_rank() && !(a.rank() == 0 || (a.rank() == 1 && a[0].is_known() && a[0].value() == 1)))
+    ctx.fail("axis must be a scalar, got shape " + a.to_string());
+  if (x.has_rank() && x.rank() == 0) ctx.fail("input must have rank >= 1, got a scalar");
+  if (const auto v = ctx.input_ints(1); v && v->size() == 1 && x.has_rank()) ctx.axis((*v)[0], x.rank());
+  same_as_input(ctx);
+}
+
 }  // namespace
 
 void register_elementwise(Registry& r) {
   for (const char* op : {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Gelu", "Softplus",
                          "Softsign", "Elu", "Selu", "Celu", "Mish", "ThresholdedRelu", "Shrink", "Sqrt", "Exp", "Log",
                          "Neg", "Abs", "Reciprocal", "Erf", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Tan",
-                         "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Clip", "Softmax",
-                         "LogSoftmax", "Hardmax", "BitwiseNot", "LpNormalization", "MeanVarianceNormalization",
-                         "Trilu", "CumSum", "CumProd", "ReverseSequence", "Swish"})
+                         "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Clip", "BitwiseNot",
+                         "ReverseSequence", "Swish"})
     r.add(op, same_as_input);
+  for (const char* op : {"Softmax", "LogSoftmax", "Hardmax", "LpNormalization"}) r.add(op, along_axis);
+  r.add("MeanVarianceNormalization", mean_variance);
+  r.add("Trilu", trilu);
+  r.add("CumSum", cumulative);
+  r.add("CumProd", cumulative);
   r.add("Add", add);
   r.add("Sub", sub);
   r.add("Mul", mul);

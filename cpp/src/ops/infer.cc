@@ -181,6 +181,17 @@ const Registry& registry() {
 
 // ---- helpers --------------------------------------------------------------------------------
 
+void check_unidirectional(const InferContext& ctx, const Shape& from, const Shape& to, const std::string& what) {
+  if (!from.has_rank() || !to.has_rank()) return;
+  bool fits = from.rank() <= to.rank();
+  for (size_t k = 1; fits && k <= from.rank(); ++k) {
+    const Dim& d = from[from.rank() - k];
+    const Dim& t = to[to.rank() - k];
+    fits = !(d.is_known() && t.is_known() && d.value() != t.value() && d.value() != 1);
+  }
+  if (!fits) ctx.fail(what + " of shape " + from.to_string() + " does not broadcast to " + to.to_string());
+}
+
 Shape broadcast_shapes(const InferContext& ctx, const std::vector<Shape>& shapes) {
   size_t rank = 0;
   for (const Shape& s : shapes) {

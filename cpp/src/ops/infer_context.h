@@ -154,6 +154,9 @@ void register_signal(Registry& r);
 /// Numpy-style broadcast of shapes; fail()s through ctx when dims cannot match. Unknown rank
 /// in any input gives unknown rank.
 Shape broadcast_shapes(const InferContext& ctx, const std::vector<Shape>& shapes);
+/// Checks that `from` broadcasts to `to` in one direction (numpy rules, `to` unchanged): no
+/// more dims than `to`, each known dim equal to `to`'s or 1. fail()s naming `what` and both shapes.
+void check_unidirectional(const InferContext& ctx, const Shape& from, const Shape& to, const std::string& what);
 /// Checks that the listed inputs (those present and typed) share one element type, as ONNX
 /// type constraints like Add's `T` require; fail()s naming both inputs and their types.
 void check_same_dtype(const InferContext& ctx, const std::vector<size_t>& inputs);

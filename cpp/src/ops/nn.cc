@@ -235,7 +235,27 @@ void global_pool(InferContext& ctx) {
   ctx.set_output(0, ctx.input_dtype(0), Shape(std::move(out)));
 }
 
+// X [N, C, ...] of rank at least `min_rank`, and inputs [first, last] (those present) 1-D
+// tensors of C values each: the per-channel parameters of a normalisation.
+void check_channel_params(InferContext& ctx, size_t min_rank, size_t first, size_t last) {
+  const Shape& x = ctx.input_shape(0);
+  if (!x.has_rank()) return;
+  if (x.rank() < min_rank)
+    ctx.fail("input must have rank >= " + std::to_string(min_rank) + " (N, C, ...), got " + x.to_string());
+  static const char* const kNames[] = {"X", "scale", "B", "mean", "var"};
+  for (size_t i = first; i <= last && i < ctx.num_inputs(); ++i) {
+    if (!ctx.has_input(i)) continue;
+    const Shape& p = ctx.input_shape(i);
+    if (!p.has_rank()) continue;
+    const std::string name = i < 5 ? kNames[i] : "input " + std::to_string(i);
+    if (p.rank() != 1) ctx.fail(name + " must be 1-D (one value per channel), got " + p.to_string());
+    if (p[0].is_known() && x[1].is_known() && p[0].value() != x[1].value())
+      ctx.fail(name + " has " + p[0].to_string() + " values for " + x[1].to_string() + " channels");
+  }
+}
+
 void batch_norm(InferContext& ctx) {
+  check_channel_params(ctx, 2, 1, 4);
   ctx.set_output(0, ctx.input_type(0));
   ctx.set_output(1, ctx.input_type(3));
   ctx.set_output(2, ctx.input_type(4));
@@ -245,12 +265,23 @@ void layer_norm(InferContext& ctx) {
   ctx.set_output(0, ctx.input_type(0));
   const Shape& x = ctx.input_shape(0);
   const DType stash = ctx.attr_dtype("stash_type", DType::kFloat32);
+  // The statistics (and the optional Mean and InvStdDev outputs) are float32: the type the
+  // operator's default names, and the only one tether computes them in.
+  if (stash != DType::kFloat32)
+    ctx.fail("stash_type is " + std::string(dtype_name(stash)) + "; only float (1) is supported");
   if (!x.has_rank()) {
     ctx.set_output(1, stash, Shape());
     ctx.set_output(2, stash, Shape());
     return;
   }
+  if (x.rank() == 0) ctx.fail("input must have rank >= 1, got a scalar");
   const size_t axis = ctx.axis(ctx.attr_int("axis", -1), x.rank());
+  // Scale and bias broadcast to the normalised dims x[axis:] (numpy rules, one direction).
+  const Shape normalised(std::vector<Dim>(x.dims().begin() + static_cast<std::ptrdiff_t>(axis), x.dims().end()));
+  for (size_t i = 1; i < 3 && i < ctx.num_inputs(); ++i)
+    if (ctx.has_input(i))
+      check_unidirectional(ctx, ctx.input_shape(i), normalised,
+                           std::string(i == 1 ? "scale" : "bias") + " (normalising from axis " + std::to_string(axis) + ")");
   std::vector<Dim> reduced(x.dims().begin(), x.dims().begin() + static_cast<std::ptrdiff_t>(axis));
   reduced.resize(x.rank(), Dim(1));
   ctx.set_output(1, stash, Shape(reduced));
@@ -393,6 +424,24 @@ void recurrent(InferContext& ctx) {
   }
   const Dim h = hidden > 0 ? Dim(hidden) : Dim();
   const Dim nd(dirs);
+  // W [dirs, gates*h, input], R [dirs, gates*h, h], B [dirs, 2*gates*h], each dim checked when known.
+  const std::string& op = ctx.node().op_type();
+  const int64_t gates = op == "LSTM" ? 4 : op == "GRU" ? 3 : 1;
+  const Dim gh = hidden > 0 ? Dim(gates * hidden) : Dim();
+  const Dim input = x.has_rank() ? x[2] : Dim();
+  auto expect = [&](size_t i, const char* name, const std::vector<Dim>& want) {
+    if (i >= ctx.num_inputs() || !ctx.has_input(i)) return;
+    const Shape& s = ctx.input_shape(i);
+    if (!s.has_rank()) return;
+    bool ok = s.rank() == want.size();
+    for (size_t k = 0; ok && k < want.size(); ++k)
+      ok = !(s[k].is_known() && want[k].is_known() && s[k].value() != want[k].value());
+    if (!ok) ctx.fail(std::string(name) + " has shape " + s.to_string() + ", expected " + Shape(want).to_string() +
+                      " (direction " + direction + ", hidden_size " + std::to_string(hidden) + ")");
+  };
+  expect(1, "W", {nd, gh, input});
+  expect(2, "R", {nd, gh, h});
+  expect(3, "B", {nd, hidden > 0 ? Dim(2 * gates * hidden) : Dim()});
   ctx.set_output(0, dt, batch_first ? Shape({batch, seq, nd, h}) : Shape({seq, nd, batch, h}));
   const Shape state = batch_first ? Shape({batch, nd, h}) : Shape({nd, batch, h});
   ctx.set_output(1, dt, state);
@@ -532,6 +581,17 @@ void dynamic_quantize(InferContext& ctx) {
 
 void same_as_input(InferContext& ctx) { ctx.set_output(0, ctx.input_type(0)); }
 
+void instance_norm(InferContext& ctx) {
+  check_channel_params(ctx, 3, 1, 2);
+  ctx.set_output(0, ctx.input_type(0));
+}
+
+void lrn(InferContext& ctx) {
+  check_channel_params(ctx, 3, 1, 0);
+  if (ctx.attr_int("size", 0) < 1) ctx.fail("size is " + std::to_string(ctx.attr_int("size", 0)) + "; it must be >= 1");
+  ctx.set_output(0, ctx.input_type(0));
+}
+
 // GroupNormalization(X, scale, bias): num_groups divides the channels; scale and bias hold one
 // value per group (opset 18) or per channel (opset 21).
 void group_norm(InferContext& ctx) {
@@ -567,7 +627,9 @@ void register_nn(Registry& r) {
   for (const char* op : {"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"}) r.add(op, global_pool);
   r.add("BatchNormalization", batch_norm);
   r.add("LayerNormalization", layer_norm);
-  for (const char* op : {"InstanceNormalization", "LRN", "RMSNormalization", "RotaryEmbedding"}) r.add(op, same_as_input);
+  for (const char* op : {"RMSNormalization", "RotaryEmbedding"}) r.add(op, same_as_input);
+  r.add("InstanceNormalization", instance_norm);
+  r.add("LRN", lrn);
   r.add("GroupNormalization", group_norm);
   r.add("Attention", attention);
   r.add("Resize", resize);

@@ -421,7 +421,18 @@ void gather(InferContext& ctx) {
   }
 }
 
-void gather_elements(InferContext& ctx) { ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(1)); }
+void gather_elements(InferContext& ctx) {
+  const Shape& data = ctx.input_shape(0);
+  const Shape& idx = ctx.input_shape(1);
+  if (data.has_rank() && idx.has_rank()) {
+    if (data.rank() == 0) ctx.fail("data must have rank >= 1, got a scalar");
+    if (idx.rank() != data.rank())
+      ctx.fail("indices have rank " + std::to_string(idx.rank()) + " and data " + std::to_string(data.rank()) +
+               "; they must have the same rank");
+    ctx.axis(ctx.attr_int("axis", 0), data.rank());
+  }
+  ctx.set_output(0, ctx.input_dtype(0), idx);
+}
 
 void gather_nd(InferContext& ctx) {
   const Shape& data = ctx.input_shape(0);
@@ -437,12 +448,63 @@ void gather_nd(InferContext& ctx) {
     ctx.fail("batch_dims is " + std::to_string(batch) + "; it must be >= 0 and below both ranks (" +
              std::to_string(rank) + " and " + std::to_string(idx.rank()) + ")");
   if (last > rank - batch) ctx.fail("indices address more dims than data has");
+  for (int64_t d = 0; d < batch; ++d)
+    if (data[d].is_known() && idx[d].is_known() && data[d].value() != idx[d].value())
+      ctx.fail("batch dim " + std::to_string(d) + " is " + data[d].to_string() + " in data and " + idx[d].to_string() +
+               " in indices; the first batch_dims dims must match");
   std::vector<Dim> out(idx.dims().begin(), idx.dims().end() - 1);
   out.insert(out.end(), data.dims().begin() + batch + last, data.dims().end());
   ctx.set_output(0, ctx.input_dtype(0), Shape(std::move(out)));
 }
 
 void same_as_input(InferContext& ctx) { ctx.set_output(0, ctx.input_type(0)); }
+
+bool same_known(const Shape& a, const Shape& b) {
+  if (a.rank() != b.rank()) return false;
+  for (size_t k = 0; k < a.rank(); ++k)
+    if (a[k].is_known() && b[k].is_known() && a[k].value() != b[k].value()) return false;
+  return true;
+}
+
+// ScatterElements / Scatter (data, indices, updates): indices and updates of one shape, of
+// data's rank, and the axis within it.
+void scatter_elements(InferContext& ctx) {
+  const Shape& data = ctx.input_shape(0);
+  const Shape& idx = ctx.input_shape(1);
+  const Shape& upd = ctx.input_shape(2);
+  if (idx.has_rank() && upd.has_rank() && !same_known(idx, upd))
+    ctx.fail("indices " + idx.to_string() + " and updates " + upd.to_string() + " must have the same shape");
+  if (data.has_rank()) {
+    if (data.rank() == 0) ctx.fail("data must have rank >= 1, got a scalar");
+    for (const Shape* s : {&idx, &upd})
+      if (s->has_rank() && s->rank() != data.rank())
+        ctx.fail(std::string(s == &idx ? "indices " : "updates ") + s->to_string() + " must have data's rank " +
+                 std::to_string(data.rank()));
+    ctx.axis(ctx.attr_int("axis", 0), data.rank());
+  }
+  same_as_input(ctx);
+}
+
+// ScatterND (data, indices, updates): indices of rank >= 1 whose last dim q addresses at most
+// data's rank; updates = indices[:-1] + data[q:].
+void scatter_nd(InferContext& ctx) {
+  const Shape& data = ctx.input_shape(0);
+  const Shape& idx = ctx.input_shape(1);
+  const Shape& upd = ctx.input_shape(2);
+  if (idx.has_rank() && idx.rank() == 0) ctx.fail("indices must have rank >= 1, got a scalar");
+  if (data.has_rank() && idx.has_rank() && idx[idx.rank() - 1].is_known()) {
+    const int64_t q = idx[idx.rank() - 1].value();
+    if (q > static_cast<int64_t>(data.rank()))
+      ctx.fail("indices address " + std::to_string(q) + " dims; data " + data.to_string() + " has " +
+               std::to_string(data.rank()));
+    std::vector<Dim> want(idx.dims().begin(), idx.dims().end() - 1);
+    want.insert(want.end(), data.dims().begin() + q, data.dims().end());
+    if (upd.has_rank() && !same_known(upd, Shape(want)))
+      ctx.fail("updates have shape " + upd.to_string() + ", expected " + Shape(want).to_string() +
+               " (indices[:-1] + data[" + std::to_string(q) + ":])");
+  }
+  same_as_input(ctx);
+}
 
 void expand(InferContext& ctx) {
   const DType dt = ctx.input_dtype(0);
@@ -485,6 +547,11 @@ void pad(InferContext& ctx) {
     return;
   }
   const size_t rank = x.rank();
+  for (size_t i : {size_t{1}, size_t{3}}) {
+    const Shape& v = i < ctx.num_inputs() && ctx.has_input(i) ? ctx.input_shape(i) : Shape();
+    if (v.has_rank() && v.rank() != 1)
+      ctx.fail(std::string(i == 1 ? "pads" : "axes") + " must be 1-D, got shape " + v.to_string());
+  }
   std::optional<std::vector<int64_t>> pads = ctx.has_attr("pads") ? std::optional(ctx.attr_ints("pads")) : ctx.input_ints(1);
   std::vector<int64_t> axes;
   if (ctx.has_input(3)) {
@@ -548,6 +615,13 @@ void nonzero(InferContext& ctx) {
 void one_hot(InferContext& ctx) {
   const Shape& idx = ctx.input_shape(0);
   const DType dt = ctx.input_dtype(2);
+  const Shape& values = ctx.input_shape(2);
+  if (values.has_rank() && (values.rank() != 1 || (values[0].is_known() && values[0].value() != 2)))
+    ctx.fail("values must hold two elements [off, on], got shape " + values.to_string());
+  const Shape& depth_shape = ctx.input_shape(1);
+  if (depth_shape.has_rank() && (depth_shape.rank() > 1 || (depth_shape.rank() == 1 && depth_shape[0].is_known() &&
+                                                             depth_shape[0].value() != 1)))
+    ctx.fail("depth must be a scalar, got shape " + depth_shape.to_string());
   if (!idx.has_rank()) {
     ctx.set_output(0, dt, Shape());
     return;
@@ -643,7 +717,9 @@ void register_shape_ops(Registry& r) {
   r.add("GatherElements", gather_elements);
   r.add("GatherND", gather_nd);
   // TensorScatter writes updates into a KV cache in place: the cache keeps its shape.
-  for (const char* op : {"ScatterND", "ScatterElements", "Scatter", "TensorScatter"}) r.add(op, same_as_input);
+  r.add("ScatterND", scatter_nd);
+  for (const char* op : {"ScatterElements", "Scatter"}) r.add(op, scatter_elements);
+  r.add("TensorScatter", same_as_input);
   r.add("Expand", expand);
   r.add("Tile", tile);
   r.add("Pad", pad);

@@ -419,8 +419,9 @@ class DynamicQuantizeKernel final : public Kernel {
     const float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
     const float initial = 0.0f - lo / scale;
     const float zp = std::nearbyint(std::max(0.0f, std::min(255.0f, initial)));
-    out[1].as<float>()[0] = scale;
-    out[2].as<uint8_t>()[0] = static_cast<uint8_t>(zp);
+    // The scale and zero point outputs may be omitted (a node that reads only y).
+    if (present(out, 1)) out[1].as<float>()[0] = scale;
+    if (present(out, 2)) out[2].as<uint8_t>()[0] = static_cast<uint8_t>(zp);
     uint8_t* y = out[0].as<uint8_t>();
     parallel(ctx, n, kGrain, [&](int64_t b, int64_t e) { quantize_run<uint8_t>(x + b, y + b, e - b, scale, zp); });
   }
