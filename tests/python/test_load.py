@@ -1,0 +1,186 @@
+"""Load and concurrency: one session from many threads, many sessions at once, compiling while
+running, an interrupted run, and memory that stays flat over many runs and compile cycles.
+
+Each result is compared with serial runs of the same session (bit for bit) or with numpy.
+Counts: `make test` runs a tenth of the full load; TETHER_LOAD_FULL=1 runs all of it
+(8 threads x 1,000 runs, 20,000 runs, 2,000 load/compile/drop cycles).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import tether as tt
+from onnx import TensorProto, helper, numpy_helper
+
+pytestmark = pytest.mark.load
+
+FULL = os.environ.get("TETHER_LOAD_FULL") == "1"
+
+
+def count(full: int) -> int:
+    """`full` under TETHER_LOAD_FULL=1, a tenth of it otherwise."""
+    return full if FULL else max(1, full // 10)
+
+
+def cnn(width: int = 8, seed: int = 0) -> bytes:
+    """Conv-Relu-Conv-Relu-GlobalAveragePool-Flatten-Gemm-Softmax on [N, 3, 16, 16]."""
+    rng = np.random.default_rng(seed)
+
+    def init(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("GlobalAveragePool", ["r2"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "wf", "bf"], ["g"], transB=1),
+        helper.make_node("Softmax", ["g"], ["y"], axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])],
+        [init("w1", width, 3, 3, 3), init("b1", width), init("w2", width, width, 3, 3), init("b2", width),
+         init("wf", 10, width), init("bf", 10)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10).SerializeToString()
+
+
+def inputs(k: int, seed: int = 1, batch: int = 2) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((batch, 3, 16, 16)).astype(np.float32) for _ in range(k)]
+
+
+def hammer(sess: tt.Session, xs: list[np.ndarray], want: list[np.ndarray], runs: int, errors: list) -> None:
+    """Runs `sess` `runs` times over xs in turn; appends the first mismatch or exception."""
+    try:
+        for i in range(runs):
+            j = i % len(xs)
+            got = sess.run({"x": xs[j]})["y"]
+            if not np.array_equal(got, want[j]):
+                errors.append(f"run {i}: output differs from the serial run's")
+                return
+    except Exception as e:  # noqa: BLE001 - reported by the test
+        errors.append(repr(e))
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_one_session_from_eight_threads_is_bit_identical_to_serial_runs(threads):
+    sess = tt.compile(cnn(), threads=threads)
+    xs = inputs(8)
+    want = [sess.run({"x": x})["y"] for x in xs]
+    errors: list[str] = []
+    workers = [threading.Thread(target=hammer, args=(sess, xs[k:] + xs[:k], want[k:] + want[:k], count(1000), errors))
+               for k in range(8)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert errors == []
+    # A batch size not seen before, while the other shapes' plans are kept.
+    x = inputs(1, seed=9, batch=5)[0]
+    np.testing.assert_array_equal(sess.run({"x": x})["y"][:2], sess.run({"x": x[:2]})["y"])
+
+
+def test_several_sessions_run_in_parallel_each_as_it_runs_alone():
+    models = [cnn(width=w, seed=w) for w in (4, 8, 12, 16)]
+    sessions = [tt.compile(m, threads=1) for m in models]
+    xs = inputs(4)
+    wants = [[s.run({"x": x})["y"] for x in xs] for s in sessions]
+    errors: list[str] = []
+    workers = [threading.Thread(target=hammer, args=(s, xs, w, count(500), errors)) for s, w in zip(sessions, wants,
+                                                                                                       strict=True)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert errors == []
+
+
+def test_compiling_and_dropping_sessions_while_another_thread_runs():
+    sess = tt.compile(cnn(), threads=2)
+    xs = inputs(4)
+    want = [sess.run({"x": x})["y"] for x in xs]
+    errors: list[str] = []
+    runner = threading.Thread(target=hammer, args=(sess, xs, want, count(2000), errors))
+    runner.start()
+    blob = cnn(width=6, seed=3)
+    reference = None
+    while runner.is_alive():
+        other = tt.compile(tt.load(blob), threads=1)
+        y = other.run({"x": xs[0]})["y"]
+        if reference is None:
+            reference = y
+        np.testing.assert_array_equal(y, reference)
+        del other
+    runner.join()
+    assert errors == []
+    assert reference is not None
+
+
+def test_a_keyboard_interrupt_during_runs_leaves_the_session_usable():
+    sess = tt.compile(cnn(width=32), threads=2)
+    x = inputs(1, batch=16)[0]
+    want = sess.run({"x": x})["y"]
+    timer = threading.Timer(0.2, os.kill, args=(os.getpid(), signal.SIGINT))
+    timer.start()
+    interrupted = False
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            sess.run({"x": x})
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        timer.cancel()
+    assert interrupted
+    np.testing.assert_array_equal(sess.run({"x": x})["y"], want)
+    # And from another thread, which sees no signal, runs go on as before.
+    errors: list[str] = []
+    hammer(sess, [x], [want], 3, errors)
+    assert errors == []
+
+
+def test_many_runs_do_not_grow_memory():
+    sess = tt.compile(cnn(), threads=2)
+    xs = inputs(2) + inputs(2, seed=5, batch=3)
+    want = [sess.run({"x": x})["y"] for x in xs]
+    runs = count(20000)
+    errors: list[str] = []
+    hammer(sess, xs, want, runs // 10, errors)  # warm-up: every plan made, allocator settled
+    before = rss()
+    hammer(sess, xs, want, runs, errors)
+    growth = rss() - before
+    assert errors == []
+    assert growth < 4 << 20, f"RSS grew by {growth} bytes over {runs} runs"
+
+
+def test_load_compile_drop_cycles_do_not_grow_memory():
+    blob = cnn(width=16)
+    x = inputs(1)[0]
+    want = tt.compile(tt.load(blob), threads=1).run({"x": x})["y"]
+    cycles = count(2000)
+
+    def cycle():
+        sess = tt.compile(tt.load(blob), threads=1)
+        np.testing.assert_array_equal(sess.run({"x": x})["y"], want)
+
+    for _ in range(max(20, cycles // 10)):
+        cycle()
+    before = rss()
+    for _ in range(cycles):
+        cycle()
+    growth = rss() - before
+    assert growth < 8 << 20, f"RSS grew by {growth} bytes over {cycles} load/compile/drop cycles"
