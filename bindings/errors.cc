@@ -104,6 +104,9 @@ void register_errors(pyb::module_& m) {
       raise(classes.calibration, e);
     } catch (const MemoryLimitError& e) {
       raise(classes.memory_limit, e);
+    } catch (const Interrupted& e) {
+      // PyErr_CheckSignals set the KeyboardInterrupt (or what a signal handler raised).
+      if (!PyErr_Occurred()) PyErr_SetNone(PyExc_KeyboardInterrupt);
     } catch (const InternalError& e) {
       raise(classes.internal, e);
     } catch (const Error& e) {

@@ -1,4 +1,6 @@
 // tether._core.Session: compile a model and run it on numpy arrays.
+#include <optional>
+
 #include "bindings.h"
 #include "engine/cpu/gemm.h"
 #include "engine/cpu/qgemm.h"
@@ -22,9 +24,25 @@ pyb::list infos(const std::vector<engine::TensorInfo>& list) {
   return out;
 }
 
+// The Python thread that receives signals, taken at import.
+unsigned long g_main_thread = 0;
+
+// On the main thread, a run stops at the next kernel after Ctrl-C (checked every 20 ms, with
+// the GIL taken for the check): the KeyboardInterrupt is raised there and then, not after the
+// run. Other threads never see signals; their runs are not polled.
+std::optional<engine::InterruptScope> interruptible() {
+  if (PyThread_get_thread_ident() != g_main_thread) return std::nullopt;
+  return std::optional<engine::InterruptScope>(std::in_place, [] {
+    pyb::gil_scoped_acquire gil;
+    return PyErr_CheckSignals() != 0;
+  });
+}
+
 }  // namespace
 
 void register_session(pyb::module_& m) {
+  g_main_thread = static_cast<unsigned long>(
+      pyb::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long long>());
   using engine::Session;
   pyb::class_<Session>(m, "Session")
       .def("inputs", [](const Session& s) { return infos(s.inputs()); })
@@ -64,6 +82,7 @@ void register_session(pyb::module_& m) {
             std::vector<ir::Tensor> outputs;
             {
               pyb::gil_scoped_release release;
+              const auto scope = interruptible();
               outputs = s.run(f.inputs);
             }
             return arrays(outputs);
@@ -77,6 +96,7 @@ void register_session(pyb::module_& m) {
             std::vector<std::pair<std::string, ir::Tensor>> captured;
             {
               pyb::gil_scoped_release release;
+              const auto scope = interruptible();
               outputs = s.run_capture(f.inputs, names, captured);
             }
             pyb::list values;

@@ -130,27 +130,60 @@ def test_compiling_and_dropping_sessions_while_another_thread_runs():
     assert reference is not None
 
 
-def test_a_keyboard_interrupt_during_runs_leaves_the_session_usable():
-    sess = tt.compile(cnn(width=32), threads=2)
-    x = inputs(1, batch=16)[0]
+def deep(layers: int, width: int = 32) -> bytes:
+    """`layers` 3x3 convolutions with Relu, width channels, on [N, width, 32, 32]."""
+    rng = np.random.default_rng(0)
+    nodes, inits, prev = [], [], "x"
+    for k in range(layers):
+        inits.append(numpy_helper.from_array((rng.standard_normal((width, width, 3, 3)) * 0.06).astype(np.float32), f"w{k}"))
+        nodes += [helper.make_node("Conv", [prev, f"w{k}"], [f"c{k}"], pads=[1, 1, 1, 1], name=f"conv{k}"),
+                  helper.make_node("Relu", [f"c{k}"], [f"r{k}"], name=f"relu{k}")]
+        prev = f"r{k}"
+    nodes.append(helper.make_node("Identity", [prev], ["y"]))
+    graph = helper.make_graph(nodes, "deep", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width, 32, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10).SerializeToString()
+
+
+def test_ctrl_c_stops_a_long_run_between_kernels_and_the_session_stays_usable():
+    sess = tt.compile(deep(64), threads=2, profile=True)
+    x = np.random.default_rng(1).standard_normal((64, 32, 32, 32)).astype(np.float32)
     want = sess.run({"x": x})["y"]
-    timer = threading.Timer(0.2, os.kill, args=(os.getpid(), signal.SIGINT))
+    start = time.monotonic()
+    sess.run({"x": x})
+    one_run = time.monotonic() - start
+    assert one_run > 0.2, f"a run takes {one_run:.3f} s: too short to interrupt in the middle"
+    timer = threading.Timer(one_run / 10, os.kill, args=(os.getpid(), signal.SIGINT))
     timer.start()
-    interrupted = False
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        with pytest.raises(KeyboardInterrupt):
             sess.run({"x": x})
-    except KeyboardInterrupt:
-        interrupted = True
     finally:
         timer.cancel()
-    assert interrupted
+    # The run stopped part way: the first kernels ran three times, the last ones twice.
+    runs = [p["runs"] for p in sess.profile()]
+    assert runs[0] == 3 and runs[-1] == 2, runs
     np.testing.assert_array_equal(sess.run({"x": x})["y"], want)
-    # And from another thread, which sees no signal, runs go on as before.
+    # Runs on other threads see no signal and are not polled.
     errors: list[str] = []
-    hammer(sess, [x], [want], 3, errors)
+    hammer(sess, [x], [want], 2, errors)
     assert errors == []
+
+
+def test_ctrl_c_between_short_runs_leaves_the_session_usable():
+    sess = tt.compile(cnn(), threads=2)
+    x = inputs(1, batch=4)[0]
+    want = sess.run({"x": x})["y"]
+    timer = threading.Timer(0.1, os.kill, args=(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                np.testing.assert_array_equal(sess.run({"x": x})["y"], want)
+    finally:
+        timer.cancel()
+    np.testing.assert_array_equal(sess.run({"x": x})["y"], want)
 
 
 def test_many_runs_do_not_grow_memory():

@@ -12,6 +12,7 @@
 //   std::vector<ir::Tensor> out = session->run({{"x", x}});
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -157,6 +158,32 @@ class Session {
   virtual int threads() const = 0;
   /// Per-node kernel times, in execution order (empty unless compiled with profile = true).
   virtual std::vector<NodeProfile> profile() const = 0;
+};
+
+/// Lets a caller stop runs of the CPU engine on its own thread: while a scope is alive, a run
+/// on the thread that made it calls `check` between kernels, at most once per `interval`, and
+/// when `check` returns true stops with tether::Interrupted, leaving the session usable. (The
+/// Python module installs one on the main thread, so Ctrl-C ends a long run.)
+///
+///   std::atomic<bool> stop{false};
+///   engine::InterruptScope scope([&] { return stop.load(); });
+///   session->run(inputs);   // throws tether::Interrupted soon after `stop` is set
+class InterruptScope {
+ public:
+  explicit InterruptScope(std::function<bool()> check, std::chrono::microseconds interval = std::chrono::milliseconds(20));
+  ~InterruptScope();
+  InterruptScope(const InterruptScope&) = delete;
+  InterruptScope& operator=(const InterruptScope&) = delete;
+
+  /// Called by the engine between kernels: throws tether::Interrupted when the innermost scope
+  /// of this thread says so. Cheap when no scope is alive.
+  static void poll();
+
+ private:
+  std::function<bool()> check_;
+  std::chrono::microseconds interval_;
+  std::chrono::steady_clock::time_point next_;
+  InterruptScope* outer_;
 };
 
 /// Compiles `model` (which is not changed). Throws UnsupportedError listing every node the

@@ -98,6 +98,13 @@ class CalibrationError : public Error {
   using Error::Error;
 };
 
+/// A run stopped before its end because its caller asked (engine::InterruptScope): in Python, a
+/// KeyboardInterrupt. The session stays usable.
+class Interrupted : public Error {
+ public:
+  using Error::Error;
+};
+
 /// An internal invariant failed: a bug in tether, never a problem with user input.
 class InternalError : public Error {
  public:

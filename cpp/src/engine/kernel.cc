@@ -1,5 +1,8 @@
 #include "engine/kernel.h"
 
+#include "tether/engine.h"
+#include "tether/error.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -92,6 +95,26 @@ std::string RegistryBackend::supports(const KernelInit& init) const {
 
 std::unique_ptr<Kernel> RegistryBackend::create(const KernelInit& init) const {
   return registry_.find(init.node.domain(), init.node.op_type())->create(init);
+}
+
+namespace {
+thread_local InterruptScope* t_interrupt = nullptr;
+}  // namespace
+
+InterruptScope::InterruptScope(std::function<bool()> check, std::chrono::microseconds interval)
+    : check_(std::move(check)), interval_(interval), next_(std::chrono::steady_clock::now() + interval), outer_(t_interrupt) {
+  t_interrupt = this;
+}
+
+InterruptScope::~InterruptScope() { t_interrupt = outer_; }
+
+void InterruptScope::poll() {
+  InterruptScope* scope = t_interrupt;
+  if (scope == nullptr) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < scope->next_) return;
+  scope->next_ = now + scope->interval_;
+  if (scope->check_()) throw Interrupted("the run was interrupted by its caller");
 }
 
 }  // namespace tether::engine

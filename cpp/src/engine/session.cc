@@ -703,6 +703,7 @@ std::vector<ir::Tensor> CpuSession::run_steps(const std::vector<std::pair<std::s
     }
     RunContext ctx{pool_.get(), base + plan->arena_bytes};
     for (int s = plan->begin; s < plan->end; ++s) {
+      InterruptScope::poll();
       const Step& step = steps_[static_cast<size_t>(s)];
       std::vector<View> ins, outs;
       ins.reserve(step.inputs.size());
