@@ -13,17 +13,28 @@ APT_PACKAGES := libprotobuf-dev protobuf-compiler libeigen3-dev libgtest-dev lib
 # Sources whose change needs the extension rebuilt.
 CORE_SOURCES := $(shell find cpp bindings tests/cpp cmake -type f 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all demo test test-cpp test-python setup apt lint clean
+.PHONY: all demo test test-cpp test-sanitize test-python setup apt lint clean
 
 all: setup
 
 demo: setup
 	$(VPY) -m tether.demo
 
-test: setup test-cpp test-python lint
+test: setup test-cpp test-sanitize test-python lint
 
 test-cpp: setup
 	ctest --test-dir $(BUILD) --output-on-failure -j2
+
+# The C++ library, its tests and the fuzz targets' replays of their corpora once more under
+# AddressSanitizer and UndefinedBehaviorSanitizer, in a build folder of their own (incremental).
+SAN_BUILD := build/asan
+test-sanitize: setup
+	@test -f $(SAN_BUILD)/build.ninja || $(VENV)/bin/cmake -S . -B $(SAN_BUILD) -G Ninja \
+	  -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DTETHER_SANITIZE=ON -DTETHER_BUILD_TESTS=ON >/dev/null
+	$(VENV)/bin/cmake --build $(SAN_BUILD) -j2
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  $(VENV)/bin/ctest --test-dir $(SAN_BUILD) --output-on-failure -j2
 
 test-python: setup
 	$(VPY) -m pytest -q

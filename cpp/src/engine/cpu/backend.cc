@@ -135,7 +135,7 @@ std::vector<int64_t> int_values(const View& v) {
     for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = v.as<int32_t>()[i];
   } else {
     TETHER_CHECK(v.dtype == DType::kInt64, "int_values of a non-integer tensor");
-    std::memcpy(out.data(), v.data, static_cast<size_t>(n) * sizeof(int64_t));
+    if (n > 0) std::memcpy(out.data(), v.data, static_cast<size_t>(n) * sizeof(int64_t));
   }
   return out;
 }
