@@ -76,6 +76,23 @@ def test_attention_matches_onnxruntime_on_a_causal_decoder_block() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+def test_a_nan_in_the_mask_where_causality_hides_the_key_still_makes_the_row_nan() -> None:
+    # The operator's definition adds its masks: NaN + -inf is NaN, as the reference has it.
+    # (onnxruntime adds attn_mask to the padding mask of nonpad_kv_seqlen, but sets causal
+    # positions to -inf, so it gives a number here.)
+    model = _attention_model((1, 2, 4, 8), (1, 2, 6, 8), (1, 2, 6, 8), mask_shape=(1, 1, 4, 6), is_causal=1)
+    rng = np.random.default_rng(3)
+    feeds = {"q": rng.standard_normal((1, 2, 4, 8)).astype(np.float32),
+             "k": rng.standard_normal((1, 2, 6, 8)).astype(np.float32),
+             "v": rng.standard_normal((1, 2, 6, 8)).astype(np.float32),
+             "mask": rng.standard_normal((1, 1, 4, 6)).astype(np.float32)}
+    feeds["mask"][0, 0, 1, 5] = np.nan  # query 1 may not see key 5
+    got = tt.compile(tt.load(model), threads=1).run(feeds)["y"]
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    assert np.isnan(want[0, :, 1]).all() and not np.isnan(want[0, :, [0, 2, 3]]).any()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_attention_shape_mismatch_is_a_typed_error() -> None:
     model = _attention_model((1, 4, 8, 16), (1, 4, 8, 16), (1, 4, 8, 16), mask_shape=("a", "b", "c"), name="attn")
     sess = tt.compile(tt.load(model))

@@ -958,3 +958,113 @@ def test_sigmoid_and_silu_epilogues_hold_at_extreme_values(act):
     np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
     ok = ~np.isnan(ref)
     np.testing.assert_allclose(got[ok], ref[ok], rtol=2e-6, atol=1e-30)
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceSumSquare", "ArgMax"])
+@pytest.mark.parametrize("keepdims,noop", [(-1, 0), (2, 0), (0, -2), (1, 2), (1, 1)])
+def test_only_1_means_true_for_keepdims_and_noop_with_empty_axes_as_in_onnxruntime(op, keepdims, noop):
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    attrs = {"keepdims": keepdims} if op == "ArgMax" else {"keepdims": keepdims, "noop_with_empty_axes": noop}
+    node = helper.make_node(op, ["x"], ["y"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4, 2])],
+                              [helper.make_empty_tensor_value_info("y")])
+    blob = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10).SerializeToString()
+    x = np.random.default_rng(0).standard_normal((3, 4, 2)).astype(np.float32)
+    want = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = tt.compile(blob).run({"x": x})["y"]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("c_shape", [(), (1,), (1, 1), (2, 1)])
+@pytest.mark.parametrize("optimize", [False, True])
+def test_gemm_of_one_column_with_a_bias_of_any_broadcast_shape_matches_onnxruntime(c_shape, optimize):
+    # A scalar C with one output column once read the dims of a rank-0 tensor (a crash).
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Gemm", ["a", "b", "c"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "abc"],
+                              [helper.make_empty_tensor_value_info("y")])
+    blob = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10).SerializeToString()
+    rng = np.random.default_rng(0)
+    feeds = {"a": rng.standard_normal((2, 3)).astype(np.float32), "b": rng.standard_normal((3, 1)).astype(np.float32),
+             "c": rng.standard_normal(c_shape).astype(np.float32)}
+    want = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(tt.compile(blob, optimize=optimize).run(feeds)["y"], want, rtol=1e-5, atol=1e-6)
+
+
+def _single(op, inputs, outputs=("y",), opset=18, **attrs) -> bytes:
+    """One `op` node over float/int inputs of unknown shape (name -> dtype)."""
+    from onnx import helper
+
+    node = helper.make_node(op, list(inputs), list(outputs), name="n", **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, t, None) for n, t in inputs.items()],
+                              [helper.make_empty_tensor_value_info(o) for o in outputs])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10).SerializeToString()
+
+
+def test_layer_normalization_bias_broadcast_along_a_non_last_dim_matches_onnxruntime():
+    # B of shape [4, 1] over the normalised dims [4, 5] was read as if it were [4] repeated.
+    import onnxruntime as ort
+    from onnx import TensorProto
+
+    blob = _single("LayerNormalization", {"x": TensorProto.FLOAT, "w": TensorProto.FLOAT, "b": TensorProto.FLOAT},
+                   axis=-2)
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((2, 3, 4, 5)).astype(np.float32), "w": rng.standard_normal((4, 5)).astype(np.float32),
+             "b": rng.standard_normal((4, 1)).astype(np.float32)}
+    want = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(tt.compile(blob).run(feeds)["y"], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op,reduction", [("ScatterND", "max"), ("ScatterND", "min"), ("ScatterElements", "max")])
+def test_scatter_max_and_min_keep_a_nan_update_as_onnxruntime_does(op, reduction):
+    # (ONNX's reference keeps NaN for ScatterND, as numpy's maximum does, but drops it for
+    # ScatterElements, whose loop uses Python's max; onnxruntime keeps it in both.)
+    import onnxruntime as ort
+    from onnx import TensorProto
+
+    blob = _single(op, {"d": TensorProto.FLOAT, "i": TensorProto.INT64, "u": TensorProto.FLOAT}, reduction=reduction)
+    indices = np.array([[0, 0], [1, 1]], np.int64) if op == "ScatterND" else np.array([[0, 1], [1, 0]], np.int64)
+    updates = np.array([np.nan, 7.0], np.float32) if op == "ScatterND" else np.array([[np.nan, 7], [0, np.nan]], np.float32)
+    feeds = {"d": np.array([[1, 2], [3, 4]], np.float32), "i": indices, "u": updates}
+    want = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert np.isnan(want).any()
+    np.testing.assert_array_equal(tt.compile(blob).run(feeds)["y"], want)
+
+
+def test_reduce_log_sum_exp_of_infinities_is_infinite_not_nan():
+    from onnx import TensorProto
+
+    blob = _single("ReduceLogSumExp", {"x": TensorProto.FLOAT}, axes=[1], keepdims=0, opset=13)
+    x = np.array([[1.0, np.inf], [np.inf, np.inf], [-np.inf, -np.inf], [-np.inf, 2.0], [np.nan, 1.0]], np.float32)
+    with np.errstate(invalid="ignore"):
+        want = np.logaddexp(x[:, 0], x[:, 1])
+    np.testing.assert_allclose(tt.compile(blob).run({"x": x})["y"], want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("op,attrs,message", [
+    ("Resize", {"axes": [3, 3], "mode": "nearest"}, "axes name axis 3 twice"),
+    ("ReduceSum", {"axes": [1, -1], "opset": 13}, "axes name axis 1 twice"),
+])
+def test_repeated_axes_are_a_shape_error(op, attrs, message):
+    from onnx import TensorProto
+
+    opset = attrs.pop("opset", 18)
+    if op == "Resize":
+        from onnx import helper
+
+        node = helper.make_node(op, ["x", "", "s"], ["y"], name="n", **attrs)
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
+                                                helper.make_tensor_value_info("s", TensorProto.FLOAT, None)],
+                                  [helper.make_empty_tensor_value_info("y")])
+        blob = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10).SerializeToString()
+        feeds = {"x": np.ones((1, 1, 2, 2), np.float32), "s": np.array([2, 2], np.float32)}
+    else:
+        blob = _single(op, {"x": TensorProto.FLOAT}, opset=opset, **attrs)
+        feeds = {"x": np.ones((2, 2), np.float32)}
+    with pytest.raises(tt.ShapeError, match=f"{op} 'n': {message}"):
+        tt.compile(blob).run(feeds)

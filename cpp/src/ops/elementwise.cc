@@ -211,7 +211,7 @@ void along_axis(InferContext& ctx) {
 void mean_variance(InferContext& ctx) {
   const Shape& x = ctx.input_shape(0);
   if (x.has_rank())
-    for (int64_t a : ctx.attr_ints("axes", {0, 2, 3})) ctx.axis(a, x.rank(), "an entry of axes");
+    ctx.distinct_axes(ctx.attr_ints("axes", {0, 2, 3}), x.rank());
   same_as_input(ctx);
 }
 

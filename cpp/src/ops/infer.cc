@@ -111,6 +111,18 @@ size_t InferContext::axis(int64_t axis, size_t rank, std::string_view what) cons
   return static_cast<size_t>(axis < 0 ? axis + r : axis);
 }
 
+std::vector<size_t> InferContext::distinct_axes(const std::vector<int64_t>& axes, size_t rank, std::string_view what) const {
+  std::vector<size_t> out;
+  std::vector<bool> seen(rank, false);
+  for (int64_t a : axes) {
+    const size_t k = axis(a, rank, std::string("an entry of ") + std::string(what));
+    if (seen[k]) fail(std::string(what) + " name axis " + std::to_string(k) + " twice");
+    seen[k] = true;
+    out.push_back(k);
+  }
+  return out;
+}
+
 Dim InferContext::dim(int64_t size, std::string_view what) const {
   if (size < 0) fail(std::string(what) + " is " + std::to_string(size) + "; sizes must be >= 0");
   return Dim(size);

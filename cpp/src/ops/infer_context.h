@@ -103,6 +103,8 @@ class InferContext {
   [[noreturn]] void fail(const std::string& why) const;
   /// Normalises an axis in [-rank, rank) to [0, rank); fail()s when out of range.
   size_t axis(int64_t axis, size_t rank, std::string_view what = "axis") const;
+  /// Each of `axes` through axis(), in order; fail()s naming the axis when one repeats.
+  std::vector<size_t> distinct_axes(const std::vector<int64_t>& axes, size_t rank, std::string_view what = "axes") const;
   /// A known dim of size `size`; fail()s naming `what` when the size is negative.
   Dim dim(int64_t size, std::string_view what) const;
   /// a + b and a * b; fail() naming `what` when the result overflows int64. Attribute values

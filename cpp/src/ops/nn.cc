@@ -324,8 +324,7 @@ void resize(InferContext& ctx) {
     return;
   }
   const size_t rank = x.rank();
-  std::vector<size_t> axes;
-  for (int64_t a : ctx.attr_ints("axes")) axes.push_back(ctx.axis(a, rank));
+  std::vector<size_t> axes = ctx.distinct_axes(ctx.attr_ints("axes"), rank);
   if (axes.empty())
     for (size_t i = 0; i < rank; ++i) axes.push_back(i);
   std::vector<Dim> out = x.dims();
@@ -451,6 +450,55 @@ void recurrent(InferContext& ctx) {
 // Attention (opset 23). Q, K, V are 4-D (batch, heads, seq, head_size) or 3-D (batch, seq,
 // heads * head_size) with q_num_heads / kv_num_heads. Outputs: Y, present_key,
 // present_value (past_seq + kv_seq on the sequence axis), qk_matmul_output.
+// RotaryEmbedding (opset 23): X [batch, heads, seq, head] or [batch, seq, hidden] with
+// num_heads; cos_cache and sin_cache of one shape, [positions, rot / 2] with position_ids or
+// [batch, seq, rot / 2] without; rot (rotary_embedding_dim, else the head size) even and at
+// most the head size.
+void rotary(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  const int64_t heads = ctx.attr_int("num_heads", 0);
+  const int64_t rot_attr = ctx.attr_int("rotary_embedding_dim", 0);
+  if (rot_attr < 0) ctx.fail("rotary_embedding_dim is " + std::to_string(rot_attr) + "; it must be >= 0");
+  Dim head;
+  if (x.has_rank()) {
+    if (x.rank() != 3 && x.rank() != 4) ctx.fail("input must be 3-D or 4-D, got " + x.to_string());
+    if (x.rank() == 3) {
+      if (heads <= 0) ctx.fail("a 3-D input needs a positive num_heads attribute, got " + std::to_string(heads));
+      if (x[2].is_known() && x[2].value() % heads != 0)
+        ctx.fail("hidden size " + x[2].to_string() + " is not a multiple of num_heads " + std::to_string(heads));
+      if (x[2].is_known()) head = Dim(x[2].value() / heads);
+    } else {
+      head = x[3];
+    }
+  }
+  const Dim rot = rot_attr > 0 ? Dim(rot_attr) : head;
+  if (rot.is_known() && rot.value() % 2 != 0) ctx.fail("the rotated size " + rot.to_string() + " must be even");
+  if (rot_attr > 0 && head.is_known() && rot_attr > head.value())
+    ctx.fail("rotary_embedding_dim " + std::to_string(rot_attr) + " exceeds the head size " + head.to_string());
+  const Shape& cos = ctx.input_shape(1);
+  const Shape& sin = ctx.input_shape(2);
+  const bool by_position = ctx.num_inputs() > 3 && ctx.has_input(3);
+  const size_t cache_rank = by_position ? 2 : 3;
+  for (const Shape* c : {&cos, &sin}) {
+    if (!c->has_rank()) continue;
+    const char* name = c == &cos ? "cos_cache" : "sin_cache";
+    if (c->rank() != cache_rank)
+      ctx.fail(std::string(name) + " must be " + std::to_string(cache_rank) + "-D " +
+               (by_position ? "[positions, rot / 2] with position_ids" : "[batch, sequence, rot / 2] without position_ids") +
+               ", got " + c->to_string());
+    const Dim& last = (*c)[cache_rank - 1];
+    if (last.is_known() && rot.is_known() && last.value() != rot.value() / 2)
+      ctx.fail(std::string(name) + " " + c->to_string() + " must end in rot / 2 = " + std::to_string(rot.value() / 2));
+  }
+  if (cos.has_rank() && sin.has_rank()) {
+    bool same = cos.rank() == sin.rank();
+    for (size_t k = 0; same && k < cos.rank(); ++k)
+      same = !(cos[k].is_known() && sin[k].is_known() && cos[k].value() != sin[k].value());
+    if (!same) ctx.fail("cos_cache " + cos.to_string() + " and sin_cache " + sin.to_string() + " must have one shape");
+  }
+  ctx.set_output(0, ctx.input_type(0));
+}
+
 void attention(InferContext& ctx) {
   const Shape& q = ctx.input_shape(0);
   const Shape& k = ctx.input_shape(1);
@@ -627,7 +675,8 @@ void register_nn(Registry& r) {
   for (const char* op : {"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"}) r.add(op, global_pool);
   r.add("BatchNormalization", batch_norm);
   r.add("LayerNormalization", layer_norm);
-  for (const char* op : {"RMSNormalization", "RotaryEmbedding"}) r.add(op, same_as_input);
+  r.add("RMSNormalization", same_as_input);
+  r.add("RotaryEmbedding", rotary);
   r.add("InstanceNormalization", instance_norm);
   r.add("LRN", lrn);
   r.add("GroupNormalization", group_norm);

@@ -9,7 +9,8 @@ namespace {
 void reduce(InferContext& ctx) {
   const Shape& x = ctx.input_shape(0);
   const DType dt = ctx.input_dtype(0);
-  const bool keep = ctx.attr_int("keepdims", 1) != 0;
+  // Only 1 keeps the reduced dims, as in ONNX's own inference and onnxruntime.
+  const bool keep = ctx.attr_int("keepdims", 1) == 1;
   std::optional<std::vector<int64_t>> axes;
   if (ctx.has_attr("axes")) axes = ctx.attr_ints("axes");
   else if (ctx.has_input(1)) axes = ctx.input_ints(1);
@@ -23,11 +24,11 @@ void reduce(InferContext& ctx) {
     return;
   }
   std::vector<bool> reduced(x.rank(), axes->empty());
-  if (axes->empty() && ctx.attr_int("noop_with_empty_axes", 0) != 0) {
+  if (axes->empty() && ctx.attr_int("noop_with_empty_axes", 0) == 1) {
     ctx.set_output(0, ctx.input_type(0));
     return;
   }
-  for (int64_t a : *axes) reduced[ctx.axis(a, x.rank())] = true;
+  for (size_t a : ctx.distinct_axes(*axes, x.rank())) reduced[a] = true;
   std::vector<Dim> out;
   for (size_t i = 0; i < x.rank(); ++i) {
     if (!reduced[i]) out.push_back(x[i]);
@@ -44,7 +45,7 @@ void arg_reduce(InferContext& ctx) {
   }
   const size_t a = ctx.axis(ctx.attr_int("axis", 0), x.rank());
   std::vector<Dim> out = x.dims();
-  if (ctx.attr_int("keepdims", 1) != 0) out[a] = Dim(1);
+  if (ctx.attr_int("keepdims", 1) == 1) out[a] = Dim(1);
   else out.erase(out.begin() + static_cast<std::ptrdiff_t>(a));
   ctx.set_output(0, DType::kInt64, Shape(std::move(out)));
 }

@@ -167,8 +167,7 @@ void squeeze(InferContext& ctx) {
       drop[i] = x[i].value() == 1;
     }
   }
-  for (int64_t a : *axes) {
-    const size_t k = ctx.axis(a, x.rank());
+  for (size_t k : ctx.distinct_axes(*axes, x.rank())) {
     if (x[k].is_known() && x[k].value() != 1) ctx.fail("cannot squeeze axis " + std::to_string(k) + " of size " + x[k].to_string());
     drop[k] = true;
   }

@@ -160,8 +160,7 @@ void center_crop_pad(InferContext& ctx) {
     ctx.set_output(0, dt, Shape());
     return;
   }
-  std::vector<size_t> axes;
-  for (int64_t a : ctx.attr_ints("axes")) axes.push_back(ctx.axis(a, x.rank()));
+  std::vector<size_t> axes = ctx.distinct_axes(ctx.attr_ints("axes"), x.rank());
   if (axes.empty())
     for (size_t i = 0; i < x.rank(); ++i) axes.push_back(i);
   std::vector<Dim> out = x.dims();

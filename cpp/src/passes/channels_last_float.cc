@@ -195,7 +195,7 @@ bool follow_reduce(ir::Graph& g, ir::Node* n) {
   if (!is_onnx(*n, "ReduceMean") && !is_onnx(*n, "ReduceSum") && !is_onnx(*n, "ReduceMax") &&
       !is_onnx(*n, "ReduceMin"))
     return false;
-  if (n->attr_int("keepdims", 1) == 0 || !rank4(n->output(0)) || !from_channels_last(n->input(0))) return false;
+  if (n->attr_int("keepdims", 1) != 1 || !rank4(n->output(0)) || !from_channels_last(n->input(0))) return false;
   const bool from_input = n->attr("axes") == nullptr && n->input(1) != nullptr;
   std::vector<int64_t> axes;
   if (from_input) {

@@ -305,11 +305,11 @@ class AttentionKernel final : public Kernel {
       }
     }
     const int64_t offset = nonpad != nullptr ? nonpad[b] - g.q_seq : g.past;
-    if (causal_ && j > i + offset) return kNegInf;
-    if (left_ >= 0 && (i + offset) - j > left_) return kNegInf;
-    if (right_ >= 0 && j - (i + offset) > right_) return kNegInf;
-    if (nonpad != nullptr && j >= nonpad[b]) return kNegInf;
-    return acc;
+    const bool masked = (causal_ && j > i + offset) || (left_ >= 0 && (i + offset) - j > left_) ||
+                        (right_ >= 0 && j - (i + offset) > right_) || (nonpad != nullptr && j >= nonpad[b]);
+    // Added, as the operator's definition adds its masks: a NaN (or +inf) in attn_mask where
+    // another mask hides the key still makes the row NaN.
+    return masked ? acc + kNegInf : acc;
   }
 
   // Scale, soft-cap, bias and softmax of one row of scores, in place.
@@ -407,14 +407,16 @@ class RotaryKernel final : public Kernel {
   void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
     const View& x = in[0];
     const bool rank3 = x.rank() == 3;
-    if (rank3 && heads_ <= 0)
-      throw ArgumentError(name_ + ": a 3-D input needs the num_heads attribute");
+    // Shape inference checked all this on the planned shapes; a kernel never indexes past them.
+    TETHER_CHECK((rank3 && heads_ > 0 && x.dims[2] % heads_ == 0) || x.rank() == 4, "RotaryEmbedding: bad input rank");
+    TETHER_CHECK(in[1].rank() >= 2 && in[1].dims == in[2].dims, "RotaryEmbedding: caches of different shapes");
     const int64_t batch = x.dims[0];
     const int64_t seq = rank3 ? x.dims[1] : x.dims[2];
     const int64_t heads = rank3 ? heads_ : x.dims[1];
     const int64_t size = rank3 ? x.dims[2] / heads : x.dims[3];
     const int64_t rot = rotary_dim_ > 0 ? rotary_dim_ : size;
     const int64_t half = rot / 2;
+    TETHER_CHECK(rot % 2 == 0 && rot <= size, "RotaryEmbedding: rotated size odd or past the head");
     const View& cos = in[1];
     const View& sin = in[2];
     const bool by_position = present(in, 3);

@@ -158,7 +158,8 @@ class GemmKernel final : public Kernel {
     // A bias over columns (C of shape [n] or [1, n]) and an activation fit the tile epilogue;
     // other C shapes and alpha != 1 are applied after the product.
     const View* c = present(in, 2) && beta_ != 0.0f ? &in[2] : nullptr;
-    const bool col_bias = c != nullptr && c->numel() == n && (c->rank() == 1 || c->dims[0] == 1) && beta_ == 1.0f;
+    const bool col_bias =
+        c != nullptr && c->numel() == n && (c->rank() <= 1 || (c->rank() == 2 && c->dims[0] == 1)) && beta_ == 1.0f;
     const bool fused = alpha_ == 1.0f && (c == nullptr || col_bias);
     GemmEpilogue ep;
     if (fused) {

@@ -123,11 +123,22 @@ std::unique_ptr<Kernel> layer_norm(const KernelInit& init) {
       });
       return;
     }
+    // Other shapes broadcast over the normalised dims ([4, 1] over [4, 5] too): each element
+    // of a row reads its scale and bias through broadcast strides, worked out once.
+    const std::vector<int64_t> norm_dims(x.dims.begin() + static_cast<std::ptrdiff_t>(a), x.dims.end());
+    auto offsets = [&](const View& p) {
+      const std::vector<int64_t> st = broadcast_strides(p.dims, norm_dims);
+      std::vector<int64_t> at(static_cast<size_t>(size));
+      for (int64_t i = 0; i < size; ++i) at[static_cast<size_t>(i)] = broadcast_offset(i, norm_dims, st);
+      return at;
+    };
+    const std::vector<int64_t> s_at = offsets(scale);
+    const std::vector<int64_t> b_at = bias ? offsets(*bias) : std::vector<int64_t>{};
     normalize_rows(
         ctx, x.as<float>(), out[0].as<float>(), rows, size, eps,
         [&](int64_t, int64_t i, float v) {
-          const float s = scale.as<float>()[i % ns];
-          return bias ? v * s + bias->as<float>()[i % nb] : v * s;
+          const float s = scale.as<float>()[s_at[static_cast<size_t>(i)]];
+          return bias ? v * s + bias->as<float>()[b_at[static_cast<size_t>(i)]] : v * s;
         },
         mean, inv);
   });

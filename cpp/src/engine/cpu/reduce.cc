@@ -65,6 +65,9 @@ double reduce_one(Reduce op, const T* x, const ReduceLayout& l, int64_t base) {
   double m = -std::numeric_limits<double>::infinity();
   if (op == Reduce::kLogSumExp)
     for (int64_t r = 0; r < l.per_output; ++r) m = std::fmax(m, static_cast<double>(x[base + l.inner(r)]));
+  // The largest element is subtracted before exp, unless it is infinite (inf - inf is NaN):
+  // then the sum itself is inf (or 0 when every element is -inf), as it should be.
+  if (std::isinf(m)) m = 0.0;
   for (int64_t r = 0; r < l.per_output; ++r) {
     const double v = static_cast<double>(x[base + l.inner(r)]);
     switch (op) {
@@ -152,14 +155,18 @@ class ReduceKernel final : public Kernel {
       : op_(op),
         attr_axes_(init.node.attr_ints("axes")),
         has_attr_axes_(init.node.attr("axes") != nullptr),
-        noop_empty_(init.node.attr_int("noop_with_empty_axes", 0) != 0) {}
+        noop_empty_(init.node.attr_int("noop_with_empty_axes", 0) == 1) {}
 
   void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
     const View& x = in[0];
     std::vector<int64_t> axes = has_attr_axes_ ? attr_axes_ : (present(in, 1) ? int_values(in[1]) : std::vector<int64_t>{});
     bool noop = false;
     const std::vector<bool> red = reduced_dims(axes, x.rank(), noop_empty_, &noop);
-    if (noop) {
+    // Nothing reduced: Sum, Mean, Max, Min and Prod copy; the others still apply their map to
+    // each element (SumSquare squares, L1 takes the magnitude, LogSum the log...), as ONNX's
+    // reference and onnxruntime do.
+    if (noop && (op_ == Reduce::kSum || op_ == Reduce::kMean || op_ == Reduce::kMax || op_ == Reduce::kMin ||
+                 op_ == Reduce::kProd)) {
       std::memcpy(out[0].data, x.data, static_cast<size_t>(*ir::storage_bytes(x.dtype, x.numel())));
       return;
     }

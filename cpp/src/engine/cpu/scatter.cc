@@ -43,8 +43,9 @@ void combine(Reduction r, T* dst, int64_t to, const T* src, int64_t from) {
     case Reduction::kNone: d = v; break;
     case Reduction::kAdd: d = static_cast<T>(d + v); break;
     case Reduction::kMul: d = static_cast<T>(d * v); break;
-    case Reduction::kMax: d = std::max(d, v); break;
-    case Reduction::kMin: d = std::min(d, v); break;
+    // NaN wins either way, as numpy's maximum and minimum (and the ONNX reference) have it.
+    case Reduction::kMax: if (v != v || v > d) d = v; break;
+    case Reduction::kMin: if (v != v || v < d) d = v; break;
   }
 }
 

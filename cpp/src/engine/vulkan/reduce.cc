@@ -20,7 +20,7 @@ struct ReducePush {
 std::vector<int64_t> reduce_axes(const KernelInit& init, size_t rank, bool* noop) {
   std::vector<int64_t> axes = init.node.attr_ints("axes");
   if (init.node.attr("axes") == nullptr && init.constant(1) != nullptr) axes = int_values(*init.constant(1));
-  *noop = axes.empty() && init.node.attr_int("noop_with_empty_axes", 0) != 0;
+  *noop = axes.empty() && init.node.attr_int("noop_with_empty_axes", 0) == 1;
   if (axes.empty())
     for (size_t d = 0; d < rank; ++d) axes.push_back(static_cast<int64_t>(d));
   for (int64_t& a : axes) a = a < 0 ? a + static_cast<int64_t>(rank) : a;
@@ -67,6 +67,9 @@ std::string reduce_check(const KernelInit& init) {
     return "its axes are computed at run time; the Vulkan kernel takes constant axes";
   bool noop = false;
   const std::vector<int64_t> axes = reduce_axes(init, s.rank(), &noop);
+  const std::string& op = init.node.op_type();
+  if (noop && op != "ReduceSum" && op != "ReduceMean" && op != "ReduceMax" && op != "ReduceMin" && op != "ReduceProd")
+    return "with no axes and noop_with_empty_axes it maps each element; the Vulkan kernel copies";
   for (int64_t a : axes)
     if (a < 0 || a >= static_cast<int64_t>(s.rank())) return "an axis is out of range";
   for (size_t k = 1; k < axes.size(); ++k)
