@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import ray.data
 
 from tether import _core
 from tether.distributed._common import (
@@ -148,8 +149,8 @@ def calibrate(model: ModelSource, dataset: Any, *, method: str | None = None, pe
     start = time.perf_counter()
     with dataset_order():
         results = dataset.map_batches(
-            _CalibrateWorker, batch_size=batch_size, batch_format="numpy", concurrency=concurrency,
-            num_cpus=threads_per_worker,
+            _CalibrateWorker, batch_size=batch_size, batch_format="numpy",
+            compute=ray.data.ActorPoolStrategy(size=concurrency), num_cpus=threads_per_worker,
             fn_constructor_kwargs={"model": portable(model), "profile": profile, "options": options, "bins": bins,
                                    "threads": threads_per_worker, "skip_nonfinite": skip_nonfinite,
                                    "fail_marker": _fail_once})

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import ray.data
 
 from tether import _core
 from tether.distributed._common import (
@@ -124,8 +125,8 @@ def compare(reference: ModelSource, candidate: ModelSource, dataset: Any, *, lab
     merging = 0.0
     with dataset_order():
         results = dataset.map_batches(
-            _CompareWorker, batch_size=batch_size, batch_format="numpy", concurrency=concurrency,
-            num_cpus=threads_per_worker,
+            _CompareWorker, batch_size=batch_size, batch_format="numpy",
+            compute=ray.data.ActorPoolStrategy(size=concurrency), num_cpus=threads_per_worker,
             fn_constructor_kwargs={
                 "reference": portable(reference), "candidate": portable(candidate),
                 "reference_runner": reference_runner, "candidate_runner": candidate_runner,

@@ -46,12 +46,13 @@ class ParityState:
     Example:
         >>> a, b = ParityState(), ParityState()
         >>> r = np.arange(6, dtype=np.float32).reshape(3, 2)
-        >>> a.add({"y": r[:2]}, {"y": r[:2] + 1e-3}, first_row=0)
-        >>> b.add({"y": r[2:]}, {"y": r[2:]}, first_row=2)
+        >>> c = r.copy(); c[1, 0] += 0.5
+        >>> a.add({"y": r[:2]}, {"y": c[:2]}, first_row=0)      # rows 0 and 1
+        >>> b.add({"y": r[2:]}, {"y": c[2:]}, first_row=2)      # row 2
         >>> b.merge(ParityState.from_bytes(a.to_bytes()))
         >>> m = b.metrics()["y"]
-        >>> m.shape, m.mismatches, m.worst_index
-        ((3, 2), 2, (1, 1))
+        >>> m.shape, m.mismatches, m.worst_index, m.max_abs_error
+        ((3, 2), 1, (1, 0), 0.5)
     """
 
     def __init__(self, tolerance: Tolerance | str | None = None, *, label_output: str | None = None) -> None:
