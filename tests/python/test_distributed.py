@@ -96,6 +96,7 @@ def test_compare_on_ray_gives_the_single_process_report_per_label(cluster, data,
     for a, b in zip(local.outputs, dist.outputs, strict=True):
         assert a.metrics.to_dict() == b.metrics.to_dict()
         assert b.metrics.shape == (N, 5)
+    assert dist.models == local.models  # the files each side ran, with their SHA-256
     assert [s.to_dict() for s in local.slices or []] == [s.to_dict() for s in dist.slices or []]
     assert "top1" in dist.table() or dist.slices
 
@@ -133,3 +134,9 @@ def test_a_nan_row_raises_the_local_calibration_error_naming_its_dataset_row(clu
     assert "calibration sample 137 " in str(local.value)
     assert str(dist.value).startswith("calibration sample 137 (dataset row 137; row ")
     assert str(local.value).split("): ", 1)[1] == str(dist.value).split("): ", 1)[1]
+    bad[201, 0, 0, 0] = np.inf
+    skipped = tt.quantize.static(model_path, bad, method="minmax", eval_samples=0, batch_size=32, skip_nonfinite=True)
+    dist_skipped = tt.distributed.calibrate(model_path, _dataset(bad), method="minmax", eval_samples=0, batch_size=64,
+                                            skip_nonfinite=True)
+    assert dist_skipped.summary.skipped == skipped.summary.skipped == [137, 201]  # rows of the whole dataset
+    _same_quantization(skipped, dist_skipped)

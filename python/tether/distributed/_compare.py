@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -24,6 +25,7 @@ from tether.distributed._common import (
     specs,
 )
 from tether.parity._compare import _map_outputs, _permutation, report_from_state
+from tether.parity._golden import model_sha256
 from tether.parity._metrics import Tolerance
 from tether.parity._report import ParityReport
 from tether.parity._runners import OnnxRuntimeRunner, TetherRunner
@@ -141,5 +143,8 @@ def compare(reference: ModelSource, candidate: ModelSource, dataset: Any, *, lab
     timings["compare_seconds"] = time.perf_counter() - start
     shapes = {k: tuple(np.shape(v)) for k, v in first_feeds.items()}  # of the first row
     report = report_from_state(total, ref_name, cand_name, given, shapes)
+    report.models = {role: {"kind": "model", "path": loaded(m).path, "sha256": model_sha256(os.fspath(m))}
+                     for role, m in (("reference", reference), ("candidate", candidate))
+                     if isinstance(m, str | os.PathLike) and os.path.isfile(m)}
     report.notes.append(f"compared on Ray: {total.batches} batches of up to {batch_size} rows, {concurrency} workers")
     return report
