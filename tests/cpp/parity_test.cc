@@ -97,6 +97,16 @@ TEST(ParityState, SumsAreExactWhereADoubleSumLosesTerms) {
   const double norm = 2e16 + 2;  // sum of squares, one correctly rounded addition of exact terms
   const parity::Metrics m = parity::compare(r, c);
   EXPECT_EQ(m.cosine, 2 / std::sqrt(norm * norm));
+  // The same across many terms (past the accumulator's 1024-term buckets): r.c = 3000 exactly.
+  std::vector<double> rv(3002, 1.0), cv(3002, 1.0);
+  rv.front() = cv.front() = cv.back() = 1e8;
+  rv.back() = -1e8;
+  const auto bytes = static_cast<int64_t>(rv.size() * sizeof(double));
+  const parity::Metrics many =
+      parity::compare(ir::Tensor::copy_of(ir::DType::kFloat64, {3002}, rv.data(), bytes),
+                      ir::Tensor::copy_of(ir::DType::kFloat64, {3002}, cv.data(), bytes));
+  const double norm_many = 2e16 + 3000;  // exactly representable
+  EXPECT_EQ(many.cosine, 3000 / std::sqrt(norm_many * norm_many));
   EXPECT_THROW(parity::CompareState::from_bytes("not a state"), ArgumentError);
   parity::CompareState s({.atol = 1}), t({.atol = 2});
   EXPECT_THROW(s.merge(t), ArgumentError);

@@ -1,6 +1,7 @@
 // ExactSum: a fixed-point accumulator over the whole double range.
 #include "parity/exact_sum.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -20,22 +21,41 @@ void ExactSum::add(double x) {
     special_ += x;
     return;
   }
-  if (x == 0) return;
   uint64_t bits;
   std::memcpy(&bits, &x, sizeof bits);
-  const bool negative = (bits >> 63) != 0;
   const int exponent = static_cast<int>((bits >> 52) & 0x7ff);
-  uint64_t mantissa = bits & ((uint64_t{1} << 52) - 1);
-  if (exponent != 0) mantissa |= uint64_t{1} << 52;
+  int64_t mantissa = static_cast<int64_t>(bits & ((uint64_t{1} << 52) - 1));
+  if (exponent != 0) mantissa |= int64_t{1} << 52;
   // x = mantissa * 2^(shift - 1074), with shift in [0, 2045].
   const int shift = exponent == 0 ? 0 : exponent - 1;
+  bucket_[static_cast<size_t>(shift)] += (bits >> 63) != 0 ? -mantissa : mantissa;
+  lowest_ = std::min(lowest_, shift);
+  highest_ = std::max(highest_, shift);
+  if (++bucket_terms_ == kBucketTerms) flush();
+}
+
+void ExactSum::to_digits(int shift, uint64_t magnitude, bool negative) {
   const int at = shift / 32;
-  const unsigned __int128 v = static_cast<unsigned __int128>(mantissa) << (shift % 32);
-  const int64_t parts[3] = {static_cast<int64_t>(static_cast<uint64_t>(v) & kLow),
-                            static_cast<int64_t>(static_cast<uint64_t>(v >> 32) & kLow),
-                            static_cast<int64_t>(static_cast<uint64_t>(v >> 64) & kLow)};
-  for (int k = 0; k < 3; ++k) digit_[static_cast<size_t>(at + k)] += negative ? -parts[k] : parts[k];
+  const unsigned __int128 v = static_cast<unsigned __int128>(magnitude) << (shift % 32);
+  for (int k = 0; k < 3; ++k) {
+    const auto part = static_cast<int64_t>(static_cast<uint64_t>(v >> (32 * k)) & kLow);
+    digit_[static_cast<size_t>(at + k)] += negative ? -part : part;
+  }
   if (++pending_ >= kMaxPending) normalize();
+}
+
+// Logically const: the buckets and the digits hold one sum between them.
+void ExactSum::flush() const {
+  auto* self = const_cast<ExactSum*>(this);
+  for (int e = lowest_; e <= highest_; ++e) {
+    int64_t& b = bucket_[static_cast<size_t>(e)];
+    if (b == 0) continue;
+    self->to_digits(e, b < 0 ? 0 - static_cast<uint64_t>(b) : static_cast<uint64_t>(b), b < 0);
+    b = 0;
+  }
+  bucket_terms_ = 0;
+  lowest_ = kBuckets;
+  highest_ = -1;
 }
 
 void ExactSum::normalize() {
@@ -48,8 +68,10 @@ void ExactSum::normalize() {
 }
 
 void ExactSum::merge(const ExactSum& other) {
+  flush();
   normalize();
   ExactSum o = other;
+  o.flush();
   o.normalize();
   for (size_t i = 0; i < digit_.size(); ++i) digit_[i] += o.digit_[i];
   special_ += o.special_;
@@ -58,6 +80,7 @@ void ExactSum::merge(const ExactSum& other) {
 
 double ExactSum::value() const {
   if (!std::isfinite(special_)) return special_;
+  flush();
   ExactSum s = *this;
   s.normalize();
   const bool negative = s.digit_.back() < 0;
@@ -89,6 +112,7 @@ double ExactSum::value() const {
 }
 
 void ExactSum::write(std::string& out) const {
+  flush();
   ExactSum s = *this;
   s.normalize();
   out.append(reinterpret_cast<const char*>(s.digit_.data()), sizeof s.digit_);

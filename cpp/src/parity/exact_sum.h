@@ -28,10 +28,18 @@ class ExactSum {
   static constexpr int kDigits = 70;
   // Carries are propagated before any digit could pass 2^62.
   static constexpr int64_t kMaxPending = int64_t{1} << 29;
+  // Terms first go, as signed 53-bit integers, to a bucket per binary exponent: 1024 of them fit
+  // in an int64 whatever their signs, and then the touched buckets go to the digits.
+  static constexpr int kBuckets = 2046;
+  static constexpr int kBucketTerms = 1024;
+  void to_digits(int shift, uint64_t magnitude, bool negative);
+  void flush() const;
   void normalize();
   std::array<int64_t, kDigits> digit_{};
   double special_ = 0;
   int64_t pending_ = 0;
+  mutable std::array<int64_t, kBuckets> bucket_{};
+  mutable int bucket_terms_ = 0, lowest_ = kBuckets, highest_ = -1;
 };
 
 }  // namespace tether::parity
