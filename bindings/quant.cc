@@ -77,6 +77,7 @@ void register_calibrator(pyb::module_& m) {
       .def_property_readonly("batches", &Calibrator::batches)
       .def_property_readonly("skipped", &Calibrator::skipped)
       .def("state", [](const Calibrator& c) { return pyb::bytes(c.state()); })
+      .def("reset", &Calibrator::reset)
       .def(
           "merge", [](Calibrator& c, const pyb::bytes& state) { c.merge(std::string(state)); }, pyb::arg("state"));
 }

@@ -69,3 +69,16 @@ __all__ = [
     "testing",
     "track",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``tt.distributed`` is imported on first use: it needs Ray, which nothing else imports.
+
+    Example:
+        >>> tt.distributed.calibrate("cnn.onnx", dataset)   # doctest: +SKIP
+    """
+    if name == "distributed":
+        import importlib
+
+        return importlib.import_module("tether.distributed")
+    raise AttributeError(f"module 'tether' has no attribute {name!r}")

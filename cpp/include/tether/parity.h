@@ -11,6 +11,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -87,5 +89,55 @@ struct Metrics {
 ///   Metrics m = compare(ref, cand, {.atol = 1e-4, .rtol = 0});
 ///   // m.required_atol is the smallest atol that would have passed.
 Metrics compare(const ir::Tensor& reference, const ir::Tensor& candidate, const Tolerance& tolerance = {});
+
+/// One output compared over a dataset, batch by batch, as a state that merges exactly.
+///
+/// A batch's rows (axis 0; a 0-d tensor is one row) are rows [first_row, first_row + rows)
+/// of the dataset. Counts and extremes are kept as they are, the sums behind the mean error,
+/// the cosine and the SNR exactly (rounded once, in metrics()), and the worst element by its
+/// rank, its error and then its place in the dataset. So states of shards of any size, added
+/// and merged in any order, give the metrics of one pass over all rows, bit for bit, and
+/// compare() of the whole tensor gives the same numbers too.
+///
+///   parity::CompareState a(tol), b(tol);
+///   a.add(ref_rows_0_to_99, cand_rows_0_to_99, 0);
+///   b.add(ref_rows_100_to_149, cand_rows_100_to_149, 100);
+///   a.merge(b);                       // or merge(CompareState::from_bytes(b.to_bytes()))
+///   parity::Metrics m = a.metrics();  // shape [150, ...]; worst_index flat in that shape
+class CompareState {
+ public:
+  /// Throws ArgumentError for a negative or NaN tolerance.
+  explicit CompareState(const Tolerance& tolerance = {});
+  ~CompareState();
+  CompareState(CompareState&&) noexcept;
+  CompareState& operator=(CompareState&&) noexcept;
+
+  /// Adds a batch (see compare() for the kinds that compare). A batch whose shapes or kinds
+  /// differ is recorded as a problem at its first row; the problem at the lowest row is
+  /// reported by metrics().
+  void add(const ir::Tensor& reference, const ir::Tensor& candidate, int64_t first_row);
+  /// Adds a batch of strings, given as one flag per element of `dims` (nonzero: different).
+  void add_unequal(const std::vector<int64_t>& dims, const uint8_t* unequal, int64_t first_row);
+  /// Adds another state's pairs. Throws ArgumentError when its tolerance differs.
+  void merge(const CompareState& other);
+  /// Moves every row by `offset`: for a state computed on a shard from row 0 whose place in
+  /// the dataset is known later (other.shift_rows(rows()), then merge(other), appends it).
+  void shift_rows(int64_t offset);
+  /// The metrics of every pair added: shape [rows, inner dims of the first batch]; when
+  /// batches differ in their inner dims, worst_index is the worst element's row.
+  Metrics metrics() const;
+  /// Rows added so far.
+  int64_t rows() const;
+  /// The worst element's row and its flat index inside the row; (-1, -1) when empty.
+  std::pair<int64_t, int64_t> worst_location() const;
+  /// The state as bytes (for another process), and back. from_bytes() throws ArgumentError
+  /// for bytes that are not a state of this format.
+  std::string to_bytes() const;
+  static CompareState from_bytes(std::string_view bytes);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace tether::parity

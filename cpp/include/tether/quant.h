@@ -383,6 +383,9 @@ class Calibrator {
 
   /// The state as bytes: every tensor's statistics and the counters; merge() takes it.
   std::string state() const;
+  /// Forgets every statistic and counter, keeping the compiled model: the next state() holds
+  /// only what is observed from now on (a state per batch, for a worker of a larger job).
+  void reset();
   /// Adds a state from another calibrator of the same model and tensors. The whole state is
   /// checked before any of it is added, so an error changes nothing: ArgumentError when the
   /// tensors, the bins or a tensor's channel count differ; CalibrationError for bytes that are

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "tether/error.h"
+#include "parity/accumulate.h"
 #include "tether/parity.h"
 #include "util/float16.h"
 
@@ -12,30 +13,14 @@ namespace tether::parity {
 
 namespace {
 
+using detail::Accumulator;
+using detail::Kind;
+using detail::dims_text;
+using detail::kind_of;
+using detail::Location;
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int64_t kBlock = 4096;
-
-enum class Kind { kFloat, kInteger, kBool, kString, kOther };
-
-Kind kind_of(ir::DType t) {
-  switch (t) {
-    case ir::DType::kFloat16:
-    case ir::DType::kBFloat16:
-    case ir::DType::kFloat32:
-    case ir::DType::kFloat64: return Kind::kFloat;
-    case ir::DType::kInt8:
-    case ir::DType::kInt16:
-    case ir::DType::kInt32:
-    case ir::DType::kInt64:
-    case ir::DType::kUInt8:
-    case ir::DType::kUInt16:
-    case ir::DType::kUInt32:
-    case ir::DType::kUInt64: return Kind::kInteger;
-    case ir::DType::kBool: return Kind::kBool;
-    case ir::DType::kString: return Kind::kString;
-    default: return Kind::kOther;
-  }
-}
 
 // Converts elements [begin, begin + n) of `t` to double. Integers past 2^53 lose their low
 // bits here; equality of integers is decided separately, on exact values.
@@ -99,96 +84,173 @@ Exact exact_at(const ir::Tensor& t, int64_t i) {
   }
 }
 
+}  // namespace
+
+namespace detail {
+
+Kind kind_of(ir::DType t) {
+  switch (t) {
+    case ir::DType::kFloat16:
+    case ir::DType::kBFloat16:
+    case ir::DType::kFloat32:
+    case ir::DType::kFloat64: return Kind::kFloat;
+    case ir::DType::kInt8:
+    case ir::DType::kInt16:
+    case ir::DType::kInt32:
+    case ir::DType::kInt64:
+    case ir::DType::kUInt8:
+    case ir::DType::kUInt16:
+    case ir::DType::kUInt32:
+    case ir::DType::kUInt64: return Kind::kInteger;
+    case ir::DType::kBool: return Kind::kBool;
+    case ir::DType::kString: return Kind::kString;
+    default: return Kind::kOther;
+  }
+}
+
 std::string dims_text(const std::vector<int64_t>& d) {
   std::string s = "[";
   for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
   return s + "]";
 }
 
-// Sums and extremes over all blocks.
-struct Accumulator {
-  Tolerance tol;
-  bool exact = false;
-  int64_t finite = 0;
-  double sum_abs = 0, sum_rr = 0, sum_cc = 0, sum_rc = 0, sum_dd = 0;
-  double max_abs = 0, max_rel = 0, need_atol = 0, need_rtol = 0;
-  int64_t mismatches = 0, nonfinite = 0;
-  // The worst element: rank 2 = NaN/inf disagreement, 1 = out of tolerance, 0 = in tolerance.
-  int worst_rank = -1;
-  double worst_abs = -1;
-  int64_t worst_index = -1;
-  double worst_r = 0, worst_c = 0;
-
-  void consider(int rank, double abs, int64_t index, double r, double c) {
-    if (rank > worst_rank || (rank == worst_rank && abs > worst_abs)) {
-      worst_rank = rank;
-      worst_abs = abs;
-      worst_index = index;
-      worst_r = r;
-      worst_c = c;
-    }
+void Accumulator::consider(int rank, double abs, Location at, double r, double c) {
+  if (rank > worst_rank || (rank == worst_rank && (abs > worst_abs || (abs == worst_abs && at < worst)))) {
+    worst_rank = rank;
+    worst_abs = abs;
+    worst = at;
+    worst_r = r;
+    worst_c = c;
   }
-
-  // `equal` is the exact verdict for integer pairs (ignored for floats).
-  void add(double r, double c, int64_t index, bool equal) {
-    if (!std::isfinite(r) || !std::isfinite(c)) {
-      const bool same = (std::isnan(r) && std::isnan(c)) || r == c;
-      if (!same) {
-        ++mismatches;
-        ++nonfinite;
-        need_atol = need_rtol = kInf;
-        consider(2, kInf, index, r, c);
-      }
-      return;
-    }
-    const double d = std::fabs(c - r);
-    const double ar = std::fabs(r);
-    const double rel = d == 0 ? 0 : (ar == 0 ? kInf : d / ar);
-    ++finite;
-    sum_abs += d;
-    sum_rr += r * r;
-    sum_cc += c * c;
-    sum_rc += r * c;
-    sum_dd += d * d;
-    max_abs = std::max(max_abs, d);
-    max_rel = std::max(max_rel, rel);
-    bool pass;
-    if (exact) {
-      pass = equal;
-      if (!pass) {
-        need_atol = need_rtol = kInf;
-      }
-    } else if (tol.rule == ToleranceRule::kNumpy) {
-      pass = d <= tol.atol + tol.rtol * ar;
-      need_atol = std::max(need_atol, d - tol.rtol * ar);
-      if (d > tol.atol) need_rtol = std::max(need_rtol, ar == 0 ? kInf : (d - tol.atol) / ar);
-    } else {
-      pass = d <= tol.atol || rel <= tol.rtol;
-      if (rel > tol.rtol) need_atol = std::max(need_atol, d);
-      if (d > tol.atol) need_rtol = std::max(need_rtol, rel);
-    }
-    if (!pass) ++mismatches;
-    consider(pass ? 0 : 1, d, index, r, c);
-  }
-};
-
-Metrics compare_strings(const ir::Tensor& r, const ir::Tensor& c, Metrics m) {
-  m.exact = true;
-  const auto& a = r.string_values();
-  const auto& b = c.string_values();
-  for (size_t i = 0; i < a.size(); ++i)
-    if (a[i] != b[i]) {
-      if (m.mismatches++ == 0) m.worst_index = static_cast<int64_t>(i);
-    }
-  if (m.worst_index < 0 && !a.empty()) m.worst_index = 0;
-  m.mismatch_fraction = a.empty() ? 0 : static_cast<double>(m.mismatches) / static_cast<double>(a.size());
-  m.max_abs_error = m.max_rel_error = m.mismatches > 0 ? kInf : 0;
-  m.required_atol = m.required_rtol = m.mismatches > 0 ? kInf : 0;
-  m.snr_db = m.mismatches > 0 ? -kInf : kInf;
-  m.cosine = m.mismatches > 0 ? 0 : 1;
-  m.ok = m.mismatches == 0;
-  return m;
 }
+
+void Accumulator::add(double r, double c, Location at, bool equal) {
+  if (!std::isfinite(r) || !std::isfinite(c)) {
+    const bool same = (std::isnan(r) && std::isnan(c)) || r == c;
+    if (!same) {
+      ++mismatches;
+      ++nonfinite;
+      need_atol = need_rtol = kInf;
+      consider(2, kInf, at, r, c);
+    }
+    return;
+  }
+  const double d = std::fabs(c - r);
+  const double ar = std::fabs(r);
+  const double rel = d == 0 ? 0 : (ar == 0 ? kInf : d / ar);
+  ++finite;
+  sum_abs.add(d);
+  sum_rr.add(r * r);
+  sum_cc.add(c * c);
+  sum_rc.add(r * c);
+  sum_dd.add(d * d);
+  max_abs = std::max(max_abs, d);
+  max_rel = std::max(max_rel, rel);
+  bool pass;
+  if (exact) {
+    pass = equal;
+    if (!pass) need_atol = need_rtol = kInf;
+  } else if (tol.rule == ToleranceRule::kNumpy) {
+    pass = d <= tol.atol + tol.rtol * ar;
+    need_atol = std::max(need_atol, d - tol.rtol * ar);
+    if (d > tol.atol) need_rtol = std::max(need_rtol, ar == 0 ? kInf : (d - tol.atol) / ar);
+  } else {
+    pass = d <= tol.atol || rel <= tol.rtol;
+    if (rel > tol.rtol) need_atol = std::max(need_atol, d);
+    if (d > tol.atol) need_rtol = std::max(need_rtol, rel);
+  }
+  if (!pass) ++mismatches;
+  consider(pass ? 0 : 1, d, at, r, c);
+}
+
+void Accumulator::add_tensors(const ir::Tensor& reference, const ir::Tensor& candidate, int64_t first_row,
+                              int64_t inner) {
+  const int64_t n = reference.num_elements();
+  elements += n;
+  // Same-width integers compare as bytes; bools and mixed widths by value.
+  const bool bytewise = reference.dtype() == candidate.dtype() && kind_of(reference.dtype()) == Kind::kInteger;
+  const auto item = static_cast<size_t>(ir::dtype_bits(reference.dtype()) / 8);
+  std::vector<double> r(kBlock), c(kBlock);
+  for (int64_t begin = 0; begin < n; begin += kBlock) {
+    const int64_t len = std::min(kBlock, n - begin);
+    load(reference, begin, len, r.data());
+    load(candidate, begin, len, c.data());
+    for (int64_t i = 0; i < len; ++i) {
+      const int64_t k = begin + i;
+      bool equal = true;
+      if (exact) {
+        equal = bytewise ? std::memcmp(static_cast<const char*>(reference.raw_data()) + static_cast<size_t>(k) * item,
+                                       static_cast<const char*>(candidate.raw_data()) + static_cast<size_t>(k) * item,
+                                       item) == 0
+                         : exact_at(reference, k) == exact_at(candidate, k);
+      }
+      add(r[static_cast<size_t>(i)], c[static_cast<size_t>(i)], Location{first_row + k / inner, k % inner}, equal);
+    }
+  }
+}
+
+void Accumulator::add_unequal(const uint8_t* unequal, int64_t n, int64_t first_row, int64_t inner) {
+  exact = strings = true;
+  elements += n;
+  for (int64_t k = 0; k < n; ++k) {
+    const Location at{first_row + k / inner, k % inner};
+    if (unequal[k] != 0) {
+      ++mismatches;
+      consider(1, kInf, at, 0, 0);
+    } else {
+      consider(0, 0, at, 0, 0);
+    }
+  }
+}
+
+void Accumulator::merge(const Accumulator& o) {
+  exact = exact || o.exact;
+  strings = strings || o.strings;
+  elements += o.elements;
+  finite += o.finite;
+  mismatches += o.mismatches;
+  nonfinite += o.nonfinite;
+  sum_abs.merge(o.sum_abs);
+  sum_rr.merge(o.sum_rr);
+  sum_cc.merge(o.sum_cc);
+  sum_rc.merge(o.sum_rc);
+  sum_dd.merge(o.sum_dd);
+  max_abs = std::max(max_abs, o.max_abs);
+  max_rel = std::max(max_rel, o.max_rel);
+  need_atol = std::max(need_atol, o.need_atol);
+  need_rtol = std::max(need_rtol, o.need_rtol);
+  if (o.worst_rank >= 0) consider(o.worst_rank, o.worst_abs, o.worst, o.worst_r, o.worst_c);
+}
+
+void Accumulator::finish(Metrics& m) const {
+  m.exact = exact;
+  m.mismatches = mismatches;
+  m.nonfinite_mismatches = nonfinite;
+  m.mismatch_fraction = elements > 0 ? static_cast<double>(mismatches) / static_cast<double>(elements) : 0;
+  m.ok = mismatches == 0;
+  m.worst_reference = worst_r;
+  m.worst_candidate = worst_c;
+  if (strings) {
+    m.max_abs_error = m.max_rel_error = m.required_atol = m.required_rtol = mismatches > 0 ? kInf : 0;
+    m.mean_abs_error = 0;
+    m.snr_db = mismatches > 0 ? -kInf : kInf;
+    m.cosine = mismatches > 0 ? 0 : 1;
+    return;
+  }
+  const double rr = sum_rr.value(), cc = sum_cc.value(), dd = sum_dd.value();
+  m.max_abs_error = max_abs;
+  m.max_rel_error = max_rel;
+  m.mean_abs_error = finite > 0 ? sum_abs.value() / static_cast<double>(finite) : 0;
+  const double norms = rr * cc;
+  m.cosine = rr == 0 && cc == 0 ? 1 : (norms == 0 ? 0 : sum_rc.value() / std::sqrt(norms));
+  m.snr_db = dd == 0 ? kInf : (rr == 0 ? -kInf : 10 * std::log10(rr / dd));
+  m.required_atol = std::max(need_atol, 0.0);
+  m.required_rtol = std::max(need_rtol, 0.0);
+}
+
+}  // namespace detail
+
+namespace {
 
 }  // namespace
 
@@ -222,47 +284,21 @@ Metrics compare(const ir::Tensor& reference, const ir::Tensor& candidate, const 
     return fail("dtype " + std::string(ir::dtype_name(candidate.dtype())) + " cannot be compared with the reference's " +
                 std::string(ir::dtype_name(reference.dtype())));
   m.elements = reference.num_elements();
-  if (kr == Kind::kString) return compare_strings(reference, candidate, m);
-
   Accumulator acc;
   acc.tol = tolerance;
   acc.exact = kr != Kind::kFloat;
-  // Same-width integers compare as bytes; bools and mixed widths by value.
-  const bool bytewise = reference.dtype() == candidate.dtype() && kr == Kind::kInteger;
-  const auto item = static_cast<size_t>(ir::dtype_bits(reference.dtype()) / 8);
-  std::vector<double> r(kBlock), c(kBlock);
-  for (int64_t begin = 0; begin < m.elements; begin += kBlock) {
-    const int64_t n = std::min(kBlock, m.elements - begin);
-    load(reference, begin, n, r.data());
-    load(candidate, begin, n, c.data());
-    for (int64_t i = 0; i < n; ++i) {
-      bool equal = true;
-      if (acc.exact) {
-        const int64_t k = begin + i;
-        equal = bytewise ? std::memcmp(static_cast<const char*>(reference.raw_data()) + static_cast<size_t>(k) * item,
-                                         static_cast<const char*>(candidate.raw_data()) + static_cast<size_t>(k) * item,
-                                         item) == 0
-                           : exact_at(reference, k) == exact_at(candidate, k);
-      }
-      acc.add(r[static_cast<size_t>(i)], c[static_cast<size_t>(i)], begin + i, equal);
-    }
+  const int64_t inner = std::max<int64_t>(m.elements, 1);
+  if (kr == Kind::kString) {
+    const auto& a = reference.string_values();
+    const auto& b = candidate.string_values();
+    std::vector<uint8_t> unequal(a.size());
+    for (size_t i = 0; i < a.size(); ++i) unequal[i] = a[i] != b[i] ? 1 : 0;
+    acc.add_unequal(unequal.data(), m.elements, 0, inner);
+  } else {
+    acc.add_tensors(reference, candidate, 0, inner);
   }
-  m.exact = acc.exact;
-  m.max_abs_error = acc.max_abs;
-  m.max_rel_error = acc.max_rel;
-  m.mean_abs_error = acc.finite > 0 ? acc.sum_abs / static_cast<double>(acc.finite) : 0;
-  const double norms = acc.sum_rr * acc.sum_cc;
-  m.cosine = acc.sum_rr == 0 && acc.sum_cc == 0 ? 1 : (norms == 0 ? 0 : acc.sum_rc / std::sqrt(norms));
-  m.snr_db = acc.sum_dd == 0 ? kInf : (acc.sum_rr == 0 ? -kInf : 10 * std::log10(acc.sum_rr / acc.sum_dd));
-  m.mismatches = acc.mismatches;
-  m.nonfinite_mismatches = acc.nonfinite;
-  m.mismatch_fraction = m.elements > 0 ? static_cast<double>(acc.mismatches) / static_cast<double>(m.elements) : 0;
-  m.worst_index = acc.worst_index;
-  m.worst_reference = acc.worst_r;
-  m.worst_candidate = acc.worst_c;
-  m.required_atol = std::max(acc.need_atol, 0.0);
-  m.required_rtol = std::max(acc.need_rtol, 0.0);
-  m.ok = acc.mismatches == 0;
+  acc.finish(m);
+  m.worst_index = acc.worst.inner;
   return m;
 }
 

@@ -330,6 +330,13 @@ std::string Calibrator::state() const {
   return w.take();
 }
 
+void Calibrator::reset() {
+  stats_ = impl_->fresh();
+  samples_ = 0;
+  batches_ = 0;
+  skipped_.clear();
+}
+
 void Calibrator::merge(const std::string& state) {
   const std::string_view magic = kMagic;
   if (state.compare(0, magic.size(), magic) != 0) throw CalibrationError("these bytes are not a tether calibration state");

@@ -8,7 +8,7 @@ Example:
     >>> rep.to_html("parity.html")                              # doctest: +SKIP
 """
 
-from tether.parity._compare import bisect, compare, layerwise_compare
+from tether.parity._compare import bisect, compare, layerwise_compare, report_from_state
 from tether.parity._golden import (
     GoldenBundle,
     GoldenError,
@@ -24,6 +24,7 @@ from tether.parity._litert import LiteRTRunner
 from tether.parity._metrics import PROFILES, Metrics, Tolerance, compare_arrays
 from tether.parity._report import BisectResult, LayerResult, OutputResult, ParityReport, SliceResult
 from tether.parity._runners import CallableRunner, OnnxRuntimeRunner, TetherRunner, TorchRunner, as_runner
+from tether.parity._state import ParityState
 from tether.parity._types import InputSpec, Runner
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "OnnxRuntimeRunner",
     "OutputResult",
     "ParityReport",
+    "ParityState",
     "Runner",
     "SliceResult",
     "TetherRunner",
@@ -58,6 +60,7 @@ __all__ = [
     "load_npz",
     "model_sha256",
     "read_onnx_test_dir",
+    "report_from_state",
     "save_golden",
     "write_onnx_test_dir",
 ]

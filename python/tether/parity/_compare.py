@@ -13,8 +13,9 @@ from tether._model import Model
 from tether.parity._inputs import Feeds, check_feeds, generate_inputs, iter_feeds
 from tether.parity._metrics import Metrics, Tolerance, compare_arrays
 from tether.parity._provenance import NodeOrigin, node_origins
-from tether.parity._report import BisectResult, LayerResult, OutputResult, ParityReport, SliceResult
+from tether.parity._report import BisectResult, LayerResult, OutputResult, ParityReport
 from tether.parity._runners import OnnxRuntimeRunner, TetherRunner, TorchRunner, as_runner
+from tether.parity._state import ParityState
 from tether.parity._types import InputSpec, Runner
 
 # Elements of |c - r| kept per output for the report's histogram.
@@ -124,32 +125,6 @@ def _map_outputs(ref_out: dict[str, np.ndarray], cand_out: dict[str, np.ndarray]
     return pairs
 
 
-def _aggregate(batches: list[Metrics], tol: Tolerance) -> Metrics:
-    """Metrics over all batches: extremes of extremes, sums of counts, the worst batch's
-    worst element and the lowest cosine and SNR."""
-    if len(batches) == 1:
-        return batches[0]
-    bad = [m for m in batches if m.problem]
-    if bad:
-        return bad[0]
-    total = sum(m.elements for m in batches)
-    mism = sum(m.mismatches for m in batches)
-    worst = max(batches, key=lambda m: (m.nonfinite_mismatches > 0, not m.ok, m.max_abs_error))
-    return Metrics(
-        shape=batches[0].shape, elements=total, exact=batches[0].exact,
-        max_abs_error=max(m.max_abs_error for m in batches),
-        mean_abs_error=sum(m.mean_abs_error * m.elements for m in batches) / total if total else 0.0,
-        max_rel_error=max(m.max_rel_error for m in batches), cosine=min(m.cosine for m in batches),
-        snr_db=min(m.snr_db for m in batches), mismatches=mism,
-        nonfinite_mismatches=sum(m.nonfinite_mismatches for m in batches),
-        mismatch_fraction=mism / total if total else 0.0, worst_index=worst.worst_index,
-        worst_reference=worst.worst_reference, worst_candidate=worst.worst_candidate,
-        required_atol=max(m.required_atol for m in batches), required_rtol=max(m.required_rtol for m in batches),
-        ok=mism == 0, tolerance=tol, reference_nan=sum(m.reference_nan for m in batches),
-        reference_inf=sum(m.reference_inf for m in batches), candidate_nan=sum(m.candidate_nan for m in batches),
-        candidate_inf=sum(m.candidate_inf for m in batches))
-
-
 def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: Tolerance | str | None = None,
             output_map: Mapping[str, str] | None = None, layouts: Mapping[str, str | Sequence[int]] | None = None,
             layerwise: bool = False, model: Model | None = None, labels: Sequence[Any] | np.ndarray | None = None,
@@ -188,7 +163,6 @@ def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: To
     _name_torch(ref, cand)
     _name_torch(cand, ref)
     given = Tolerance.profile(tolerance) if isinstance(tolerance, str) else tolerance
-    tol = given or Tolerance()
     output_map = dict(output_map or {})
     perms = {k: _permutation(v) for k, v in (layouts or {}).items()}
     specs = _specs(ref, cand)
@@ -208,8 +182,7 @@ def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: To
     where = os.fspath(inputs) if isinstance(inputs, str | os.PathLike) else ""
 
     per_output: dict[str, list[Metrics]] = {}
-    cand_names: dict[str, str] = {}
-    per_output_dtype: dict[str, np.dtype] = {}
+    state = ParityState(given, label_output=label_output)
     errors: dict[str, list[np.ndarray]] = {}
     first_feeds: Feeds | None = None
     top1: list[tuple[np.ndarray, np.ndarray]] = []
@@ -221,10 +194,9 @@ def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: To
         if first_feeds is None:
             first_feeds = feeds
         pairs = _map_outputs(ref.run(feeds), cand.run(feeds), output_map, perms, ref, cand)
-        for name, cname, r, c in pairs:
+        state.add_pairs(pairs)
+        for name, _, r, c in pairs:
             per_output.setdefault(name, []).append(compare_arrays(r, c, given or Tolerance.for_dtype(r.dtype)))
-            cand_names[name] = cname
-            per_output_dtype[name] = r.dtype
             _keep_errors(errors.setdefault(name, []), r, c)
         if labels is not None:
             target = label_output or pairs[0][0]
@@ -234,22 +206,20 @@ def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: To
             top1.append((np.argmax(match[0][2], axis=-1).ravel(), np.argmax(match[0][3], axis=-1).ravel()))
     if count == 0:
         raise _core.ArgumentError("no inputs: the iterable of batches was empty")
-    outputs = [OutputResult(n, _aggregate(ms, ms[0].tolerance), ms, cand_names[n]) for n, ms in per_output.items()]
+    if labels is not None:
+        state.add_top1(np.concatenate([t[0] for t in top1]), np.concatenate([t[1] for t in top1]), labels)
     assert first_feeds is not None
-    report = ParityReport(ref.name, cand_label, tol, outputs, count,
-                          {k: tuple(np.shape(v)) for k, v in first_feeds.items()})
+    report = report_from_state(state, ref.name, cand_label, given,
+                               {k: tuple(np.shape(v)) for k, v in first_feeds.items()})
+    for o in report.outputs:
+        o.batches = per_output[o.name]
+        if len(o.batches) == 1:  # one batch: its own metrics (its problem, if any, without rows)
+            o.metrics = o.batches[0]
     report._errors = {k: np.concatenate(v) if v else np.zeros(0) for k, v in errors.items()}
-    if given is None:
-        for o in outputs:
-            if o.metrics.tolerance != tol and not o.metrics.exact:
-                report.notes.append(f"output '{o.name}' is {per_output_dtype[o.name]}: compared with "
-                                    f"atol={o.metrics.tolerance.atol:g} rtol={o.metrics.tolerance.rtol:g}")
     if inputs_note:
         report.notes.append(inputs_note)
     report.notes.extend(_hash_notes(ref, cand))
     report.models = {role: f for role, r in (("reference", ref), ("candidate", cand)) if (f := _model_file(r))}
-    if labels is not None:
-        report.slices = _slices(top1, labels)
     if layerwise:
         if isinstance(ref, TorchRunner) or isinstance(cand, TorchRunner):
             report.layers, torch_notes = _torch_side(ref, cand, _graph_model(ref, cand, model), first_feeds, given)
@@ -277,20 +247,28 @@ def _keep_errors(kept: list[np.ndarray], r: np.ndarray, c: np.ndarray) -> None:
     kept.append(d[::step][: _HISTOGRAM_SAMPLE - have])
 
 
-def _slices(top1: list[tuple[np.ndarray, np.ndarray]], labels: Sequence[Any] | np.ndarray) -> list[SliceResult]:
-    ref = np.concatenate([t[0] for t in top1])
-    cand = np.concatenate([t[1] for t in top1])
-    lab = np.asarray(labels).ravel()
-    if lab.size != ref.size:
-        raise _core.ArgumentError(f"{lab.size} labels were given for {ref.size} samples")
-    numeric = lab.dtype.kind in "iu"
-    out = []
-    for value in np.unique(lab):
-        sel = lab == value
-        out.append(SliceResult(value, int(sel.sum()), float(np.mean(ref[sel] == cand[sel])),
-                               float(np.mean(ref[sel] == value)) if numeric else None,
-                               float(np.mean(cand[sel] == value)) if numeric else None))
-    return out
+def report_from_state(state: ParityState, reference: str, candidate: str, tolerance: Tolerance | None,
+                      input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> ParityReport:
+    """The :class:`ParityReport` of a dataset comparison from its merged :class:`ParityState`:
+    per output the metrics over every row, per label the agreement table. ``tolerance`` is
+    the one the comparison was given (None: each output took its dtype's profile).
+
+    Example:
+        >>> rep = report_from_state(state, "float", "int8", None)     # doctest: +SKIP
+        >>> rep.outputs[0].metrics.worst_index                         # doctest: +SKIP
+        (4031, 7)
+    """
+    tol = tolerance or Tolerance()
+    metrics = state.metrics()
+    outputs = [OutputResult(n, metrics[n], [], state.candidate_name(n)) for n in state.names]
+    report = ParityReport(reference, candidate, tol, outputs, state.batches, dict(input_shapes or {}))
+    if tolerance is None:
+        for o in outputs:
+            if o.metrics.tolerance != tol and not o.metrics.exact:
+                report.notes.append(f"output '{o.name}' is {state.dtype(o.name)}: compared with "
+                                    f"atol={o.metrics.tolerance.atol:g} rtol={o.metrics.tolerance.rtol:g}")
+    report.slices = state.slices()
+    return report
 
 
 def _graph_model(ref: Runner, cand: Runner, model: Model | None) -> Model:

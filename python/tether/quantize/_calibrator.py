@@ -157,6 +157,15 @@ class Calibrator:
         """
         return bytes(self._core.state())
 
+    def reset(self) -> None:
+        """Forgets what was observed, keeping the compiled model: the next :meth:`state` holds
+        only what is observed from then on (one state per batch, for a worker of a larger job).
+
+        Example:
+            >>> cal.observe(batch); blob = cal.state(); cal.reset()   # doctest: +SKIP
+        """
+        self._core.reset()
+
     def merge(self, states: Iterable[bytes] | bytes) -> None:
         """Adds states of other calibrators of the same model, tensors and bins. The result is
         bit for bit the one a single calibrator observing all their samples would have.

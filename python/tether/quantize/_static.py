@@ -171,6 +171,27 @@ def static(model: Model | str | os.PathLike[str] | bytes, batches: Any, *, metho
                                           "taken from the calibration stream")
             eval_labels = eval_labels[:n_eval]
 
+    return _finish(cal, method, eval_feeds, percentile=percentile, exclude_nodes=exclude_nodes, labels=eval_labels,
+                   label_output=label_output, budget=budget, runner=runner, threads=threads,
+                   sensitivity_analysis=sensitivity_analysis)
+
+
+def _finish(cal: Calibrator, method: str, eval_feeds: list[Feeds], *, percentile: float = 99.999,
+           exclude_nodes: Sequence[str] = (), labels: np.ndarray | None = None, label_output: str | None = None,
+           budget: Budget | None = None, runner: str = "tether", threads: int | None = None,
+           sensitivity_analysis: bool | None = None) -> QuantizeResult:
+    """The part of :func:`static` after calibration: ranges by ``method`` from the statistics
+    of ``cal`` (observed here, or merged from other processes' states), the QDQ model, its
+    evaluation on ``eval_feeds`` (with ``labels``, one per evaluation sample), the budget's
+    repair and the report. Given the same statistics and evaluation batches it returns what
+    :func:`static` returns.
+
+    Example:
+        >>> cal = Calibrator("cnn.onnx"); cal.merge(shard_states)          # doctest: +SKIP
+        >>> res = _finish(cal, "entropy", [{"x": x[:128]}])                  # doctest: +SKIP
+    """
+    budget = budget or Budget(None, None, None)
+    eval_labels = labels
     ranges = cal.compute(method, percentile=percentile)
     q = _Quantizer(cal, ranges)
     float_nodes: dict[str, str] = {n: "excluded by the caller" for n in exclude_nodes}
@@ -224,7 +245,8 @@ def static(model: Model | str | os.PathLike[str] | bytes, batches: Any, *, metho
     scales = {**activations, **{k: QuantParams._from_core(v) for k, v in weights.items()}}
 
     summary = QuantizationSummary(
-        profile, method, cal.samples, cal.batches, cal.skipped, _tensor_summaries(cal, ranges, activations),
+        str(cal.options.get("profile", "onnxruntime")), method, cal.samples, cal.batches, cal.skipped,
+        _tensor_summaries(cal, ranges, activations),
         float_nodes, layers, budget.describe() if budget.given else None, budget_met,
         None if evaluator is None else evaluator.float_accuracy, None if score is None else score.accuracy,
         sum(_rows(f) for f in eval_feeds), runner, notes)
