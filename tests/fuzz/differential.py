@@ -101,7 +101,9 @@ def _values(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...]) -
         # Not in float16: tether computes float16 ops in float32, so where an intermediate
         # would round to 0 or overflow in float16, inf and NaN rightly come out differently.
         if a.size and dtype != np.float16 and rng.random() < 0.15:
-            a.flat[rng.integers(a.size)] = rng.choice([np.nan, np.inf, -np.inf, 1e30, 0.0])
+            # (Not 1e30: kernels that square or sum in float64 rightly give a number where
+            # float32 arithmetic overflows.)
+            a.flat[rng.integers(a.size)] = rng.choice([np.nan, np.inf, -np.inf, 0.0])
         return a.astype(dtype)
     info = np.iinfo(dtype)
     return rng.integers(max(info.min, -3), min(info.max, 6), size=shape, endpoint=True).astype(dtype)
@@ -204,7 +206,8 @@ def _agree(name: str, want: np.ndarray, got: np.ndarray) -> str:
     if not np.array_equal(np.isnan(w), np.isnan(g)):
         return f"{name}: NaN at different places"
     finite = ~np.isnan(w)
-    tol = 1e-3 if want.dtype == np.float16 else 1e-4
+    # float16: tether computes in float32 and rounds once; onnxruntime rounds on the way too.
+    tol = 1e-2 if want.dtype == np.float16 else 1e-4
     close = np.isclose(g[finite], w[finite], rtol=tol, atol=tol)
     if not close.all():
         k = int(np.argmax(~close))
