@@ -93,6 +93,31 @@ def test_a_nan_in_the_mask_where_causality_hides_the_key_still_makes_the_row_nan
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_an_infinite_key_makes_the_masked_rows_of_qk_softmax_nan_as_the_reference() -> None:
+    # inf - inf in the softmax: the whole row is NaN, not only the infinite key's weight.
+    model = _attention_model((1, 2, 4, 8), (1, 2, 6, 8), (1, 2, 6, 8), mask_shape=(4, 6))
+    import onnx
+
+    proto = onnx.load_from_string(model)
+    node = proto.graph.node[0]
+    node.output.extend(["", "", "qk"])
+    node.attribute.append(h.make_attribute("qk_matmul_output_mode", 3))
+    proto.graph.output.append(h.make_tensor_value_info("qk", P.FLOAT, None))
+    model = proto.SerializeToString()
+    rng = np.random.default_rng(5)
+    feeds = {"q": np.abs(rng.standard_normal((1, 2, 4, 8))).astype(np.float32),
+             "k": np.abs(rng.standard_normal((1, 2, 6, 8))).astype(np.float32),
+             "v": rng.standard_normal((1, 2, 6, 8)).astype(np.float32),
+             "mask": rng.standard_normal((4, 6)).astype(np.float32)}
+    feeds["k"][0, 1, 3, 2] = np.inf
+    got = tt.compile(tt.load(model), threads=1).run(feeds)
+    with np.errstate(invalid="ignore"):
+        want = ReferenceEvaluator(model).run(None, feeds)
+    assert np.isnan(want[1][0, 1]).all() and not np.isnan(want[1][0, 0]).any()
+    np.testing.assert_allclose(got["y"], want[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got["qk"], want[1], rtol=1e-5, atol=1e-5)
+
+
 def test_attention_shape_mismatch_is_a_typed_error() -> None:
     model = _attention_model((1, 4, 8, 16), (1, 4, 8, 16), (1, 4, 8, 16), mask_shape=("a", "b", "c"), name="attn")
     sess = tt.compile(tt.load(model))

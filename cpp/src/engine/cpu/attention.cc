@@ -344,7 +344,7 @@ class AttentionKernel final : public Kernel {
       double sum = 0.0;
       for (int64_t j = 0; j < g.total; ++j) sum += s[j] == kNegInf ? 0.0 : std::exp(static_cast<double>(s[j]) - mx);
       for (int64_t j = 0; j < g.total; ++j)
-        s[j] = s[j] == kNegInf ? 0.0f : static_cast<float>(std::exp(static_cast<double>(s[j]) - mx) / sum);
+        s[j] = s[j] == kNegInf && sum == sum ? 0.0f : static_cast<float>(std::exp(static_cast<double>(s[j]) - mx) / sum);
     } else {
       float sum = 0.0f;
       for (int64_t j = 0; j < g.total; ++j) {
@@ -352,8 +352,14 @@ class AttentionKernel final : public Kernel {
         s[j] = e;
         sum += e;
       }
-      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-      for (int64_t j = 0; j < g.total; ++j) s[j] *= inv;
+      // An infinite score makes inf - inf: the sum is NaN, and so is the whole row (the
+      // reference's answer), not only the infinite key's weight.
+      if (sum != sum) {
+        std::fill(s, s + g.total, sum);
+      } else {
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        for (int64_t j = 0; j < g.total; ++j) s[j] *= inv;
+      }
     }
     if (qk != nullptr && mode_ == 3) std::memcpy(qk, s, static_cast<size_t>(g.total) * sizeof(float));
   }
