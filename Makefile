@@ -31,7 +31,7 @@ SAN_BUILD := build/asan
 test-sanitize: setup
 	@test -f $(SAN_BUILD)/build.ninja || $(VENV)/bin/cmake -S . -B $(SAN_BUILD) -G Ninja \
 	  -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DTETHER_SANITIZE=ON -DTETHER_BUILD_TESTS=ON >/dev/null
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DTETHER_SANITIZE=ON -DTETHER_BUILD_TESTS=ON -DTETHER_VULKAN=OFF >/dev/null
 	$(VENV)/bin/cmake --build $(SAN_BUILD) -j2
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  $(VENV)/bin/ctest --test-dir $(SAN_BUILD) --output-on-failure -j2

@@ -197,11 +197,9 @@ constexpr int64_t kDwLanes = 16;
 // 16 floats as one value: one ZMM register, two YMM or four XMM, per the clone compiled.
 typedef float Lanes __attribute__((vector_size(kDwLanes * sizeof(float))));
 
-[[gnu::always_inline]] inline Lanes load_lanes(const float* p) {
-  Lanes v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
+// A statement expression, not a function: a function returning 64 bytes of vector from a
+// clone compiled without AVX-512 would change the calling convention, which clang refuses.
+#define load_lanes(p) (__extension__({ Lanes lanes_; std::memcpy(&lanes_, (p), sizeof lanes_); lanes_; }))
 
 // One padded row split into sw column phases: element k of phase q (at d + q * phase_stride)
 // is padded column k * sw + q, i.e. input column k * sw + q - pw of `src` (zero outside the
