@@ -53,6 +53,7 @@
   X(vkDestroyPipelineLayout)          \
   X(vkCreatePipelineCache)            \
   X(vkDestroyPipelineCache)           \
+  X(vkGetPipelineCacheData)           \
   X(vkCreateComputePipelines)         \
   X(vkDestroyPipeline)                \
   X(vkCreateDescriptorPool)           \

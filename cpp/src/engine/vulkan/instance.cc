@@ -259,6 +259,7 @@ void Instance::enumerate() {
     VkPhysicalDeviceProperties props{};
     api_.vkGetPhysicalDeviceProperties(d.handle, &props);
     d.api_version = std::min(props.apiVersion, instance_version);
+    d.properties = props;
     d.limits = props.limits;
     api_.vkGetPhysicalDeviceMemoryProperties(d.handle, &d.memory);
 

@@ -18,6 +18,7 @@ struct PhysicalDevice {
   uint32_t api_version = 0;     ///< the version tether uses it with (instance and device, the lower)
   int queue_family = -1;        ///< a queue family with compute
   std::string unusable;         ///< why tether cannot compile for it ("" when it can)
+  VkPhysicalDeviceProperties properties{};  ///< vendor, device and driver ids, pipeline cache UUID, limits
   VkPhysicalDeviceLimits limits{};
   VkPhysicalDeviceMemoryProperties memory{};
   uint64_t max_allocation = UINT64_MAX;  ///< largest single memory allocation (maintenance3)

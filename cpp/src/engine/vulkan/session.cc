@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <queue>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 
@@ -68,7 +69,10 @@ VulkanSession::VulkanSession(const ir::Model& model, const CompileOptions& optio
   shape_input_ = find_shape_inputs(model_.graph());
   pool_ = std::make_shared<util::ThreadPool>(options.threads);
   unused_ = device_->buffer(16, Memory::kDevice, "an unused binding");
+  const Device::PipelineStats before = device_->pipeline_stats();
   create_steps(options);
+  device_->save_pipeline_cache();
+  const Device::PipelineStats after = device_->pipeline_stats();
   step_runs_.assign(steps_.size(), 0);
   step_ns_.assign(steps_.size(), 0);
 
@@ -87,6 +91,17 @@ VulkanSession::VulkanSession(const ir::Model& model, const CompileOptions& optio
   report << "vulkan: " << on_gpu << " kernels on vulkan, " << on_cpu << " on cpu (" << pool_->threads() << " threads), "
          << shapes << " shape computations on cpu, in " << segments << " stretch" << (segments == 1 ? "" : "es") << "; "
          << bytes_text(weight_bytes_) << " of weights in device memory\n";
+  const int built = after.built - before.built;
+  report << "vulkan: ";
+  if (built > 0) {
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%.2f", after.seconds - before.seconds);
+    report << built << " pipeline" << (built == 1 ? "" : "s") << " built in " << seconds << " s";
+    if (after.hits_known) report << " (" << after.cache_hits - before.cache_hits << " found in the pipeline cache)";
+  } else {
+    report << "every pipeline reused from earlier sessions in this process";
+  }
+  report << "; pipeline cache: " << device_->pipeline_cache_note() << "\n";
   if (on_cpu > 0) {
     report << "cpu fallback: " << on_cpu << " node" << (on_cpu > 1 ? "s" : "") << " the Vulkan backend does not run:\n";
     for (const Step& s : steps_)
