@@ -90,7 +90,10 @@ class Session:
         """Kernel time per node over every run so far, in execution order: ``name``,
         ``op_type``, ``runs`` and ``seconds``. Empty unless compiled with ``profile=True``. On
         a Vulkan device, each run of consecutive Vulkan kernels is one entry (op_type
-        ``vulkan:segment``: upload, submission, wait and download together).
+        ``vulkan:segment``: the wall time of its upload, submission, wait and download
+        together), followed by one entry per kernel in it with its time on the device, measured
+        by GPU timestamps around it (where the device's queue has none, the stretch's entry
+        alone). A stretch's kernels add up to at most its own entry: sum either, not both.
 
         Example:
             >>> sess = tt.compile(model, profile=True)     # doctest: +SKIP

@@ -226,13 +226,18 @@ def test_the_cli_compares_vulkan_with_the_cpu_engine_layer_by_layer_and_runs_on_
     assert "threads, vulkan)" in r.stdout
 
 
-def test_profile_times_cpu_nodes_and_vulkan_stretches():
+def test_profile_times_cpu_nodes_vulkan_stretches_and_each_vulkan_kernel_on_the_device():
     sess = tt.compile(_mlp_with_cumsum(), device="vulkan", profile=True)
+    assert "profiling times each kernel by timestamps on the device" in sess.report
     for _ in range(3):
         sess.run({"x": _x(2)})
     entries = sess.profile()
-    assert [e["op_type"] for e in entries] == ["vulkan:segment", "CumSum", "vulkan:segment"]
+    assert [e["op_type"] for e in entries] == ["vulkan:segment", "ai.tether:FusedMatMul", "CumSum", "vulkan:segment",
+                                               "Sigmoid", "MatMul"]
     assert all(e["runs"] == 3 and e["seconds"] > 0 for e in entries)
+    # A stretch's kernels ran on the device within the wall time the host waited for it.
+    assert entries[1]["seconds"] <= entries[0]["seconds"]
+    assert entries[4]["seconds"] + entries[5]["seconds"] <= entries[3]["seconds"]
 
 
 def _without_vulkan(env: dict[str, str]) -> dict:

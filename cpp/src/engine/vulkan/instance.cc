@@ -290,7 +290,10 @@ void Instance::enumerate() {
     std::vector<VkQueueFamilyProperties> families(n);
     api_.vkGetPhysicalDeviceQueueFamilyProperties(d.handle, &n, families.data());
     for (uint32_t f = 0; f < n && d.queue_family < 0; ++f)
-      if (families[f].queueFlags & VK_QUEUE_COMPUTE_BIT) d.queue_family = static_cast<int>(f);
+      if (families[f].queueFlags & VK_QUEUE_COMPUTE_BIT) {
+        d.queue_family = static_cast<int>(f);
+        d.timestamp_bits = families[f].timestampValidBits;
+      }
 
     DeviceInfo& info = d.info;
     info.device = "vulkan:" + std::to_string(k);

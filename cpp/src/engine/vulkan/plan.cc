@@ -25,6 +25,7 @@ Plan::~Plan() {
   if (pool != VK_NULL_HANDLE) api.vkDestroyCommandPool(device->handle(), pool, nullptr);
   if (descriptors != VK_NULL_HANDLE) api.vkDestroyDescriptorPool(device->handle(), descriptors, nullptr);
   if (fence != VK_NULL_HANDLE) api.vkDestroyFence(device->handle(), fence, nullptr);
+  if (queries != VK_NULL_HANDLE) api.vkDestroyQueryPool(device->handle(), queries, nullptr);
 }
 
 std::unique_ptr<Plan> VulkanSession::make_plan(const std::vector<const ir::Tensor*>& bound, bool capture) const {
@@ -233,6 +234,7 @@ void VulkanSession::record(Plan& plan) const {
     rec.begin_segment();
     for (const Transfer& t : seg.uploads)
       rec.copy(Range{plan.staging.handle(), t.staging, t.bytes}, plan.dev[static_cast<size_t>(t.value)]);
+    if (gpu_timestamps_) rec.stamp(-1);
     for (int s = seg.begin; s < seg.end; ++s) {
       const Step& step = steps_[static_cast<size_t>(s)];
       if (step.gpu->is_view()) continue;
@@ -259,6 +261,7 @@ void VulkanSession::record(Plan& plan) const {
         outs.push_back(std::move(t));
       }
       if (!empty) step.gpu->record(rec, ins, outs);
+      if (gpu_timestamps_) rec.stamp(s);
     }
     for (const Transfer& t : seg.downloads)
       rec.copy(plan.dev[static_cast<size_t>(t.value)], Range{plan.staging.handle(), t.staging, t.bytes});

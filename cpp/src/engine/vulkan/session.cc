@@ -68,6 +68,7 @@ VulkanSession::VulkanSession(const ir::Model& model, const CompileOptions& optio
   index_values();
   shape_input_ = find_shape_inputs(model_.graph());
   pool_ = std::make_shared<util::ThreadPool>(options.threads);
+  gpu_timestamps_ = profile_ && device_->physical().timestamp_bits > 0 && device_->limits().timestampPeriod > 0;
   unused_ = device_->buffer(16, Memory::kDevice, "an unused binding");
   const Device::PipelineStats before = device_->pipeline_stats();
   create_steps(options);
@@ -102,6 +103,10 @@ VulkanSession::VulkanSession(const ir::Model& model, const CompileOptions& optio
     report << "every pipeline reused from earlier sessions in this process";
   }
   report << "; pipeline cache: " << device_->pipeline_cache_note() << "\n";
+  if (profile_)
+    report << "vulkan: profiling " << (gpu_timestamps_ ? "times each kernel by timestamps on the device"
+                                                       : "times stretches only (the device's compute queue has no timestamps)")
+           << "\n";
   if (on_cpu > 0) {
     report << "cpu fallback: " << on_cpu << " node" << (on_cpu > 1 ? "s" : "") << " the Vulkan backend does not run:\n";
     for (const Step& s : steps_)
@@ -473,6 +478,7 @@ std::vector<ir::Tensor> VulkanSession::run_plan(const std::vector<std::pair<std:
     if (plan.staging.handle() != VK_NULL_HANDLE) plan.staging.invalidate();
     for (const Transfer& t : seg.downloads)
       std::memcpy(data[static_cast<size_t>(t.value)], staging + t.staging, static_cast<size_t>(t.bytes));
+    if (plan.queries != VK_NULL_HANDLE) read_timestamps(plan, seg);
     if (profile_) {
       auto& [runs, ns] = segment_time_[seg.begin];
       ++runs;
@@ -514,22 +520,43 @@ MemoryStats VulkanSession::memory() const {
 
 int VulkanSession::threads() const { return pool_->threads(); }
 
-// CPU steps by node; the Vulkan steps of each segment together, as one entry (upload, submit,
-// wait, download): per-kernel GPU timestamps are not measured yet.
+// Each Vulkan step's time on the device: the difference of the timestamps around it.
+void VulkanSession::read_timestamps(const Plan& plan, const Segment& seg) const {
+  const auto count = static_cast<uint32_t>(seg.stamp_steps.size() + 1);
+  std::vector<uint64_t> ticks(count);
+  const VkResult r = device_->api().vkGetQueryPoolResults(device_->handle(), plan.queries, seg.first_query, count,
+                                                          count * sizeof(uint64_t), ticks.data(), sizeof(uint64_t),
+                                                          VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
+  device_->check(r, "reading the timestamps of a profiled run");
+  const uint32_t bits = device_->physical().timestamp_bits;
+  const uint64_t mask = bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+  const double period = device_->limits().timestampPeriod;  // nanoseconds per tick
+  for (size_t k = 0; k < seg.stamp_steps.size(); ++k) {
+    const uint64_t delta = ((ticks[k + 1] & mask) - (ticks[k] & mask)) & mask;
+    const auto s = static_cast<size_t>(seg.stamp_steps[k]);
+    ++step_runs_[s];
+    step_ns_[s] += static_cast<int64_t>(static_cast<double>(delta) * period);
+  }
+}
+
+// CPU steps by node (wall time); each Vulkan stretch as one entry (op type vulkan:segment: the
+// wall time of its uploads, submission, wait and downloads) followed by its kernels, each with
+// its time on the device (timestamps around it). Views run nothing and have no entry.
 std::vector<NodeProfile> VulkanSession::profile() const {
   std::lock_guard<std::mutex> lock(run_mutex_);
   std::vector<NodeProfile> out;
   if (!profile_) return out;
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& step = steps_[s];
-    if (step.gpu == nullptr) {
+    if (step.gpu != nullptr)
+      if (auto it = segment_time_.find(static_cast<int>(s)); it != segment_time_.end()) {
+        size_t end = s;
+        while (end < steps_.size() && steps_[end].gpu != nullptr) ++end;
+        out.push_back({"vulkan: " + std::to_string(end - s) + " kernels from " + step.node->name(), "vulkan:segment",
+                       it->second.first, static_cast<double>(it->second.second) * 1e-9});
+      }
+    if (step.gpu == nullptr || (gpu_timestamps_ && !step.gpu->is_view()))
       out.push_back({step.node->name(), qualified_op(*step.node), step_runs_[s], static_cast<double>(step_ns_[s]) * 1e-9});
-    } else if (auto it = segment_time_.find(static_cast<int>(s)); it != segment_time_.end()) {
-      size_t end = s;
-      while (end < steps_.size() && steps_[end].gpu != nullptr) ++end;
-      out.push_back({"vulkan: " + std::to_string(end - s) + " kernels from " + step.node->name(), "vulkan:segment",
-                     it->second.first, static_cast<double>(it->second.second) * 1e-9});
-    }
   }
   return out;
 }

@@ -66,6 +66,11 @@ struct Segment {
   int begin = 0, end = 0;  ///< steps [begin, end)
   VkCommandBuffer cmd = VK_NULL_HANDLE;
   std::vector<Transfer> uploads, downloads;
+  // Profiling: timestamp queries [first_query, first_query + 1 + stamp_steps.size()) of the
+  // plan's pool: one when the uploads are done, then one after each step (stamp_steps[k] is
+  // the step timestamp k + 1 ends).
+  uint32_t first_query = 0;
+  std::vector<int> stamp_steps;
 };
 
 /// Everything fixed for one set of input shapes: every value's dims and places, the device
@@ -89,6 +94,7 @@ struct Plan {
   VkCommandPool pool = VK_NULL_HANDLE;
   VkDescriptorPool descriptors = VK_NULL_HANDLE;
   VkFence fence = VK_NULL_HANDLE;
+  VkQueryPool queries = VK_NULL_HANDLE;  ///< timestamps per step, when profiling on a device that has them
   int64_t dispatches = 0;
 };
 
@@ -157,9 +163,12 @@ class VulkanSession final : public Session {
   mutable uint64_t clock_ = 0;
   mutable MemoryStats last_;
   mutable std::vector<Dims> last_dims_;  // the running plan's dims (read by capture callbacks)
-  // Profiling: per CPU step, and per Vulkan segment of the last plan (wall time of its submit).
+  // Profiling: per step (CPU: wall time; Vulkan: time on the device between timestamps), and
+  // per Vulkan segment (wall time of its uploads, submission, wait and downloads).
   mutable std::vector<int64_t> step_runs_, step_ns_;
   mutable std::map<int, std::pair<int64_t, int64_t>> segment_time_;  // first step -> (runs, ns)
+  bool gpu_timestamps_ = false;  // profiling times each Vulkan step by timestamps on the device
+  void read_timestamps(const Plan& plan, const Segment& seg) const;
 };
 
 }  // namespace tether::engine::vulkan
