@@ -200,6 +200,38 @@ def op_cases() -> list[OpCase]:
                                       _node("Abs", ["u"], ["b"]), _node("Squeeze", ["b", "a0"], ["y"])],
           {"x": rand(3, 1, 13)}, {"a": np.array([0], np.int64), "a0": np.array([0, 2], np.int64)})
 
+    # ---- Resize and Upsample over the last two axes ------------------------------------------------
+    def scales(*v: float) -> dict[str, np.ndarray]:
+        return {"s": np.array(v, np.float32)}
+
+    def sizes(*v: int) -> dict[str, np.ndarray]:
+        return {"z": np.array(v, np.int64)}
+
+    one("Resize-nearest-x2-half-pixel", "Resize", {"x": img}, scales(1, 1, 2, 2), inputs=["x", "", "s"])
+    # asymmetric x2 lands on exact halves: the nearest_mode decides every other index.
+    for nm in ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]:
+        one(f"Resize-nearest-asymmetric-x2-{nm}", "Resize", {"x": img}, scales(1, 1, 2, 2), inputs=["x", "", "s"],
+            coordinate_transformation_mode="asymmetric", nearest_mode=nm)
+    # 20 -> 6 with half_pixel puts output 4 at 14.5 (an ulp away in float): a tie all the same.
+    one("Resize-nearest-sizes-20to6-ties", "Resize", {"x": rand(1, 2, 13, 20)}, sizes(1, 2, 5, 6), inputs=["x", "", "", "z"])
+    one("Resize-nearest-tf-half-pixel-for-nn", "Resize", {"x": img}, scales(1, 1, 0.6, 1.5), inputs=["x", "", "s"],
+        coordinate_transformation_mode="tf_half_pixel_for_nn")
+    one("Resize-linear-x2-half-pixel", "Resize", {"x": rand(2, 3, 7, 5)}, scales(1, 1, 2, 2), inputs=["x", "", "s"],
+        mode="linear")
+    one("Resize-linear-align-corners-13to27", "Resize", {"x": img}, sizes(1, 3, 27, 4), inputs=["x", "", "", "z"],
+        mode="linear", coordinate_transformation_mode="align_corners")
+    one("Resize-linear-pytorch-half-pixel-to-1", "Resize", {"x": img}, sizes(1, 3, 1, 7), inputs=["x", "", "", "z"],
+        mode="linear", coordinate_transformation_mode="pytorch_half_pixel")
+    one("Resize-linear-asymmetric-width-only", "Resize", {"x": img}, scales(1, 1, 1, 2.5), inputs=["x", "", "s"],
+        mode="linear", coordinate_transformation_mode="asymmetric")
+    one("Resize-linear-half-pixel-symmetric", "Resize", {"x": img}, scales(1, 1, 1.7, 0.6), inputs=["x", "", "s"],
+        mode="linear", coordinate_transformation_mode="half_pixel_symmetric", opset=19)
+    one("Resize-linear-axes-rank3", "Resize", {"x": rand(2, 13, 7)}, scales(0.5, 3), inputs=["x", "", "s"], mode="linear",
+        axes=[1, 2])
+    one("Resize-nearest-rank2", "Resize", {"x": rand(13, 7)}, sizes(127, 3), inputs=["x", "", "", "z"])
+    one("Resize-opset10-linear", "Resize", {"x": img}, scales(1, 1, 2, 1.5), opset=10, mode="linear")
+    one("Upsample-opset9-nearest", "Upsample", {"x": img}, scales(1, 1, 2, 3), opset=9)
+
     # ---- reductions ---------------------------------------------------------------------------------
     r3 = rand(2, 3, 13)
     one("ReduceMean-last-keep", "ReduceMean", {"x": r3}, {"ax": np.array([2], np.int64)})

@@ -111,6 +111,33 @@ def test_strict_refuses_the_nodes_the_vulkan_backend_lacks_and_names_them():
         tt.compile(_mlp_with_cumsum(), device="vulkan", strict=True)
 
 
+@pytest.mark.parametrize("form, reason", [
+    ({"mode": "cubic"}, "mode 'cubic' has no Vulkan kernel"),
+    ({"scales": [1, 2, 2, 2]}, "it resizes an axis other than the last two"),
+    ({"sizes": [2, 6, 20, 24]}, "it may resize an axis other than the last two (its sizes)"),
+    ({"scales_input": True}, "its scales are computed at run time"),
+])
+def test_resize_forms_the_vulkan_kernel_lacks_run_on_the_cpu_with_the_reason(form, reason):
+    x = np.random.default_rng(5).standard_normal((2, 3, 10, 12)).astype(np.float32)
+    inputs, consts, feeds = {"x": list(x.shape)}, {}, {"x": x}
+    if "sizes" in form:
+        consts["z"] = np.array(form["sizes"], np.int64)
+        args = ["x", "", "", "z"]
+    elif "scales_input" in form:
+        inputs["s"] = [4]
+        feeds["s"] = np.array([1, 1, 2, 2], np.float32)
+        args = ["x", "", "s"]
+    else:
+        consts["s"] = np.array(form.get("scales", [1, 1, 2, 2]), np.float32)
+        args = ["x", "", "s"]
+    node = helper.make_node("Resize", args, ["y"], name="up", mode=form.get("mode", "nearest"))
+    model = _model([node], inputs, consts)
+    sess = tt.compile(model, device="vulkan")
+    assert [s["backend"] for s in sess.steps() if s["name"] == "up"] == ["cpu"]
+    assert f"Resize 'up': {reason}" in sess.report, sess.report
+    assert_close(sess.run(feeds)["y"], run_ort(model._core.to_bytes(), feeds)[0], what="vs onnxruntime")
+
+
 def _conv_chain() -> tt.Model:
     """Conv -> Relu -> MaxPool -> Conv: the CPU engine runs it channels last."""
     rng = np.random.default_rng(3)
@@ -238,6 +265,17 @@ def test_profile_times_cpu_nodes_vulkan_stretches_and_each_vulkan_kernel_on_the_
     # A stretch's kernels ran on the device within the wall time the host waited for it.
     assert entries[1]["seconds"] <= entries[0]["seconds"]
     assert entries[4]["seconds"] + entries[5]["seconds"] <= entries[3]["seconds"]
+
+
+def test_profile_of_a_real_model_times_every_vulkan_kernel(exported_models):
+    sess = tt.compile(tt.load(exported_models["unet"].path), device="vulkan", profile=True, strict=True)
+    sess.run(exported_models["unet"].inputs(2))
+    timed = {e["name"]: e for e in sess.profile() if e["op_type"] != "vulkan:segment"}
+    kernels = [s for s in sess.steps() if s["backend"] == "vulkan" and s["op_type"] not in
+               {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}]  # views: nothing runs
+    assert {"Resize", "ai.tether:FusedConv", "ConvTranspose", "MaxPool", "Concat"} <= {s["op_type"] for s in kernels}
+    for s in kernels:
+        assert timed[s["name"]]["runs"] == 1 and timed[s["name"]]["seconds"] > 0, s["name"]
 
 
 def _without_vulkan(env: dict[str, str]) -> dict:

@@ -73,6 +73,10 @@ class Recorder {
   virtual Range weight(int handle) const = 0;
   /// A small buffer no kernel writes, for a binding that a specialisation leaves unread.
   virtual Range unused() const = 0;
+  /// A read-only table of `bytes` the kernel computed on the host for this plan (indices,
+  /// weights), kept in host-visible memory for the plan's life. Throws DeviceError when the
+  /// device has not the memory.
+  virtual Range table(const void* data, int64_t bytes) = 0;
 
   /// Workgroup counts (x, y) for `n` invocations in groups of `local`: shaders number their
   /// invocations x + y * (groups in x) * local (see shaders/common.glsl), so that grids past

@@ -46,9 +46,19 @@ void PlanRecorder::stamp(int step) {
   segments_.back().push_back(std::move(c));
 }
 
+Range PlanRecorder::table(const void* data, int64_t bytes) {
+  Buffer b = device_.buffer(bytes, Memory::kStaging, "a kernel's table");
+  std::memcpy(b.mapped(), data, static_cast<size_t>(bytes));
+  b.flush();
+  tables_.push_back(std::move(b));
+  return Range{tables_.back().handle(), 0, bytes};
+}
+
 void PlanRecorder::finish(Plan& plan) {
   const DeviceApi& api = device_.api();
   const VkDevice dev = device_.handle();
+  for (Buffer& b : tables_) plan.tables.push_back(std::move(b));
+  tables_.clear();
   uint32_t sets = 0, buffers = 0;
   for (const auto& seg : segments_)
     for (const Command& c : seg)

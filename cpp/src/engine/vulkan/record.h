@@ -22,6 +22,7 @@ class PlanRecorder final : public Recorder {
   void copy(const Range& src, const Range& dst) override;
   Range weight(int handle) const override { return weights_.at(static_cast<size_t>(handle)); }
   Range unused() const override { return unused_; }
+  Range table(const void* data, int64_t bytes) override;
 
   /// Commands recorded from now on go to the next segment's command buffer.
   void begin_segment() { segments_.emplace_back(); }
@@ -48,6 +49,7 @@ class PlanRecorder final : public Recorder {
   const std::vector<Range>& weights_;
   Range unused_;
   std::vector<std::vector<Command>> segments_;
+  std::vector<Buffer> tables_;  // moved into the plan by finish()
 };
 
 }  // namespace tether::engine::vulkan

@@ -90,6 +90,7 @@ struct Plan {
   std::vector<Segment> segments;
   int64_t arena_bytes = 0, intermediate_bytes = 0, host_bytes = 0, scratch_bytes = 0, staging_bytes = 0;
   Buffer arena, staging;
+  std::vector<Buffer> tables;         ///< tables kernels computed on the host (Recorder::table)
   std::shared_ptr<ir::Buffer> host;   ///< the host arena, then CPU kernels' scratch
   VkCommandPool pool = VK_NULL_HANDLE;
   VkDescriptorPool descriptors = VK_NULL_HANDLE;
