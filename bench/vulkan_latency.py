@@ -269,7 +269,7 @@ def measure(name: str, batches: list[int], args: argparse.Namespace, gpu: int | 
                         row["notes"].append(f"{engine} vs tether-cpu: {e}")
         if runs:
             try:
-                medians = interleaved_medians({e: (lambda r=r: r(x)) for e, r in runs.items()}, args.min_time,
+                medians = interleaved_medians({e: (lambda r=r, x=x: r(x)) for e, r in runs.items()}, args.min_time,
                                               min_runs=args.rounds, rounds=args.rounds)
                 row["ms"].update(medians)
             except Exception as e:  # noqa: BLE001
@@ -344,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     head = [f"machine: {machine()}", "", device_text, "", ncnn_text, "",
-            f"settings: batches {','.join(map(str, batches))}; tether-cpu and ncnn's CPU side on {args.threads} threads; "
+            f"settings: batches {','.join(map(str, batches))}; "
+            f"tether-cpu and ncnn's CPU side on {args.threads} threads; "
             f"{args.min_time:g} s of timed runs per engine and row over {args.rounds} interleaved rounds"
             + ("; --quick: a smoke run of the machinery, its times mean nothing" if args.quick else ""), ""]
     print("\n".join(head))
@@ -358,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in models:
         rows += measure(name, batches, args, gpu, errors)
     foot = [f"load average {os.getloadavg()[0]:.2f} at the end; {time.perf_counter() - started:.0f} s in all"]
-    failed = [r for r in rows if "tether-vulkan" in r["err"] or not r["rel"].get("tether-vulkan", np.inf) <= QUICK_REL_TOL]
+    failed = [r for r in rows
+              if "tether-vulkan" in r["err"] or not r["rel"].get("tether-vulkan", np.inf) <= QUICK_REL_TOL]
     if args.quick and failed:
         foot.append(f"--quick FAILED: tether-vulkan failed or strayed from tether-cpu by more than {QUICK_REL_TOL:g}")
     print()
