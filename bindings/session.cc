@@ -121,7 +121,7 @@ void register_session(pyb::module_& m) {
   m.def(
       "compile",
       [](const ir::Model& model, const std::string& device, int threads, bool optimize, bool profile,
-         const std::vector<std::string>& keep, bool strict) {
+         const std::vector<std::string>& keep, bool strict, const std::string& precision) {
         engine::CompileOptions o;
         o.device = device;
         o.threads = threads;
@@ -129,11 +129,13 @@ void register_session(pyb::module_& m) {
         o.profile = profile;
         o.keep = keep;
         o.strict = strict;
+        o.precision = precision;
         pyb::gil_scoped_release release;
         return engine::compile(model, o);
       },
       pyb::arg("model"), pyb::arg("device") = "cpu", pyb::arg("threads") = 0, pyb::arg("optimize") = true,
-      pyb::arg("profile") = false, pyb::arg("keep") = std::vector<std::string>{}, pyb::arg("strict") = false);
+      pyb::arg("profile") = false, pyb::arg("keep") = std::vector<std::string>{}, pyb::arg("strict") = false,
+      pyb::arg("precision") = "fp32");
 
   m.def("devices", [] {
     std::vector<engine::DeviceInfo> list;
@@ -154,6 +156,7 @@ void register_session(pyb::module_& m) {
         d["driver_version"] = i.driver_version;
         d["api_version"] = i.api_version;
         d["fp16"] = i.fp16;
+        d["fp16_storage"] = i.fp16_storage;
         d["int8"] = i.int8;
         d["subgroup_size"] = i.subgroup_size;
         d["memory_bytes"] = i.memory_bytes;

@@ -132,6 +132,7 @@ def compile(  # noqa: A001 - the public name mirrors the lifecycle: load, compil
     profile: bool = False,
     keep: Sequence[str] = (),
     strict: bool = False,
+    precision: str = "fp32",
 ) -> Session:
     """Compiles a model for ``device`` and returns a :class:`Session`.
 
@@ -143,16 +144,21 @@ def compile(  # noqa: A001 - the public name mirrors the lifecycle: load, compil
     ``threads``: threads per run on the CPU (default: one per physical core). ``optimize``:
     apply the graph passes first. ``profile``: time every kernel (see :meth:`Session.profile`).
     ``keep``: value names the passes must leave computed (never fused into another kernel),
-    for tools that observe intermediates.
+    for tools that observe intermediates. ``precision``: ``"fp32"``, or on a Vulkan device
+    whose ``fp16_storage`` is true (see :func:`devices`) ``"fp16"``: float tensors and float
+    weights are kept as float16 in device memory (half the bytes), arithmetic stays float32;
+    expect relative errors around 1e-3 against float32.
 
     Raises UnsupportedError listing every node the device cannot run (and, for a Vulkan
-    device, when none is found: how to install one), ArgumentError for an unknown device or a
+    device, when none is found: how to install one; for ``precision="fp16"`` on the CPU or on
+    a device without 16-bit storage), ArgumentError for an unknown device or precision or a
     ``keep`` name the model lacks, DeviceError when the device fails.
 
     Example:
         >>> sess = tt.compile("model.onnx", threads=1)    # doctest: +SKIP
         >>> sess = tt.compile(model, keep=["conv1_out"])   # doctest: +SKIP
         >>> gpu = tt.compile(model, device="vulkan")       # doctest: +SKIP
+        >>> half = tt.compile(model, device="vulkan", precision="fp16")  # doctest: +SKIP
         >>> print(gpu.report)                              # doctest: +SKIP
         vulkan: device vulkan:0 'llvmpipe (LLVM 15.0.6, 256 bits)' (cpu, llvmpipe ...)
         vulkan: 14 kernels on vulkan, 0 on cpu (2 threads), 76.0 KB of weights in device memory
@@ -160,7 +166,7 @@ def compile(  # noqa: A001 - the public name mirrors the lifecycle: load, compil
     if not isinstance(model, Model):
         model = load(model)
     core = _core.compile(model._core, device, 0 if threads is None else int(threads), optimize, profile, list(keep),
-                         bool(strict))
+                         bool(strict), str(precision))
     return Session(core, device)
 
 
@@ -168,7 +174,8 @@ def devices() -> list[dict[str, Any]]:
     """The devices :func:`compile` takes: the CPU, then each Vulkan device. Each is a dict with
     ``device`` (what ``compile`` takes: ``"cpu"``, ``"vulkan:0"``, ...), ``backend``, ``index``,
     ``name`` and ``type``; Vulkan devices add ``driver_name``, ``driver_version``,
-    ``api_version``, ``fp16`` and ``int8`` (arithmetic in shaders), ``subgroup_size`` and
+    ``api_version``, ``fp16`` and ``int8`` (arithmetic in shaders), ``fp16_storage`` (float16 in
+    storage buffers: what ``compile(..., precision="fp16")`` needs), ``subgroup_size`` and
     ``memory_bytes`` (device-local memory). Without a Vulkan loader or driver the list holds
     the CPU alone (``apt-get install mesa-vulkan-drivers`` gives lavapipe, a Vulkan device on
     the CPU).

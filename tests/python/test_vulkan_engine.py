@@ -64,7 +64,7 @@ def test_devices_list_the_cpu_then_each_vulkan_device_with_its_properties():
         assert d["type"] in {"discrete_gpu", "integrated_gpu", "virtual_gpu", "cpu", "other"}
         assert d["name"] and d["driver_name"] and d["driver_version"]
         assert [int(p) for p in d["api_version"].split(".")] >= [1, 1, 0]
-        assert isinstance(d["fp16"], bool) and isinstance(d["int8"], bool)
+        assert isinstance(d["fp16"], bool) and isinstance(d["int8"], bool) and isinstance(d["fp16_storage"], bool)
         assert d["subgroup_size"] >= 1 and d["memory_bytes"] > 0
         if d["driver_name"] == "llvmpipe":  # Mesa's lavapipe: a Vulkan 1.3 device on the CPU
             assert d["type"] == "cpu" and d["api_version"].startswith("1.3")
@@ -276,6 +276,54 @@ def test_profile_of_a_real_model_times_every_vulkan_kernel(exported_models):
     assert {"Resize", "ai.tether:FusedConv", "ConvTranspose", "MaxPool", "Concat"} <= {s["op_type"] for s in kernels}
     for s in kernels:
         assert timed[s["name"]]["runs"] == 1 and timed[s["name"]]["seconds"] > 0, s["name"]
+
+
+def test_fp16_storage_halves_device_memory_and_agrees_with_the_cpu_engine_across_cpu_fallback():
+    model = _mlp_with_cumsum()
+    half = tt.compile(model, device="vulkan", precision="fp16")
+    full = tt.compile(model, device="vulkan")
+    assert "precision fp16: float values and weights stored as float16" in half.report
+    cpu = tt.compile(model)
+    for batch in (1, 127):
+        x = _x(batch, batch).astype(np.float16).astype(np.float32)
+        # The CumSum between the two Vulkan stretches runs on the CPU: its input comes down and
+        # its output goes up through float16.
+        assert_close(half.run({"x": x})["y"], cpu.run({"x": x})["y"], 1e-2, f"batch {batch}")
+        full.run({"x": x})
+    h, f = half.memory(), full.memory()
+    assert h["device_weight_bytes"] < f["device_weight_bytes"]  # each weight aligned: not quite half
+    assert h["intermediate_bytes"] * 2 == f["intermediate_bytes"]
+
+
+def test_fp16_precision_is_refused_on_the_cpu_and_unknown_precisions_are_argument_errors():
+    with pytest.raises(tt.UnsupportedError, match="precision 'fp16' is for Vulkan devices; the CPU engine computes in float32"):
+        tt.compile(_mlp_with_cumsum(), precision="fp16")
+    with pytest.raises(tt.ArgumentError, match="precision 'bf16' is not known; it is 'fp32' or 'fp16'"):
+        tt.compile(_mlp_with_cumsum(), device="vulkan", precision="bf16")
+
+
+def test_fp16_on_a_device_without_16_bit_storage_is_an_unsupported_error_naming_the_feature():
+    script = """
+import json, tether as tt
+from onnx import helper, TensorProto
+g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+m = tt.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString())
+out = {"storage": [d["fp16_storage"] for d in tt.devices() if d["backend"] == "vulkan"],
+       "fp32": tt.compile(m, device="vulkan").device}
+try:
+    tt.compile(m, device="vulkan", precision="fp16")
+except tt.UnsupportedError as e:
+    out["error"] = str(e)
+print(json.dumps(out))
+"""
+    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "TETHER_VULKAN_NO_FP16_STORAGE": "1"},
+                          capture_output=True, text=True, timeout=120, check=True)
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["storage"] and not any(out["storage"]) and out["fp32"] == "vulkan"
+    assert "does not support 16-bit storage buffers (storageBuffer16BitAccess)" in out["error"], out
+    assert "compile with precision='fp32'" in out["error"]
 
 
 def _without_vulkan(env: dict[str, str]) -> dict:

@@ -1,10 +1,12 @@
 """The real-model set (tests/python/_models.py: torch.nn with random weights, exported to ONNX)
 on Vulkan agrees with the CPU engine within 1e-4 of the largest output, at two batch sizes.
 Every net, the UNet with its bilinear Resize included, runs on the device alone (compiled
-strict: only shape arithmetic stays on the CPU)."""
+strict: only shape arithmetic stays on the CPU); with float16 storage (precision="fp16"),
+within 1e-2."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import tether as tt
 from _vulkan import assert_close, requires_vulkan
@@ -32,3 +34,16 @@ def test_real_model_on_vulkan_matches_the_cpu_engine(name, exported_models):
     assert "cpu fallback" not in sess.report
     if name == "unet":
         assert any(s["op_type"] == "Resize" and s["backend"] == "vulkan" for s in steps)
+
+
+@pytest.mark.parametrize("name", ON_DEVICE)
+def test_real_model_with_float16_storage_matches_the_cpu_engine_within_1e_2(name, exported_models):
+    e = exported_models[name]
+    model = tt.load(e.path)
+    sess = tt.compile(model, device="vulkan", strict=True, precision="fp16")
+    feeds = {k: v.astype(np.float16).astype(np.float32) if v.dtype == np.float32 else v
+             for k, v in e.inputs(2, seed=2).items()}
+    ref = tt.compile(model, device="cpu").run(feeds)
+    got = sess.run(feeds)
+    for k in ref:
+        assert_close(got[k], ref[k], 1e-2, what=f"{name} in fp16, output {k}")

@@ -39,6 +39,10 @@ struct CompileOptions {
   /// On a Vulkan device: refuse (UnsupportedError naming them) nodes the Vulkan backend cannot
   /// run, instead of running them on the CPU in the same session. No effect on "cpu".
   bool strict = false;
+  /// "fp32" (the default), or on a Vulkan device "fp16": float tensors and float weights kept
+  /// as float16 in device memory, arithmetic in float32. UnsupportedError on a device without
+  /// 16-bit storage buffers and on "cpu"; ArgumentError for any other text.
+  std::string precision = "fp32";
 };
 
 /// A device compile() takes, as devices() lists it.
@@ -54,6 +58,7 @@ struct DeviceInfo {
   std::string driver_version;  ///< Vulkan: the driver's description of its version
   std::string api_version;     ///< Vulkan: the Vulkan version the device supports ("1.3.230")
   bool fp16 = false;           ///< Vulkan: float16 arithmetic in shaders
+  bool fp16_storage = false;   ///< Vulkan: float16 in storage buffers (what precision "fp16" needs)
   bool int8 = false;           ///< Vulkan: int8 arithmetic in shaders
   int subgroup_size = 0;       ///< Vulkan: invocations per subgroup
   int64_t memory_bytes = 0;    ///< Vulkan: device-local memory, all heaps together

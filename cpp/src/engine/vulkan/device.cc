@@ -149,6 +149,10 @@ Device::Device(const Instance& instance, const PhysicalDevice& physical) : physi
   info.pQueueCreateInfos = &queue;
   info.enabledExtensionCount = static_cast<uint32_t>(enabled.size());
   info.ppEnabledExtensionNames = enabled.data();
+  // 16-bit storage buffers for precision "fp16" (Vulkan 1.1 core), enabled where present.
+  VkPhysicalDevice16BitStorageFeatures storage16{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
+  storage16.storageBuffer16BitAccess = physical.storage16 ? VK_TRUE : VK_FALSE;
+  if (physical.storage16) info.pNext = &storage16;
   const VkResult r = ia.vkCreateDevice(physical.handle, &info, nullptr, &device_);
   if (r != VK_SUCCESS)
     throw DeviceError("opening Vulkan device " + physical.info.device + " '" + physical.info.name + "' failed (" +

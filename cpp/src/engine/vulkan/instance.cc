@@ -278,8 +278,10 @@ void Instance::enumerate() {
     subgroup.pNext = &maintenance3;
     if (v12 || has_extension(ext, VK_KHR_DRIVER_PROPERTIES_EXTENSION_NAME)) maintenance3.pNext = &driver;
     VkPhysicalDeviceShaderFloat16Int8Features f16i8{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
+    VkPhysicalDevice16BitStorageFeatures storage16{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
     VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
-    if (v12 || has_extension(ext, VK_KHR_SHADER_FLOAT16_INT8_EXTENSION_NAME)) features.pNext = &f16i8;
+    features.pNext = &storage16;  // core in Vulkan 1.1
+    if (v12 || has_extension(ext, VK_KHR_SHADER_FLOAT16_INT8_EXTENSION_NAME)) storage16.pNext = &f16i8;
     if (d.api_version >= VK_API_VERSION_1_1) {
       api_.vkGetPhysicalDeviceProperties2(d.handle, &props2);
       api_.vkGetPhysicalDeviceFeatures2(d.handle, &features);
@@ -306,6 +308,10 @@ void Instance::enumerate() {
     info.api_version = version_text(props.apiVersion);
     info.fp16 = f16i8.shaderFloat16 == VK_TRUE;
     info.int8 = f16i8.shaderInt8 == VK_TRUE;
+    // TETHER_VULKAN_NO_FP16_STORAGE=1 treats every device as one without 16-bit storage.
+    const char* no16 = std::getenv("TETHER_VULKAN_NO_FP16_STORAGE");
+    d.storage16 = storage16.storageBuffer16BitAccess == VK_TRUE && !(no16 != nullptr && std::string(no16) == "1");
+    info.fp16_storage = d.storage16;
     info.subgroup_size = static_cast<int>(subgroup.subgroupSize);
     for (uint32_t h = 0; h < d.memory.memoryHeapCount; ++h)
       if (d.memory.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)

@@ -118,7 +118,7 @@ void VulkanSession::place_on_device(Plan& plan) const {
   plan.dev.assign(n, Range{});
   for (size_t i = 0; i < n; ++i) {
     if (first[i] < 0 && alias[i] < 0 && values_[i].weight < 0) continue;
-    const int64_t bytes = value_bytes(values_[i], plan.dims[i]);
+    const int64_t bytes = half(i) ? ir::checked_num_elements(plan.dims[i]).value_or(0) * 2 : value_bytes(values_[i], plan.dims[i]);
     if (bytes > static_cast<int64_t>(limits.maxStorageBufferRange))
       throw DeviceError("value '" + values_[i].value->name() + "' takes " + bytes_text(bytes) + ", more than the " +
                         bytes_text(limits.maxStorageBufferRange) + " Vulkan device '" + device_->name() +
@@ -156,13 +156,13 @@ void VulkanSession::place_on_device(Plan& plan) const {
     if (!seg.gpu) continue;
     for (size_t i = 0; i < n; ++i)
       if (upload_seg[i] == static_cast<int>(g) && plan.dev[i].bytes > 0) {
-        seg.uploads.push_back({static_cast<int>(i), staging, plan.dev[i].bytes});
+        seg.uploads.push_back({static_cast<int>(i), staging, plan.dev[i].bytes, half(i)});
         staging += align_up(plan.dev[i].bytes, 16);
       }
     for (int s = seg.begin; s < seg.end; ++s)
       for (int o : steps_[static_cast<size_t>(s)].outputs)
         if (o >= 0 && host_needed(static_cast<size_t>(o)) && plan.dev[static_cast<size_t>(o)].bytes > 0) {
-          seg.downloads.push_back({o, staging, plan.dev[static_cast<size_t>(o)].bytes});
+          seg.downloads.push_back({o, staging, plan.dev[static_cast<size_t>(o)].bytes, half(static_cast<size_t>(o))});
           staging += align_up(plan.dev[static_cast<size_t>(o)].bytes, 16);
         }
   }

@@ -4,14 +4,15 @@
 
 #include <algorithm>
 #include <chrono>
-#include <queue>
 #include <cstdio>
 #include <cstring>
+#include <queue>
 #include <sstream>
 
 #include "engine/evaluate.h"
 #include "engine/session.h"
 #include "engine/vulkan/vulkan.h"
+#include "util/float16.h"
 #include "util/thread_pool.h"
 
 namespace tether::engine::vulkan {
@@ -37,6 +38,21 @@ struct OneShot {
   }
 };
 
+void to_half(const float* src, int64_t n, std::byte* dst) {
+  for (int64_t k = 0; k < n; ++k) {
+    const uint16_t h = util::float_to_half(src[k]);
+    std::memcpy(dst + k * 2, &h, 2);
+  }
+}
+
+void from_half(const std::byte* src, int64_t n, float* dst) {
+  for (int64_t k = 0; k < n; ++k) {
+    uint16_t h;
+    std::memcpy(&h, src + k * 2, 2);
+    dst[k] = util::half_to_float(h);
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Session> compile(const ir::Model& model, const CompileOptions& options) {
@@ -58,8 +74,16 @@ bool validation_enabled() {
   return instance != nullptr && instance->validation();
 }
 
+bool VulkanSession::half(size_t i) const {
+  return fp16_ && values_[i].value->type().dtype() == ir::DType::kFloat32;
+}
+
 VulkanSession::VulkanSession(const ir::Model& model, const CompileOptions& options, std::shared_ptr<Device> device)
-    : device_(std::move(device)), model_(model.clone()), profile_(options.profile) {
+    : device_(std::move(device)), model_(model.clone()), profile_(options.profile), fp16_(options.precision == "fp16") {
+  if (fp16_ && !device_->physical().storage16)
+    throw UnsupportedError("precision 'fp16': Vulkan device " + device_->physical().info.device + " '" + device_->name() +
+                           "' does not support 16-bit storage buffers (storageBuffer16BitAccess), which tether's "
+                           "float16 storage needs; compile with precision='fp32'");
   std::ostringstream report;
   // Vulkan's kernels take the ONNX layout: no channels-last rewrites (a CPU-engine choice).
   passes::OptimizeOptions layout;
@@ -91,7 +115,8 @@ VulkanSession::VulkanSession(const ir::Model& model, const CompileOptions& optio
   for (size_t s = 0; s < steps_.size(); ++s) segments += s == 0 || (steps_[s].gpu != nullptr) != (steps_[s - 1].gpu != nullptr);
   report << "vulkan: " << on_gpu << " kernels on vulkan, " << on_cpu << " on cpu (" << pool_->threads() << " threads), "
          << shapes << " shape computations on cpu, in " << segments << " stretch" << (segments == 1 ? "" : "es") << "; "
-         << bytes_text(weight_bytes_) << " of weights in device memory\n";
+         << bytes_text(weight_bytes_) << " of weights in device memory"
+         << (fp16_ ? "; precision fp16: float values and weights stored as float16, arithmetic in float32" : "") << "\n";
   const int built = after.built - before.built;
   report << "vulkan: ";
   if (built > 0) {
@@ -154,6 +179,7 @@ void VulkanSession::create_steps(const CompileOptions& options) {
   const std::vector<ir::Node*> order = model_.graph().topological_order();
   constants_.reserve(order.size());  // stable addresses for the pointers taken below
   Gpu gpu(*device_);
+  gpu.fp16 = fp16_;
   std::vector<std::string> unsupported, fallback, dynamic;
   for (const ir::Node* n : order) {
     if (n->op_type() == "Constant" && (n->domain().empty() || n->domain() == "ai.onnx")) {
@@ -227,10 +253,20 @@ void VulkanSession::create_steps(const CompileOptions& options) {
   if (!dynamic.empty())
     throw UnsupportedError("the Vulkan engine needs every shape to follow from the input shapes, and these nodes size "
                            "their outputs from data:" + listing(dynamic) + "\ncompile with device='cpu'");
-  // Constants read on the device join the weight buffer as they are.
-  for (ValueEntry& e : values_)
-    if (e.is_constant && e.input < 0 && e.gpu_reads && e.constant != nullptr)
+  // Constants read on the device join the weight buffer as they are (float ones as float16
+  // under precision fp16).
+  for (size_t i = 0; i < values_.size(); ++i) {
+    ValueEntry& e = values_[i];
+    if (!(e.is_constant && e.input < 0 && e.gpu_reads && e.constant != nullptr)) continue;
+    if (!half(i)) {
       e.weight = gpu.add_weight_view(e.constant->raw_data(), e.constant->nbytes());
+      continue;
+    }
+    const int64_t n = e.constant->num_elements();
+    std::vector<std::byte> bytes(static_cast<size_t>(n) * sizeof(uint16_t));
+    to_half(e.constant->data<float>(), n, bytes.data());
+    e.weight = gpu.add_weight(std::move(bytes));
+  }
   upload_weights(gpu);
   schedule_steps();
 }
@@ -466,8 +502,10 @@ std::vector<ir::Tensor> VulkanSession::run_plan(const std::vector<std::pair<std:
       continue;
     }
     std::byte* staging = plan.staging.mapped();
-    for (const Transfer& t : seg.uploads)
-      std::memcpy(staging + t.staging, data[static_cast<size_t>(t.value)], static_cast<size_t>(t.bytes));
+    for (const Transfer& t : seg.uploads) {
+      if (t.half) to_half(reinterpret_cast<const float*>(data[static_cast<size_t>(t.value)]), t.bytes / 2, staging + t.staging);
+      else std::memcpy(staging + t.staging, data[static_cast<size_t>(t.value)], static_cast<size_t>(t.bytes));
+    }
     if (plan.staging.handle() != VK_NULL_HANDLE) plan.staging.flush();
     try {
       device_->submit_and_wait(seg.cmd, plan.fence, "running the model's Vulkan kernels");
@@ -476,8 +514,10 @@ std::vector<ir::Tensor> VulkanSession::run_plan(const std::vector<std::pair<std:
       throw;
     }
     if (plan.staging.handle() != VK_NULL_HANDLE) plan.staging.invalidate();
-    for (const Transfer& t : seg.downloads)
-      std::memcpy(data[static_cast<size_t>(t.value)], staging + t.staging, static_cast<size_t>(t.bytes));
+    for (const Transfer& t : seg.downloads) {
+      if (t.half) from_half(staging + t.staging, t.bytes / 2, reinterpret_cast<float*>(data[static_cast<size_t>(t.value)]));
+      else std::memcpy(data[static_cast<size_t>(t.value)], staging + t.staging, static_cast<size_t>(t.bytes));
+    }
     if (plan.queries != VK_NULL_HANDLE) read_timestamps(plan, seg);
     if (profile_) {
       auto& [runs, ns] = segment_time_[seg.begin];

@@ -56,7 +56,8 @@ struct Step {
 struct Transfer {
   int value = -1;
   int64_t staging = 0;  ///< offset in the staging buffer
-  int64_t bytes = 0;
+  int64_t bytes = 0;    ///< on the device (float16 in staging and on the device, float32 on the host, when `half`)
+  bool half = false;
 };
 
 /// Consecutive steps on one backend. A Vulkan segment is one command buffer, submitted once
@@ -146,6 +147,9 @@ class VulkanSession final : public Session {
   std::shared_ptr<util::ThreadPool> pool_;
   std::string report_;
   bool profile_ = false;
+  bool fp16_ = false;  // precision "fp16": float values and weights stored as float16 on the device
+  /// Whether value i is stored as float16 on the device (a float32 value under precision fp16).
+  bool half(size_t i) const;
 
   Buffer unused_;                       // bound where a specialisation reads nothing
   Buffer weights_;                      // constants read on the device, one buffer

@@ -3,6 +3,7 @@
 // fused. One invocation computes one output element.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#include "storage.glsl"
 layout(local_size_x_id = 0) in;
 #include "common.glsl"
 #include "activation.glsl"
@@ -10,11 +11,11 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 4) const bool HAS_BIAS = false;
 layout(constant_id = 5) const bool HAS_SUM = false;
 
-layout(std430, binding = 0) readonly buffer X { float x[]; };
-layout(std430, binding = 1) readonly buffer W { float w[]; };
-layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
-layout(std430, binding = 3) readonly buffer Sum { float sum[]; };
-layout(std430, binding = 4) writeonly buffer Y { float y[]; };
+layout(std430, binding = 0) readonly buffer X { act_t x[]; };
+layout(std430, binding = 1) readonly buffer W { act_t w[]; };
+layout(std430, binding = 2) readonly buffer Bias { act_t bias[]; };
+layout(std430, binding = 3) readonly buffer Sum { act_t sum[]; };
+layout(std430, binding = 4) writeonly buffer Y { act_t y[]; };
 layout(push_constant, std430) uniform Push {
   uint n;                 // output elements: N * M * OH * OW
   uint C, H, W;           // input channels and size
@@ -43,11 +44,11 @@ void main() {
       for (uint kw = 0; kw < p.KW; ++kw) {
         int iw = w0 + int(kw) * p.DW;
         if (iw < 0 || iw >= int(p.W)) continue;
-        acc += x[xbase + uint(ih) * p.W + uint(iw)] * w[wbase + kh * p.KW + kw];
+        acc += LD(x[xbase + uint(ih) * p.W + uint(iw)]) * LD(w[wbase + kh * p.KW + kw]);
       }
     }
   }
-  if (HAS_BIAS) acc += bias[m];
-  if (HAS_SUM) acc += sum[i];
-  y[i] = activate(acc);
+  if (HAS_BIAS) acc += LD(bias[m]);
+  if (HAS_SUM) acc += LD(sum[i]);
+  y[i] = ST(activate(acc));
 }

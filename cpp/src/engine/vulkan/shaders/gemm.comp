@@ -4,6 +4,7 @@
 // Strides describe op(A) as M x K and op(B) as K x N, so transposes cost nothing.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#include "storage.glsl"
 layout(local_size_x_id = 0, local_size_y_id = 6) in;
 #include "common.glsl"
 #include "activation.glsl"
@@ -12,11 +13,11 @@ layout(constant_id = 4) const bool HAS_BIAS = false;
 layout(constant_id = 5) const bool HAS_SUM = false;
 layout(constant_id = 7) const uint TS = 16;  // equals the workgroup's x and y sizes
 
-layout(std430, binding = 0) readonly buffer A { float a[]; };
-layout(std430, binding = 1) readonly buffer B { float b[]; };
-layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
-layout(std430, binding = 3) readonly buffer Sum { float sum[]; };
-layout(std430, binding = 4) writeonly buffer C { float c[]; };
+layout(std430, binding = 0) readonly buffer A { act_t a[]; };
+layout(std430, binding = 1) readonly buffer B { act_t b[]; };
+layout(std430, binding = 2) readonly buffer Bias { act_t bias[]; };
+layout(std430, binding = 3) readonly buffer Sum { act_t sum[]; };
+layout(std430, binding = 4) writeonly buffer C { act_t c[]; };
 layout(push_constant, std430) uniform Push {
   uint M, N, K;
   uint bdims[4];          // the batch dims, outermost first (padded with 1)
@@ -45,16 +46,16 @@ void main() {
   float acc = 0.0;
   for (uint k0 = 0; k0 < p.K; k0 += TS) {
     uint ka = k0 + tx, kb = k0 + ty;
-    As[ty * TS + tx] = row < p.M && ka < p.K ? a[aoff + row * p.a_rs + ka * p.a_cs] : 0.0;
-    Bs[ty * TS + tx] = kb < p.K && col < p.N ? b[boff + kb * p.b_rs + col * p.b_cs] : 0.0;
+    As[ty * TS + tx] = row < p.M && ka < p.K ? LD(a[aoff + row * p.a_rs + ka * p.a_cs]) : 0.0;
+    Bs[ty * TS + tx] = kb < p.K && col < p.N ? LD(b[boff + kb * p.b_rs + col * p.b_cs]) : 0.0;
     barrier();
     for (uint k = 0; k < TS; ++k) acc += As[ty * TS + k] * Bs[k * TS + tx];
     barrier();
   }
   if (row >= p.M || col >= p.N) return;
   float v = p.alpha * acc;
-  if (HAS_BIAS) v += p.beta * bias[row * p.bias_rs + col * p.bias_cs];
+  if (HAS_BIAS) v += p.beta * LD(bias[row * p.bias_rs + col * p.bias_cs]);
   uint o = (batch * p.M + row) * p.N + col;
-  if (HAS_SUM) v += sum[o];
-  c[o] = activate(v);
+  if (HAS_SUM) v += LD(sum[o]);
+  c[o] = ST(activate(v));
 }

@@ -5,23 +5,24 @@
 // weight 0, weight 1). The sums are the CPU engine's: wa * (w0 a0 + w1 a1) + wb * (w0 b0 + w1 b1).
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#include "storage.glsl"
 layout(local_size_x_id = 0) in;
 #include "common.glsl"
 
 layout(constant_id = 1) const bool LINEAR_Y = false;  // two input rows per output row
 layout(constant_id = 2) const bool LINEAR_X = false;  // two input columns per output column
 
-layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 0) readonly buffer X { act_t x[]; };
 layout(std430, binding = 1) readonly buffer T { uvec4 taps[]; };  // OH rows, then OW columns
-layout(std430, binding = 2) writeonly buffer Y { float y[]; };
+layout(std430, binding = 2) writeonly buffer Y { act_t y[]; };
 layout(push_constant, std430) uniform Push {
   uint n;  // output elements: planes * OH * OW
   uint H, W, OH, OW;
 } p;
 
 float along(uint row, uvec4 c) {
-  float v = uintBitsToFloat(c.z) * x[row + c.x];
-  if (LINEAR_X) v += uintBitsToFloat(c.w) * x[row + c.y];
+  float v = uintBitsToFloat(c.z) * LD(x[row + c.x]);
+  if (LINEAR_X) v += uintBitsToFloat(c.w) * LD(x[row + c.y]);
   return v;
 }
 
@@ -34,5 +35,5 @@ void main() {
   uint base = plane * p.H * p.W;
   float v = uintBitsToFloat(r.z) * along(base + r.x * p.W, c);
   if (LINEAR_Y) v += uintBitsToFloat(r.w) * along(base + r.y * p.W, c);
-  y[i] = v;
+  y[i] = ST(v);
 }
