@@ -108,6 +108,9 @@ def op_cases() -> list[OpCase]:
     one("MatMul-matrix-vector", "MatMul", {"a": rand(3, 13), "b": rand(13)})
     one("MatMul-outer-127x1x127", "MatMul", {"a": rand(127, 1), "b": rand(1, 127)})
     one("MatMul-k127", "MatMul", {"a": rand(3, 127), "b": rand(127, 13)})
+    # Both sides of 32 or more: the GEMM's 4 x 4 outputs per invocation, with ragged edge tiles.
+    one("MatMul-blocked-batched-2x65x33x70", "MatMul", {"a": rand(2, 65, 33)}, {"b": rand(33, 70)})
+    one("Gemm-blocked-transB-bias-127x40x33", "Gemm", {"a": rand(127, 40)}, {"b": rand(33, 40), "c": rand(33)}, transB=1)
     chain("FusedMatMul-bias-gelu", [_node("MatMul", ["x", "w"], ["m"]), _node("Add", ["m", "b"], ["a"]),
                                     _node("Gelu", ["a"], ["y"])],
           {"x": rand(2, 7, 13)}, {"w": rand(13, 5), "b": rand(5)}, fused="ai.tether:FusedMatMul", opset=20)
@@ -131,6 +134,11 @@ def op_cases() -> list[OpCase]:
     one("Conv-1x1-stride2", "Conv", {"x": rand(2, 13, 7, 7)}, {"w": rand(5, 13, 1, 1)}, strides=[2, 2])
     one("Conv-1d", "Conv", {"x": rand(2, 3, 13)}, {"w": rand(4, 3, 3), "b": rand(4)}, pads=[1, 1], strides=[2])
     one("Conv-1x1-input-127", "Conv", {"x": rand(1, 1, 1, 127)}, {"w": rand(3, 1, 1, 1)})
+    # 8 output channels per group or more: 8 channels per invocation of the direct convolution.
+    one("Conv-3x3-m16-groups2", "Conv", {"x": rand(2, 4, 13, 11)}, {"w": rand(16, 2, 3, 3), "b": rand(16)}, group=2,
+        pads=[1, 1, 1, 1])
+    one("Conv-3x3-m24-stride2", "Conv", {"x": rand(1, 3, 13, 13)}, {"w": rand(24, 3, 3, 3)}, strides=[2, 2])
+    one("Conv-1x1-m40-blocked-gemm", "Conv", {"x": rand(2, 13, 9, 9)}, {"w": rand(40, 13, 1, 1), "b": rand(40)})
     chain("FusedConv-residual-relu", [_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
                                       _node("Add", ["c", "r"], ["s"]), _node("Relu", ["s"], ["y"])],
           {"x": rand(2, 4, 7, 7), "r": rand(2, 4, 7, 7)}, {"w": rand(4, 4, 3, 3), "b": rand(4)},
