@@ -364,10 +364,15 @@ def test_without_a_vulkan_loader_devices_list_the_cpu_and_compile_says_how_to_ge
 
 
 @pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="tensorflow is not installed")
-def test_a_process_that_loaded_tensorflow_first_still_runs_on_vulkan():
-    # TensorFlow exports its copy of LLVM globally; lavapipe's LLVM must not bind to it.
+@pytest.mark.parametrize("when", ["before tether opens Vulkan", "after tether opened Vulkan"])
+def test_a_process_that_loads_tensorflow_still_runs_on_vulkan(when):
+    # TensorFlow exports its copy of LLVM globally; lavapipe's LLVM must not bind to it, whether
+    # TensorFlow comes first or after tether listed the devices (shaders compile at first run).
+    first, then = ("import tensorflow", "tt.devices()") if when.startswith("before") else ("tt.devices()", "import tensorflow")
     script = """
-import tensorflow, numpy as np, tether as tt
+import numpy as np, tether as tt
+FIRST
+THEN
 from onnx import helper, TensorProto
 g = helper.make_graph([helper.make_node("Gelu", ["x"], ["y"])], "g",
                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 13])],
@@ -376,7 +381,7 @@ m = tt.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]).Se
 x = np.linspace(-4, 4, 39, dtype=np.float32).reshape(3, 13)
 got, ref = tt.compile(m, device="vulkan").run({"x": x})["y"], tt.compile(m).run({"x": x})["y"]
 print(float(np.abs(got - ref).max() / np.abs(ref).max()))
-"""
+""".replace("FIRST", first).replace("THEN", then)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert float(done.stdout.strip().splitlines()[-1]) <= 1e-4

@@ -92,9 +92,13 @@ std::vector<std::filesystem::path> driver_manifests() {
 // lavapipe and radv) that the Vulkan loader opens later would bind some of its LLVM calls to
 // that copy, and crash. When such symbols are there, each driver's library is opened first
 // with RTLD_DEEPBIND (its own dependencies before the global scope); the loader's dlopen of
-// the same library then finds it open. Never closed, like the loader.
+// the same library then finds it open. Without such symbols, each driver is opened first with
+// RTLD_NOW: every symbol it takes from its own LLVM is bound at once, so that a copy of LLVM a
+// later import makes global (TensorFlow after tether's first Vulkan call) cannot capture the
+// bindings the loader's lazy dlopen would leave for the first shader compile. Never closed,
+// like the loader.
 void isolate_drivers_from_a_global_llvm() {
-  if (dlsym(RTLD_DEFAULT, "_ZN4llvm11raw_ostream5writeEPKcm") == nullptr) return;
+  const bool global_llvm = dlsym(RTLD_DEFAULT, "_ZN4llvm11raw_ostream5writeEPKcm") != nullptr;
   for (const std::filesystem::path& manifest : driver_manifests()) {
     std::ifstream in(manifest);
     std::stringstream text;
@@ -106,7 +110,7 @@ void isolate_drivers_from_a_global_llvm() {
     if (close == std::string::npos) continue;
     std::string lib = json.substr(open + 1, close - open - 1);
     if (lib.find('/') != std::string::npos && lib.front() != '/') lib = (manifest.parent_path() / lib).string();
-    dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL | (global_llvm ? RTLD_DEEPBIND : 0));
   }
 }
 
