@@ -222,16 +222,17 @@ def _errors(got: list[np.ndarray], want: list[np.ndarray]) -> tuple[float, float
     return abs_err, rel_err
 
 
-def interleaved_medians(runs: dict[str, Callable[[], Any]], min_time: float, min_runs: int = 5) -> dict[str, float]:
-    """Median latency of each run function. The engines take turns in ROUNDS rounds (the first
-    engine changes from round to round); in each round an engine runs once untimed, then timed
-    until its block reaches min_time / ROUNDS (at least one run), and it runs more rounds than
-    ROUNDS while it has fewer than min_runs timed runs."""
+def interleaved_medians(runs: dict[str, Callable[[], Any]], min_time: float, min_runs: int = 5,
+                        rounds: int = ROUNDS) -> dict[str, float]:
+    """Median latency of each run function. The engines take turns in `rounds` rounds (the
+    first engine changes from round to round); in each round an engine runs once untimed, then
+    timed until its block reaches min_time / rounds (at least one run), and it runs more rounds
+    while it has fewer than min_runs timed runs."""
     times: dict[str, list[float]] = {e: [] for e in runs}
     order = list(runs)
-    block = min_time / ROUNDS
+    block = min_time / rounds
     r = 0
-    while r < ROUNDS or any(len(t) < min_runs for t in times.values()):
+    while r < rounds or any(len(t) < min_runs for t in times.values()):
         for e in order[r % len(order):] + order[: r % len(order)]:
             runs[e]()
             start = time.perf_counter()

@@ -141,7 +141,7 @@ void register_session(pyb::module_& m) {
   m.def(
       "compile",
       [](const ir::Model& model, const std::string& device, int threads, bool optimize, bool profile,
-         const std::vector<std::string>& keep, bool strict, int64_t max_memory) {
+         const std::vector<std::string>& keep, bool strict, int64_t max_memory, const std::string& precision) {
         engine::CompileOptions o;
         o.device = device;
         o.threads = threads;
@@ -150,12 +150,13 @@ void register_session(pyb::module_& m) {
         o.keep = keep;
         o.strict = strict;
         o.max_memory = max_memory;
+        o.precision = precision;
         pyb::gil_scoped_release release;
         return engine::compile(model, o);
       },
       pyb::arg("model"), pyb::arg("device") = "cpu", pyb::arg("threads") = 0, pyb::arg("optimize") = true,
       pyb::arg("profile") = false, pyb::arg("keep") = std::vector<std::string>{}, pyb::arg("strict") = false,
-      pyb::arg("max_memory") = 0);
+      pyb::arg("max_memory") = 0, pyb::arg("precision") = "fp32");
 
   m.def("devices", [] {
     std::vector<engine::DeviceInfo> list;
@@ -176,6 +177,7 @@ void register_session(pyb::module_& m) {
         d["driver_version"] = i.driver_version;
         d["api_version"] = i.api_version;
         d["fp16"] = i.fp16;
+        d["fp16_storage"] = i.fp16_storage;
         d["int8"] = i.int8;
         d["subgroup_size"] = i.subgroup_size;
         d["memory_bytes"] = i.memory_bytes;

@@ -90,7 +90,10 @@ class Session:
         """Kernel time per node over every run so far, in execution order: ``name``,
         ``op_type``, ``runs`` and ``seconds``. Empty unless compiled with ``profile=True``. On
         a Vulkan device, each run of consecutive Vulkan kernels is one entry (op_type
-        ``vulkan:segment``: upload, submission, wait and download together).
+        ``vulkan:segment``: the wall time of its upload, submission, wait and download
+        together), followed by one entry per kernel in it with its time on the device, measured
+        by GPU timestamps around it (where the device's queue has none, the stretch's entry
+        alone). A stretch's kernels add up to at most its own entry: sum either, not both.
 
         Example:
             >>> sess = tt.compile(model, profile=True)     # doctest: +SKIP
@@ -130,6 +133,7 @@ def compile(  # noqa: A001 - the public name mirrors the lifecycle: load, compil
     keep: Sequence[str] = (),
     strict: bool = False,
     max_memory: int | None = None,
+    precision: str = "fp32",
 ) -> Session:
     """Compiles a model for ``device`` and returns a :class:`Session`.
 
@@ -145,10 +149,14 @@ def compile(  # noqa: A001 - the public name mirrors the lifecycle: load, compil
     intermediates, outputs and scratch on the CPU (default: the machine's physical memory); a
     run that would need more, because of its input shapes or of sizes computed from data
     (ConstantOfShape, Expand, Tile, Range, Resize, ...), raises MemoryLimitError naming the
-    node, value, shape and bytes before allocating anything.
+    node, value, shape and bytes before allocating anything. ``precision``: ``"fp32"``, or on a
+    Vulkan device whose ``fp16_storage`` is true (see :func:`devices`) ``"fp16"``: float tensors
+    and float weights are kept as float16 in device memory (half the bytes), arithmetic stays
+    float32; expect relative errors around 1e-3 against float32.
 
     Raises UnsupportedError listing every node the device cannot run (and, for a Vulkan
-    device, when none is found: how to install one), ArgumentError for an unknown device or a
+    device, when none is found: how to install one; for ``precision="fp16"`` on the CPU or on
+    a device without 16-bit storage), ArgumentError for an unknown device or precision or a
     ``keep`` name the model lacks, DeviceError when the device fails.
 
     Example:
@@ -156,6 +164,7 @@ def compile(  # noqa: A001 - the public name mirrors the lifecycle: load, compil
         >>> sess = tt.compile(model, keep=["conv1_out"])   # doctest: +SKIP
         >>> sess = tt.compile(model, max_memory=2 << 30)   # doctest: +SKIP
         >>> gpu = tt.compile(model, device="vulkan")       # doctest: +SKIP
+        >>> half = tt.compile(model, device="vulkan", precision="fp16")  # doctest: +SKIP
         >>> print(gpu.report)                              # doctest: +SKIP
         vulkan: device vulkan:0 'llvmpipe (LLVM 15.0.6, 256 bits)' (cpu, llvmpipe ...)
         vulkan: 14 kernels on vulkan, 0 on cpu (2 threads), 76.0 KB of weights in device memory
@@ -165,7 +174,7 @@ def compile(  # noqa: A001 - the public name mirrors the lifecycle: load, compil
     if max_memory is not None and int(max_memory) <= 0:
         raise _core.ArgumentError(f"max_memory must be a positive number of bytes, got {max_memory}")
     core = _core.compile(model._core, device, 0 if threads is None else int(threads), optimize, profile, list(keep),
-                         bool(strict), 0 if max_memory is None else int(max_memory))
+                         bool(strict), 0 if max_memory is None else int(max_memory), str(precision))
     return Session(core, device)
 
 
@@ -173,7 +182,8 @@ def devices() -> list[dict[str, Any]]:
     """The devices :func:`compile` takes: the CPU, then each Vulkan device. Each is a dict with
     ``device`` (what ``compile`` takes: ``"cpu"``, ``"vulkan:0"``, ...), ``backend``, ``index``,
     ``name`` and ``type``; Vulkan devices add ``driver_name``, ``driver_version``,
-    ``api_version``, ``fp16`` and ``int8`` (arithmetic in shaders), ``subgroup_size`` and
+    ``api_version``, ``fp16`` and ``int8`` (arithmetic in shaders), ``fp16_storage`` (float16 in
+    storage buffers: what ``compile(..., precision="fp16")`` needs), ``subgroup_size`` and
     ``memory_bytes`` (device-local memory). Without a Vulkan loader or driver the list holds
     the CPU alone (``apt-get install mesa-vulkan-drivers`` gives lavapipe, a Vulkan device on
     the CPU).

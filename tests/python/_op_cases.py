@@ -108,6 +108,9 @@ def op_cases() -> list[OpCase]:
     one("MatMul-matrix-vector", "MatMul", {"a": rand(3, 13), "b": rand(13)})
     one("MatMul-outer-127x1x127", "MatMul", {"a": rand(127, 1), "b": rand(1, 127)})
     one("MatMul-k127", "MatMul", {"a": rand(3, 127), "b": rand(127, 13)})
+    # Both sides of 32 or more: the GEMM's 4 x 4 outputs per invocation, with ragged edge tiles.
+    one("MatMul-blocked-batched-2x65x33x70", "MatMul", {"a": rand(2, 65, 33)}, {"b": rand(33, 70)})
+    one("Gemm-blocked-transB-bias-127x40x33", "Gemm", {"a": rand(127, 40)}, {"b": rand(33, 40), "c": rand(33)}, transB=1)
     chain("FusedMatMul-bias-gelu", [_node("MatMul", ["x", "w"], ["m"]), _node("Add", ["m", "b"], ["a"]),
                                     _node("Gelu", ["a"], ["y"])],
           {"x": rand(2, 7, 13)}, {"w": rand(13, 5), "b": rand(5)}, fused="ai.tether:FusedMatMul", opset=20)
@@ -131,6 +134,11 @@ def op_cases() -> list[OpCase]:
     one("Conv-1x1-stride2", "Conv", {"x": rand(2, 13, 7, 7)}, {"w": rand(5, 13, 1, 1)}, strides=[2, 2])
     one("Conv-1d", "Conv", {"x": rand(2, 3, 13)}, {"w": rand(4, 3, 3), "b": rand(4)}, pads=[1, 1], strides=[2])
     one("Conv-1x1-input-127", "Conv", {"x": rand(1, 1, 1, 127)}, {"w": rand(3, 1, 1, 1)})
+    # 8 output channels per group or more: 8 channels per invocation of the direct convolution.
+    one("Conv-3x3-m16-groups2", "Conv", {"x": rand(2, 4, 13, 11)}, {"w": rand(16, 2, 3, 3), "b": rand(16)}, group=2,
+        pads=[1, 1, 1, 1])
+    one("Conv-3x3-m24-stride2", "Conv", {"x": rand(1, 3, 13, 13)}, {"w": rand(24, 3, 3, 3)}, strides=[2, 2])
+    one("Conv-1x1-m40-blocked-gemm", "Conv", {"x": rand(2, 13, 9, 9)}, {"w": rand(40, 13, 1, 1), "b": rand(40)})
     chain("FusedConv-residual-relu", [_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
                                       _node("Add", ["c", "r"], ["s"]), _node("Relu", ["s"], ["y"])],
           {"x": rand(2, 4, 7, 7), "r": rand(2, 4, 7, 7)}, {"w": rand(4, 4, 3, 3), "b": rand(4)},
@@ -199,6 +207,38 @@ def op_cases() -> list[OpCase]:
     chain("Squeeze-Unsqueeze-views", [_node("Neg", ["x"], ["n"]), _node("Unsqueeze", ["n", "a"], ["u"]),
                                       _node("Abs", ["u"], ["b"]), _node("Squeeze", ["b", "a0"], ["y"])],
           {"x": rand(3, 1, 13)}, {"a": np.array([0], np.int64), "a0": np.array([0, 2], np.int64)})
+
+    # ---- Resize and Upsample over the last two axes ------------------------------------------------
+    def scales(*v: float) -> dict[str, np.ndarray]:
+        return {"s": np.array(v, np.float32)}
+
+    def sizes(*v: int) -> dict[str, np.ndarray]:
+        return {"z": np.array(v, np.int64)}
+
+    one("Resize-nearest-x2-half-pixel", "Resize", {"x": img}, scales(1, 1, 2, 2), inputs=["x", "", "s"])
+    # asymmetric x2 lands on exact halves: the nearest_mode decides every other index.
+    for nm in ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]:
+        one(f"Resize-nearest-asymmetric-x2-{nm}", "Resize", {"x": img}, scales(1, 1, 2, 2), inputs=["x", "", "s"],
+            coordinate_transformation_mode="asymmetric", nearest_mode=nm)
+    # 20 -> 6 with half_pixel puts output 4 at 14.5 (an ulp away in float): a tie all the same.
+    one("Resize-nearest-sizes-20to6-ties", "Resize", {"x": rand(1, 2, 13, 20)}, sizes(1, 2, 5, 6), inputs=["x", "", "", "z"])
+    one("Resize-nearest-tf-half-pixel-for-nn", "Resize", {"x": img}, scales(1, 1, 0.6, 1.5), inputs=["x", "", "s"],
+        coordinate_transformation_mode="tf_half_pixel_for_nn")
+    one("Resize-linear-x2-half-pixel", "Resize", {"x": rand(2, 3, 7, 5)}, scales(1, 1, 2, 2), inputs=["x", "", "s"],
+        mode="linear")
+    one("Resize-linear-align-corners-13to27", "Resize", {"x": img}, sizes(1, 3, 27, 4), inputs=["x", "", "", "z"],
+        mode="linear", coordinate_transformation_mode="align_corners")
+    one("Resize-linear-pytorch-half-pixel-to-1", "Resize", {"x": img}, sizes(1, 3, 1, 7), inputs=["x", "", "", "z"],
+        mode="linear", coordinate_transformation_mode="pytorch_half_pixel")
+    one("Resize-linear-asymmetric-width-only", "Resize", {"x": img}, scales(1, 1, 1, 2.5), inputs=["x", "", "s"],
+        mode="linear", coordinate_transformation_mode="asymmetric")
+    one("Resize-linear-half-pixel-symmetric", "Resize", {"x": img}, scales(1, 1, 1.7, 0.6), inputs=["x", "", "s"],
+        mode="linear", coordinate_transformation_mode="half_pixel_symmetric", opset=19)
+    one("Resize-linear-axes-rank3", "Resize", {"x": rand(2, 13, 7)}, scales(0.5, 3), inputs=["x", "", "s"], mode="linear",
+        axes=[1, 2])
+    one("Resize-nearest-rank2", "Resize", {"x": rand(13, 7)}, sizes(127, 3), inputs=["x", "", "", "z"])
+    one("Resize-opset10-linear", "Resize", {"x": img}, scales(1, 1, 2, 1.5), opset=10, mode="linear")
+    one("Upsample-opset9-nearest", "Upsample", {"x": img}, scales(1, 1, 2, 3), opset=9)
 
     # ---- reductions ---------------------------------------------------------------------------------
     r3 = rand(2, 3, 13)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +18,10 @@ from _models import MODELS, TOKEN_VOCAB, build
 # Vulkan runs under the Khronos validation layer (synchronization checks included) in every
 # test: set before tether first opens the Vulkan loader.
 os.environ.setdefault("TETHER_VULKAN_VALIDATION", "1")
+# Vulkan pipeline caches go to a folder of the test run's own, not the user's cache folder.
+if "TETHER_CACHE_DIR" not in os.environ:
+    os.environ["TETHER_CACHE_DIR"] = tempfile.mkdtemp(prefix="tether-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["TETHER_CACHE_DIR"], True)
 
 
 @dataclass(frozen=True)

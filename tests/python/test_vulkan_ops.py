@@ -1,15 +1,16 @@
 """Every case of the shared op table (_op_cases.py) on every backend: the CPU engine against
 onnxruntime, the Vulkan engine against the CPU engine, within 1e-4 of the reference's largest
-magnitude. On Vulkan each case must run on the device alone (compiled strict), under the
-validation layer."""
+magnitude; and Vulkan with float16 storage (precision="fp16") within 1e-2. On Vulkan each
+case must run on the device alone (compiled strict), under the validation layer."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import tether as tt
 from _onnx_oracle import run_ort
 from _op_cases import OpCase, op_cases
-from _vulkan import BACKENDS, assert_close
+from _vulkan import BACKENDS, assert_close, requires_vulkan
 
 CASES = op_cases()
 
@@ -36,3 +37,21 @@ def test_op_case_matches_its_oracle_on_every_backend(case: OpCase, backend: str)
     assert len(ours) == len(ref)
     for k, (got, want) in enumerate(zip(ours, ref, strict=True)):
         assert_close(got, want, case.rtol, f"{case.id} on {backend}, output {k}")
+
+
+def _rounded_to_float16(feeds: dict) -> dict:
+    return {k: v.astype(np.float16).astype(np.float32) if v.dtype == np.float32 else v for k, v in feeds.items()}
+
+
+@requires_vulkan
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_op_case_with_float16_storage_matches_the_cpu_engine_within_1e_2(case: OpCase) -> None:
+    """precision="fp16" keeps float tensors and weights as float16 on the device: against the
+    CPU engine on the same inputs rounded to float16 (what the device can hold), within 1e-2
+    of the largest magnitude."""
+    feeds = _rounded_to_float16(case.feeds)
+    sess = tt.compile(tt.load(case.model), device="vulkan", threads=1, strict=True, precision="fp16")
+    out = sess.run(feeds)
+    ref = tt.compile(tt.load(case.model), threads=1).run(feeds)
+    for o in sess.outputs:
+        assert_close(out[o.name], ref[o.name], max(case.rtol, 1e-2), f"{case.id} in fp16, output {o.name}")

@@ -44,6 +44,10 @@ struct CompileOptions {
   /// whose plan needs more, or whose single value would, raises MemoryLimitError naming the
   /// node, value, shape and bytes before allocating anything. 0: the machine's physical memory.
   int64_t max_memory = 0;
+  /// "fp32" (the default), or on a Vulkan device "fp16": float tensors and float weights kept
+  /// as float16 in device memory, arithmetic in float32. UnsupportedError on a device without
+  /// 16-bit storage buffers and on "cpu"; ArgumentError for any other text.
+  std::string precision = "fp32";
 };
 
 /// A device compile() takes, as devices() lists it.
@@ -59,6 +63,7 @@ struct DeviceInfo {
   std::string driver_version;  ///< Vulkan: the driver's description of its version
   std::string api_version;     ///< Vulkan: the Vulkan version the device supports ("1.3.230")
   bool fp16 = false;           ///< Vulkan: float16 arithmetic in shaders
+  bool fp16_storage = false;   ///< Vulkan: float16 in storage buffers (what precision "fp16" needs)
   bool int8 = false;           ///< Vulkan: int8 arithmetic in shaders
   int subgroup_size = 0;       ///< Vulkan: invocations per subgroup
   int64_t memory_bytes = 0;    ///< Vulkan: device-local memory, all heaps together

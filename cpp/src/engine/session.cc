@@ -815,7 +815,12 @@ std::unique_ptr<Session> compile(const ir::Model& model, const CompileOptions& o
     throw ArgumentError("unknown device '" + options.device + "'; available: cpu, vulkan, vulkan:N (see devices())");
   if (options.threads < 0) throw ArgumentError("threads must be >= 0 (0: one per physical core)");
   if (options.max_memory < 0) throw ArgumentError("max_memory must be >= 0 bytes (0: the machine's physical memory)");
+  if (options.precision != "fp32" && options.precision != "fp16")
+    throw ArgumentError("precision '" + options.precision + "' is not known; it is 'fp32' or 'fp16'");
   if (options.device != "cpu") return vulkan::compile(model, options);
+  if (options.precision != "fp32")
+    throw UnsupportedError("precision '" + options.precision + "' is for Vulkan devices; the CPU engine computes in "
+                           "float32 (compile with precision='fp32', or quantize the model for int8)");
   return std::make_unique<CpuSession>(model, options);
 }
 

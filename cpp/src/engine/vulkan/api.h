@@ -53,6 +53,7 @@
   X(vkDestroyPipelineLayout)          \
   X(vkCreatePipelineCache)            \
   X(vkDestroyPipelineCache)           \
+  X(vkGetPipelineCacheData)           \
   X(vkCreateComputePipelines)         \
   X(vkDestroyPipeline)                \
   X(vkCreateDescriptorPool)           \
@@ -70,6 +71,11 @@
   X(vkCmdDispatch)                    \
   X(vkCmdPipelineBarrier)             \
   X(vkCmdCopyBuffer)                  \
+  X(vkCreateQueryPool)                \
+  X(vkDestroyQueryPool)               \
+  X(vkCmdResetQueryPool)              \
+  X(vkCmdWriteTimestamp)              \
+  X(vkGetQueryPoolResults)            \
   X(vkCreateFence)                    \
   X(vkDestroyFence)                   \
   X(vkResetFences)                    \

@@ -17,6 +17,7 @@ class VulkanBackend final : public RegistryBackend {
     register_norm(registry_);
     register_shape(registry_);
     register_reduce(registry_);
+    register_resize(registry_);
   }
 
   std::string_view name() const override { return "vulkan"; }

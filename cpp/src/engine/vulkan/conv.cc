@@ -1,7 +1,7 @@
 // Conv and FusedConv (bias, a residual summand and an activation fused), 1-D and 2-D, NCHW:
 // 1x1 convolutions with unit strides and no padding as a GEMM per image (shaders/gemm.comp),
 // the others by the direct convolution of shaders/conv2d.comp (groups, depthwise, dilations,
-// strides, pads). ConvTranspose by shaders/conv_transpose2d.comp. Pads, auto_pad and the
+// strides, pads), each invocation a pixel of up to 8 output channels. ConvTranspose by shaders/conv_transpose2d.comp. Pads, auto_pad and the
 // output sizes of ConvTranspose resolve as on the CPU engine (its conv_geometry).
 #include <algorithm>
 
@@ -64,6 +64,18 @@ bool pointwise(const KernelInit& init) {
   return true;
 }
 
+// Output channels per invocation of conv2d.comp: the most of 8, 4 and 2 that divides a group's
+// output channels (1 for depthwise, and for weights of unknown shape).
+uint32_t channel_block(const KernelInit& init) {
+  const ir::Shape& w = init.input_types[1].shape();
+  const int64_t group = init.node.attr_int("group", 1);
+  if (!w.has_rank() || w.rank() < 1 || !w[0].is_known() || group < 1) return 1;
+  const int64_t per_group = w[0].value() / group;
+  for (uint32_t b : {8u, 4u, 2u})
+    if (per_group % b == 0) return b;
+  return 1;
+}
+
 class ConvKernel final : public GpuKernel {
  public:
   explicit ConvKernel(const KernelInit& init)
@@ -71,16 +83,18 @@ class ConvKernel final : public GpuKernel {
         has_bias_(init.node.inputs().size() > 2 && init.node.input(2) != nullptr),
         has_sum_(init.node.inputs().size() > 3 && init.node.input(3) != nullptr),
         pointwise_(pointwise(init)),
+        block_(channel_block(init)),
         act_(fused_activation(init.node)) {}
 
   void prepare(Gpu& gpu) override {
     if (pointwise_) {
-      pipeline_ = &gemm_pipeline(gpu, act_, has_bias_, has_sum_);
+      gemm_ = gemm_pipeline(gpu, act_, has_bias_, has_sum_);
     } else {
       std::vector<uint32_t> spec{kLocal};
       for (uint32_t v : act_.spec()) spec.push_back(v);
       spec.push_back(has_bias_ ? 1 : 0);
       spec.push_back(has_sum_ ? 1 : 0);
+      spec.push_back(block_);
       pipeline_ = &gpu.pipeline("conv2d", 5, sizeof(ConvPush), spec);
     }
   }
@@ -108,18 +122,21 @@ class ConvKernel final : public GpuKernel {
       p.bias_cs = 0;
       p.alpha = 1.0f;
       p.beta = 1.0f;
-      record_gemm(rec, node_, *pipeline_, p, {n}, {0}, {c * in_size}, w.range, x.range, bias, sum, y.range);
+      record_gemm(rec, node_, gemm_, p, {n}, {0}, {c * in_size}, w.range, x.range, bias, sum, y.range);
       return;
     }
-    const ConvPush p = conv_push(node_, x, w, y, false);
+    ConvPush p = conv_push(node_, x, w, y, false);
+    p.n /= block_;  // an invocation per pixel and block of output channels
     dispatch_1d(rec, *pipeline_, {x.range, w.range, bias, sum, y.range}, &p, sizeof p, p.n);
   }
 
  private:
   const ir::Node& node_;
   bool has_bias_, has_sum_, pointwise_;
+  uint32_t block_;
   Activation act_;
-  const Pipeline* pipeline_ = nullptr;
+  const Pipeline* pipeline_ = nullptr;  // conv2d.comp
+  GemmPipeline gemm_;                   // a 1x1 convolution
 };
 
 std::string conv_check(const KernelInit& init) {

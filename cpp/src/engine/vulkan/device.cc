@@ -1,6 +1,7 @@
 #include "engine/vulkan/device.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -129,7 +130,7 @@ std::shared_ptr<Device> Device::open(const std::string& name) {
   return slot;
 }
 
-Device::Device(const Instance& instance, const PhysicalDevice& physical) : physical_(physical) {
+Device::Device(const Instance& instance, const PhysicalDevice& physical) : physical_(physical), disk_cache_(physical) {
   const InstanceApi& ia = instance.api();
   const float priority = 1.0f;
   VkDeviceQueueCreateInfo queue{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
@@ -148,6 +149,10 @@ Device::Device(const Instance& instance, const PhysicalDevice& physical) : physi
   info.pQueueCreateInfos = &queue;
   info.enabledExtensionCount = static_cast<uint32_t>(enabled.size());
   info.ppEnabledExtensionNames = enabled.data();
+  // 16-bit storage buffers for precision "fp16" (Vulkan 1.1 core), enabled where present.
+  VkPhysicalDevice16BitStorageFeatures storage16{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
+  storage16.storageBuffer16BitAccess = physical.storage16 ? VK_TRUE : VK_FALSE;
+  if (physical.storage16) info.pNext = &storage16;
   const VkResult r = ia.vkCreateDevice(physical.handle, &info, nullptr, &device_);
   if (r != VK_SUCCESS)
     throw DeviceError("opening Vulkan device " + physical.info.device + " '" + physical.info.name + "' failed (" +
@@ -157,7 +162,15 @@ Device::Device(const Instance& instance, const PhysicalDevice& physical) : physi
 #undef TETHER_VK_LOAD
   api_.vkGetDeviceQueue(device_, queue_family(), 0, &queue_);
   VkPipelineCacheCreateInfo cache{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
-  check(api_.vkCreatePipelineCache(device_, &cache, nullptr, &cache_), "creating a pipeline cache");
+  cache.initialDataSize = disk_cache_.initial().size();
+  cache.pInitialData = disk_cache_.initial().data();
+  // Data the driver refuses after all is no reason to fail: start empty.
+  if (cache.initialDataSize == 0 || api_.vkCreatePipelineCache(device_, &cache, nullptr, &cache_) != VK_SUCCESS) {
+    if (cache.initialDataSize != 0) disk_cache_.refused();
+    cache.initialDataSize = 0;
+    cache.pInitialData = nullptr;
+    check(api_.vkCreatePipelineCache(device_, &cache, nullptr, &cache_), "creating a pipeline cache");
+  }
 }
 
 Device::~Device() {
@@ -301,9 +314,43 @@ const Pipeline& Device::pipeline(const PipelineKey& key) {
   info.stage.pName = "main";
   info.stage.pSpecializationInfo = key.spec.empty() ? nullptr : &spec;
   info.layout = p->layout;
+  // Whether the driver found the pipeline in the cache (core in Vulkan 1.3).
+  VkPipelineCreationFeedback whole{}, stage{};
+  VkPipelineCreationFeedbackCreateInfo feedback{VK_STRUCTURE_TYPE_PIPELINE_CREATION_FEEDBACK_CREATE_INFO};
+  feedback.pPipelineCreationFeedback = &whole;
+  feedback.pipelineStageCreationFeedbackCount = 1;
+  feedback.pPipelineStageCreationFeedbacks = &stage;
+  const bool ask = physical_.api_version >= VK_API_VERSION_1_3;
+  if (ask) info.pNext = &feedback;
+  const auto t0 = std::chrono::steady_clock::now();
   check(api_.vkCreateComputePipelines(device_, cache_, 1, &info, nullptr, &p->pipeline),
         "building the compute pipeline of shader '" + key.shader + "'");
+  stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ++stats_.built;
+  ++unsaved_;
+  if (ask && (whole.flags & VK_PIPELINE_CREATION_FEEDBACK_VALID_BIT)) {
+    stats_.hits_known = true;
+    stats_.cache_hits += (whole.flags & VK_PIPELINE_CREATION_FEEDBACK_APPLICATION_PIPELINE_CACHE_HIT_BIT) != 0;
+  }
   return *pipelines_.emplace(key, std::move(p)).first->second;
+}
+
+Device::PipelineStats Device::pipeline_stats() const {
+  std::lock_guard<std::mutex> lock(pipelines_mutex_);
+  return stats_;
+}
+
+void Device::save_pipeline_cache() {
+  std::lock_guard<std::mutex> lock(pipelines_mutex_);
+  if (unsaved_ == 0 || disk_cache_.path().empty()) return;
+  size_t bytes = 0;
+  std::vector<uint8_t> data;
+  if (api_.vkGetPipelineCacheData(device_, cache_, &bytes, nullptr) != VK_SUCCESS) return;
+  data.resize(bytes);
+  if (api_.vkGetPipelineCacheData(device_, cache_, &bytes, data.data()) != VK_SUCCESS) return;
+  data.resize(bytes);
+  disk_cache_.save(data);
+  unsaved_ = 0;
 }
 
 VkFence Device::fence() const {

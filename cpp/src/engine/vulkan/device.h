@@ -15,6 +15,7 @@
 
 #include "engine/vulkan/api.h"
 #include "engine/vulkan/instance.h"
+#include "engine/vulkan/pipeline_cache.h"
 
 namespace tether::engine::vulkan {
 
@@ -115,6 +116,21 @@ class Device {
   /// driver cannot build it, InternalError for a shader tether does not embed.
   const Pipeline& pipeline(const PipelineKey& key);
 
+  /// Pipelines this device built so far: how many, how many the driver found in the pipeline
+  /// cache (when it reports it: VK_EXT_pipeline_creation_feedback), and the time it took.
+  struct PipelineStats {
+    int built = 0;
+    int cache_hits = 0;
+    bool hits_known = false;
+    double seconds = 0;
+  };
+  PipelineStats pipeline_stats() const;
+  /// Writes the pipeline cache to its file when pipelines were built since it was last
+  /// written. Never throws: a failure is in pipeline_cache_note().
+  void save_pipeline_cache();
+  /// What became of the pipeline cache file (read, ignored and why, written, not written).
+  std::string pipeline_cache_note() const { return disk_cache_.note(); }
+
   /// Submits one command buffer that signals `fence` (the queue is shared: submission is
   /// serialised), then waits for the fence and resets it. Throws DeviceError when the device
   /// is lost or the work does not finish within TETHER_VULKAN_TIMEOUT seconds (default 600).
@@ -135,7 +151,10 @@ class Device {
   mutable std::mutex queue_mutex_;
   mutable std::atomic<bool> lost_{false};
 
-  std::mutex pipelines_mutex_;
+  PipelineCacheFile disk_cache_;
+  mutable std::mutex pipelines_mutex_;
+  PipelineStats stats_;
+  int unsaved_ = 0;  // pipelines built since the cache was last written
   std::map<std::string, VkShaderModule> modules_;
   std::map<std::pair<uint32_t, uint32_t>, std::pair<VkDescriptorSetLayout, VkPipelineLayout>> layouts_;
   std::map<PipelineKey, std::unique_ptr<Pipeline>> pipelines_;

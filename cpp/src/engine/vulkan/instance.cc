@@ -92,9 +92,13 @@ std::vector<std::filesystem::path> driver_manifests() {
 // lavapipe and radv) that the Vulkan loader opens later would bind some of its LLVM calls to
 // that copy, and crash. When such symbols are there, each driver's library is opened first
 // with RTLD_DEEPBIND (its own dependencies before the global scope); the loader's dlopen of
-// the same library then finds it open. Never closed, like the loader.
+// the same library then finds it open. Without such symbols, each driver is opened first with
+// RTLD_NOW: every symbol it takes from its own LLVM is bound at once, so that a copy of LLVM a
+// later import makes global (TensorFlow after tether's first Vulkan call) cannot capture the
+// bindings the loader's lazy dlopen would leave for the first shader compile. Never closed,
+// like the loader.
 void isolate_drivers_from_a_global_llvm() {
-  if (dlsym(RTLD_DEFAULT, "_ZN4llvm11raw_ostream5writeEPKcm") == nullptr) return;
+  const bool global_llvm = dlsym(RTLD_DEFAULT, "_ZN4llvm11raw_ostream5writeEPKcm") != nullptr;
   for (const std::filesystem::path& manifest : driver_manifests()) {
     std::ifstream in(manifest);
     std::stringstream text;
@@ -106,7 +110,7 @@ void isolate_drivers_from_a_global_llvm() {
     if (close == std::string::npos) continue;
     std::string lib = json.substr(open + 1, close - open - 1);
     if (lib.find('/') != std::string::npos && lib.front() != '/') lib = (manifest.parent_path() / lib).string();
-    dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL | (global_llvm ? RTLD_DEEPBIND : 0));
   }
 }
 
@@ -259,6 +263,7 @@ void Instance::enumerate() {
     VkPhysicalDeviceProperties props{};
     api_.vkGetPhysicalDeviceProperties(d.handle, &props);
     d.api_version = std::min(props.apiVersion, instance_version);
+    d.properties = props;
     d.limits = props.limits;
     api_.vkGetPhysicalDeviceMemoryProperties(d.handle, &d.memory);
 
@@ -277,8 +282,10 @@ void Instance::enumerate() {
     subgroup.pNext = &maintenance3;
     if (v12 || has_extension(ext, VK_KHR_DRIVER_PROPERTIES_EXTENSION_NAME)) maintenance3.pNext = &driver;
     VkPhysicalDeviceShaderFloat16Int8Features f16i8{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
+    VkPhysicalDevice16BitStorageFeatures storage16{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
     VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
-    if (v12 || has_extension(ext, VK_KHR_SHADER_FLOAT16_INT8_EXTENSION_NAME)) features.pNext = &f16i8;
+    features.pNext = &storage16;  // core in Vulkan 1.1
+    if (v12 || has_extension(ext, VK_KHR_SHADER_FLOAT16_INT8_EXTENSION_NAME)) storage16.pNext = &f16i8;
     if (d.api_version >= VK_API_VERSION_1_1) {
       api_.vkGetPhysicalDeviceProperties2(d.handle, &props2);
       api_.vkGetPhysicalDeviceFeatures2(d.handle, &features);
@@ -289,7 +296,10 @@ void Instance::enumerate() {
     std::vector<VkQueueFamilyProperties> families(n);
     api_.vkGetPhysicalDeviceQueueFamilyProperties(d.handle, &n, families.data());
     for (uint32_t f = 0; f < n && d.queue_family < 0; ++f)
-      if (families[f].queueFlags & VK_QUEUE_COMPUTE_BIT) d.queue_family = static_cast<int>(f);
+      if (families[f].queueFlags & VK_QUEUE_COMPUTE_BIT) {
+        d.queue_family = static_cast<int>(f);
+        d.timestamp_bits = families[f].timestampValidBits;
+      }
 
     DeviceInfo& info = d.info;
     info.device = "vulkan:" + std::to_string(k);
@@ -302,6 +312,10 @@ void Instance::enumerate() {
     info.api_version = version_text(props.apiVersion);
     info.fp16 = f16i8.shaderFloat16 == VK_TRUE;
     info.int8 = f16i8.shaderInt8 == VK_TRUE;
+    // TETHER_VULKAN_NO_FP16_STORAGE=1 treats every device as one without 16-bit storage.
+    const char* no16 = std::getenv("TETHER_VULKAN_NO_FP16_STORAGE");
+    d.storage16 = storage16.storageBuffer16BitAccess == VK_TRUE && !(no16 != nullptr && std::string(no16) == "1");
+    info.fp16_storage = d.storage16;
     info.subgroup_size = static_cast<int>(subgroup.subgroupSize);
     for (uint32_t h = 0; h < d.memory.memoryHeapCount; ++h)
       if (d.memory.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)

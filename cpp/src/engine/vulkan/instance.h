@@ -18,7 +18,10 @@ struct PhysicalDevice {
   uint32_t api_version = 0;     ///< the version tether uses it with (instance and device, the lower)
   int queue_family = -1;        ///< a queue family with compute
   std::string unusable;         ///< why tether cannot compile for it ("" when it can)
+  VkPhysicalDeviceProperties properties{};  ///< vendor, device and driver ids, pipeline cache UUID, limits
   VkPhysicalDeviceLimits limits{};
+  bool storage16 = false;       ///< float16 and 16-bit integers in storage buffers (enabled when present)
+  uint32_t timestamp_bits = 0;  ///< valid bits of timestamps on the compute queue (0: no timestamps)
   VkPhysicalDeviceMemoryProperties memory{};
   uint64_t max_allocation = UINT64_MAX;  ///< largest single memory allocation (maintenance3)
 };

@@ -38,6 +38,8 @@ class Gpu {
  public:
   explicit Gpu(Device& device) : device(device) {}
   Device& device;
+  /// Precision "fp16": float32 values are stored as float16 on the device.
+  bool fp16 = false;
 
   /// Keeps `bytes` in the session's weight buffer (uploaded once, after every kernel is
   /// prepared); returns the handle Recorder::weight takes.
@@ -45,9 +47,13 @@ class Gpu {
   /// The same for bytes the caller keeps alive and unchanged until the upload (a constant of
   /// the compiled model).
   int add_weight_view(const void* data, int64_t bytes);
-  /// The pipeline of embedded shader `shader` (see Device::pipeline).
-  const Pipeline& pipeline(const std::string& shader, uint32_t bindings, uint32_t push_bytes, std::vector<uint32_t> spec) {
-    return device.pipeline(PipelineKey{shader, bindings, push_bytes, std::move(spec)});
+  /// The pipeline of embedded shader `shader` (see Device::pipeline) for data of type `data`:
+  /// under precision fp16, float32 data takes the shader's float16-storage build
+  /// (`shader`_f16: float buffers as float16, data movement in 16-bit words).
+  const Pipeline& pipeline(const std::string& shader, uint32_t bindings, uint32_t push_bytes, std::vector<uint32_t> spec,
+                           ir::DType data = ir::DType::kFloat32) {
+    const bool half = fp16 && data == ir::DType::kFloat32;
+    return device.pipeline(PipelineKey{half ? shader + "_f16" : shader, bindings, push_bytes, std::move(spec)});
   }
 
   struct Weight {
@@ -73,6 +79,10 @@ class Recorder {
   virtual Range weight(int handle) const = 0;
   /// A small buffer no kernel writes, for a binding that a specialisation leaves unread.
   virtual Range unused() const = 0;
+  /// A read-only table of `bytes` the kernel computed on the host for this plan (indices,
+  /// weights), kept in host-visible memory for the plan's life. Throws DeviceError when the
+  /// device has not the memory.
+  virtual Range table(const void* data, int64_t bytes) = 0;
 
   /// Workgroup counts (x, y) for `n` invocations in groups of `local`: shaders number their
   /// invocations x + y * (groups in x) * local (see shaders/common.glsl), so that grids past

@@ -14,9 +14,12 @@ namespace {
 // The tile edge: 16 x 16 invocations where the device runs 256 in a workgroup.
 uint32_t gemm_tile(const Device& device) { return device.max_workgroup() >= 256 ? 16 : 8; }
 
+// Outputs per invocation along rows and columns of the blocked pipeline.
+constexpr uint32_t kBlock = 4;
+
 }  // namespace
 
-const Pipeline& gemm_pipeline(Gpu& gpu, const Activation& act, bool bias, bool sum) {
+GemmPipeline gemm_pipeline(Gpu& gpu, const Activation& act, bool bias, bool sum) {
   const uint32_t ts = gemm_tile(gpu.device);
   std::vector<uint32_t> spec{ts};
   for (uint32_t v : act.spec()) spec.push_back(v);
@@ -24,10 +27,14 @@ const Pipeline& gemm_pipeline(Gpu& gpu, const Activation& act, bool bias, bool s
   spec.push_back(sum ? 1 : 0);
   spec.push_back(ts);  // the workgroup's y size
   spec.push_back(ts);  // the tile edge the shader's shared arrays take
-  return gpu.pipeline("gemm", 5, sizeof(GemmPush), spec);
+  GemmPipeline out;
+  out.one = &gpu.pipeline("gemm", 5, sizeof(GemmPush), spec);
+  spec.push_back(kBlock);  // outputs per invocation along rows and columns
+  out.blocked = &gpu.pipeline("gemm", 5, sizeof(GemmPush), spec);
+  return out;
 }
 
-void record_gemm(Recorder& rec, const ir::Node& node, const Pipeline& p, GemmPush push, const std::vector<int64_t>& batch,
+void record_gemm(Recorder& rec, const ir::Node& node, const GemmPipeline& pipelines, GemmPush push, const std::vector<int64_t>& batch,
                  const std::vector<int64_t>& a_bs, const std::vector<int64_t>& b_bs, const Range& a, const Range& b,
                  const Range& bias, const Range& sum, const Range& c) {
   // The batch dims, merged where both operands allow, at most 4.
@@ -44,7 +51,11 @@ void record_gemm(Recorder& rec, const ir::Node& node, const Pipeline& p, GemmPus
     push.a_bs[d] = d < pad ? 0 : static_cast<uint32_t>(sa[d - pad]);
     push.b_bs[d] = d < pad ? 0 : static_cast<uint32_t>(sb[d - pad]);
   }
-  const uint32_t ts = gemm_tile(rec.device());
+  // The blocked tiles where both sides fill at least half of one; else one output each.
+  const uint32_t edge = gemm_tile(rec.device());
+  const bool blocked = push.M >= edge * kBlock / 2 && push.N >= edge * kBlock / 2;
+  const Pipeline& p = blocked ? *pipelines.blocked : *pipelines.one;
+  const uint32_t ts = blocked ? edge * kBlock : edge;
   const int64_t gx = (push.N + ts - 1) / ts, gy = (push.M + ts - 1) / ts;
   const VkPhysicalDeviceLimits& limits = rec.device().limits();
   if (gx > limits.maxComputeWorkGroupCount[0] || gy > limits.maxComputeWorkGroupCount[1] ||
@@ -70,7 +81,7 @@ class GemmKernel final : public GpuKernel {
         has_c_(init.node.inputs().size() > 2 && init.node.input(2) != nullptr),
         act_(fused_activation(init.node)) {}
 
-  void prepare(Gpu& gpu) override { pipeline_ = &gemm_pipeline(gpu, act_, has_c_, false); }
+  void prepare(Gpu& gpu) override { pipeline_ = gemm_pipeline(gpu, act_, has_c_, false); }
 
   void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
     const std::vector<int64_t>& a = in[0].dims;
@@ -92,7 +103,7 @@ class GemmKernel final : public GpuKernel {
       p.bias_cs = static_cast<uint32_t>(s[1]);
       bias = in[2].range;
     }
-    record_gemm(rec, node_, *pipeline_, p, {}, {}, {}, in[0].range, in[1].range, bias, rec.unused(), out[0].range);
+    record_gemm(rec, node_, pipeline_, p, {}, {}, {}, in[0].range, in[1].range, bias, rec.unused(), out[0].range);
   }
 
  private:
@@ -100,7 +111,7 @@ class GemmKernel final : public GpuKernel {
   float alpha_, beta_;
   bool trans_a_, trans_b_, has_c_;
   Activation act_;
-  const Pipeline* pipeline_ = nullptr;
+  GemmPipeline pipeline_;
 };
 
 // MatMul and FusedMatMul: numpy matmul (1-D operands promoted, batch dims broadcast), then a
@@ -112,7 +123,7 @@ class MatMulKernel final : public GpuKernel {
         has_bias_(init.node.inputs().size() > 2 && init.node.input(2) != nullptr),
         act_(fused_activation(init.node)) {}
 
-  void prepare(Gpu& gpu) override { pipeline_ = &gemm_pipeline(gpu, act_, has_bias_, false); }
+  void prepare(Gpu& gpu) override { pipeline_ = gemm_pipeline(gpu, act_, has_bias_, false); }
 
   void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
     std::vector<int64_t> a = in[0].dims, b = in[1].dims;
@@ -148,14 +159,14 @@ class MatMulKernel final : public GpuKernel {
       p.bias_cs = 1;
       bias = in[2].range;
     }
-    record_gemm(rec, node_, *pipeline_, p, batch, a_bs, b_bs, in[0].range, in[1].range, bias, rec.unused(), out[0].range);
+    record_gemm(rec, node_, pipeline_, p, batch, a_bs, b_bs, in[0].range, in[1].range, bias, rec.unused(), out[0].range);
   }
 
  private:
   const ir::Node& node_;
   bool has_bias_;
   Activation act_;
-  const Pipeline* pipeline_ = nullptr;
+  GemmPipeline pipeline_;
 };
 
 std::string gemm_check(const KernelInit& init) {

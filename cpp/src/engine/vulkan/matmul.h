@@ -19,13 +19,19 @@ struct GemmPush {
   float alpha, beta;
 };
 
-/// The GEMM pipeline with this activation, and a bias and a summand or not.
-const Pipeline& gemm_pipeline(Gpu& gpu, const Activation& act, bool bias, bool sum);
+/// The GEMM's pipelines with this activation, and a bias and a summand or not: one output
+/// per invocation, and 4 x 4 outputs per invocation for products large enough to fill its
+/// larger tiles.
+struct GemmPipeline {
+  const Pipeline* one = nullptr;
+  const Pipeline* blocked = nullptr;
+};
+GemmPipeline gemm_pipeline(Gpu& gpu, const Activation& act, bool bias, bool sum);
 
 /// Records C[b] = act(alpha * A[b] @ B[b] + beta * bias + sum[b]) over batch dims `batch`
 /// (A's and B's strides along them in a_bs and b_bs; C is contiguous); `push` carries the
 /// rest. Throws UnsupportedError naming `node` past the device's limits.
-void record_gemm(Recorder& rec, const ir::Node& node, const Pipeline& p, GemmPush push, const std::vector<int64_t>& batch,
+void record_gemm(Recorder& rec, const ir::Node& node, const GemmPipeline& p, GemmPush push, const std::vector<int64_t>& batch,
                  const std::vector<int64_t>& a_bs, const std::vector<int64_t>& b_bs, const Range& a, const Range& b,
                  const Range& bias, const Range& sum, const Range& c);
 

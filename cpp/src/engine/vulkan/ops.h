@@ -16,6 +16,7 @@ void register_pool(KernelRegistry& r);         // pool.cc: MaxPool, AveragePool,
 void register_norm(KernelRegistry& r);         // norm.cc: Softmax, LogSoftmax, LayerNormalization
 void register_shape(KernelRegistry& r);        // shape.cc: views, Concat, Split, Transpose, Slice, Expand, Gather
 void register_reduce(KernelRegistry& r);       // reduce.cc: Reduce*
+void register_resize(KernelRegistry& r);       // resize.cc: Resize, Upsample (nearest, linear)
 
 /// Invocations per workgroup of the 1-D shaders.
 inline constexpr uint32_t kLocal = 64;

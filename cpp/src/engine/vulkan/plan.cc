@@ -25,6 +25,7 @@ Plan::~Plan() {
   if (pool != VK_NULL_HANDLE) api.vkDestroyCommandPool(device->handle(), pool, nullptr);
   if (descriptors != VK_NULL_HANDLE) api.vkDestroyDescriptorPool(device->handle(), descriptors, nullptr);
   if (fence != VK_NULL_HANDLE) api.vkDestroyFence(device->handle(), fence, nullptr);
+  if (queries != VK_NULL_HANDLE) api.vkDestroyQueryPool(device->handle(), queries, nullptr);
 }
 
 std::unique_ptr<Plan> VulkanSession::make_plan(const std::vector<const ir::Tensor*>& bound, bool capture) const {
@@ -117,7 +118,7 @@ void VulkanSession::place_on_device(Plan& plan) const {
   plan.dev.assign(n, Range{});
   for (size_t i = 0; i < n; ++i) {
     if (first[i] < 0 && alias[i] < 0 && values_[i].weight < 0) continue;
-    const int64_t bytes = value_bytes(values_[i], plan.dims[i]);
+    const int64_t bytes = half(i) ? ir::checked_num_elements(plan.dims[i]).value_or(0) * 2 : value_bytes(values_[i], plan.dims[i]);
     if (bytes > static_cast<int64_t>(limits.maxStorageBufferRange))
       throw DeviceError("value '" + values_[i].value->name() + "' takes " + bytes_text(bytes) + ", more than the " +
                         bytes_text(limits.maxStorageBufferRange) + " Vulkan device '" + device_->name() +
@@ -155,13 +156,13 @@ void VulkanSession::place_on_device(Plan& plan) const {
     if (!seg.gpu) continue;
     for (size_t i = 0; i < n; ++i)
       if (upload_seg[i] == static_cast<int>(g) && plan.dev[i].bytes > 0) {
-        seg.uploads.push_back({static_cast<int>(i), staging, plan.dev[i].bytes});
+        seg.uploads.push_back({static_cast<int>(i), staging, plan.dev[i].bytes, half(i)});
         staging += align_up(plan.dev[i].bytes, 16);
       }
     for (int s = seg.begin; s < seg.end; ++s)
       for (int o : steps_[static_cast<size_t>(s)].outputs)
         if (o >= 0 && host_needed(static_cast<size_t>(o)) && plan.dev[static_cast<size_t>(o)].bytes > 0) {
-          seg.downloads.push_back({o, staging, plan.dev[static_cast<size_t>(o)].bytes});
+          seg.downloads.push_back({o, staging, plan.dev[static_cast<size_t>(o)].bytes, half(static_cast<size_t>(o))});
           staging += align_up(plan.dev[static_cast<size_t>(o)].bytes, 16);
         }
   }
@@ -233,6 +234,7 @@ void VulkanSession::record(Plan& plan) const {
     rec.begin_segment();
     for (const Transfer& t : seg.uploads)
       rec.copy(Range{plan.staging.handle(), t.staging, t.bytes}, plan.dev[static_cast<size_t>(t.value)]);
+    if (gpu_timestamps_) rec.stamp(-1);
     for (int s = seg.begin; s < seg.end; ++s) {
       const Step& step = steps_[static_cast<size_t>(s)];
       if (step.gpu->is_view()) continue;
@@ -259,6 +261,7 @@ void VulkanSession::record(Plan& plan) const {
         outs.push_back(std::move(t));
       }
       if (!empty) step.gpu->record(rec, ins, outs);
+      if (gpu_timestamps_) rec.stamp(s);
     }
     for (const Transfer& t : seg.downloads)
       rec.copy(plan.dev[static_cast<size_t>(t.value)], Range{plan.staging.handle(), t.staging, t.bytes});

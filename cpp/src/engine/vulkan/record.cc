@@ -38,9 +38,27 @@ void PlanRecorder::copy(const Range& src, const Range& dst) {
   segments_.back().push_back(std::move(c));
 }
 
+void PlanRecorder::stamp(int step) {
+  TETHER_CHECK(!segments_.empty(), "a timestamp recorded outside a segment");
+  Command c;
+  c.stamp = true;
+  c.step = step;
+  segments_.back().push_back(std::move(c));
+}
+
+Range PlanRecorder::table(const void* data, int64_t bytes) {
+  Buffer b = device_.buffer(bytes, Memory::kStaging, "a kernel's table");
+  std::memcpy(b.mapped(), data, static_cast<size_t>(bytes));
+  b.flush();
+  tables_.push_back(std::move(b));
+  return Range{tables_.back().handle(), 0, bytes};
+}
+
 void PlanRecorder::finish(Plan& plan) {
   const DeviceApi& api = device_.api();
   const VkDevice dev = device_.handle();
+  for (Buffer& b : tables_) plan.tables.push_back(std::move(b));
+  tables_.clear();
   uint32_t sets = 0, buffers = 0;
   for (const auto& seg : segments_)
     for (const Command& c : seg)
@@ -89,13 +107,25 @@ void PlanRecorder::finish(Plan& plan) {
     api.vkUpdateDescriptorSets(dev, static_cast<uint32_t>(writes.size()), writes.data(), 0, nullptr);
   }
 
+  uint32_t stamps = 0;
+  for (const auto& seg : segments_)
+    for (const Command& c : seg) stamps += c.stamp;
+  if (stamps > 0) {
+    VkQueryPoolCreateInfo info{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+    info.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    info.queryCount = stamps;
+    device_.check(api.vkCreateQueryPool(dev, &info, nullptr, &plan.queries), "creating the plan's timestamp queries");
+  }
+
   // Every command sees the writes of those before it (a global memory barrier between two
   // commands); the last barrier makes the results visible to the host and to the next run.
+  // Timestamps go between them: one is written once every command before it has finished.
   const VkPipelineStageFlags work = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
   const VkAccessFlags writes_done = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
   const VkAccessFlags any = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
                             VK_ACCESS_TRANSFER_WRITE_BIT;
   size_t s = 0;
+  uint32_t query = 0;
   for (Segment& segment : plan.segments) {
     if (!segment.gpu) continue;
     TETHER_CHECK(s < segments_.size(), "fewer recorded segments than planned");
@@ -106,8 +136,18 @@ void PlanRecorder::finish(Plan& plan) {
     device_.check(api.vkAllocateCommandBuffers(dev, &alloc, &segment.cmd), "allocating a command buffer");
     VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     device_.check(api.vkBeginCommandBuffer(segment.cmd, &begin), "recording a command buffer");
+    segment.first_query = query;
+    segment.stamp_steps.clear();
+    uint32_t seg_stamps = 0;
+    for (const Command& c : segments_[s]) seg_stamps += c.stamp;
+    if (seg_stamps > 0) api.vkCmdResetQueryPool(segment.cmd, plan.queries, query, seg_stamps);
     bool first = true;
     for (const Command& c : segments_[s]) {
+      if (c.stamp) {
+        api.vkCmdWriteTimestamp(segment.cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, plan.queries, query++);
+        if (c.step >= 0) segment.stamp_steps.push_back(c.step);
+        continue;
+      }
       if (!first) {
         VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER, nullptr, writes_done, any};
         api.vkCmdPipelineBarrier(segment.cmd, work, work, 0, 1, &barrier, 0, nullptr, 0, nullptr);

@@ -22,9 +22,13 @@ class PlanRecorder final : public Recorder {
   void copy(const Range& src, const Range& dst) override;
   Range weight(int handle) const override { return weights_.at(static_cast<size_t>(handle)); }
   Range unused() const override { return unused_; }
+  Range table(const void* data, int64_t bytes) override;
 
   /// Commands recorded from now on go to the next segment's command buffer.
   void begin_segment() { segments_.emplace_back(); }
+  /// A timestamp once every command recorded so far has finished, closing `step` (-1: the
+  /// segment's start); finish() makes the plan's query pool and the segments' stamp lists.
+  void stamp(int step);
   /// Creates the plan's descriptor pool and sets and records one command buffer per segment
   /// begun, into the plan's Vulkan segments in order.
   void finish(Plan& plan);
@@ -37,12 +41,15 @@ class PlanRecorder final : public Recorder {
     uint32_t push_bytes = 0;
     uint32_t groups[3] = {1, 1, 1};
     Range src, dst;  // a copy
+    bool stamp = false;  // a timestamp closing step `step`
+    int step = -1;
     VkDescriptorSet set = VK_NULL_HANDLE;
   };
   const Device& device_;
   const std::vector<Range>& weights_;
   Range unused_;
   std::vector<std::vector<Command>> segments_;
+  std::vector<Buffer> tables_;  // moved into the plan by finish()
 };
 
 }  // namespace tether::engine::vulkan

@@ -4,13 +4,15 @@
 
 #include <algorithm>
 #include <chrono>
-#include <queue>
+#include <cstdio>
 #include <cstring>
+#include <queue>
 #include <sstream>
 
 #include "engine/evaluate.h"
 #include "engine/session.h"
 #include "engine/vulkan/vulkan.h"
+#include "util/float16.h"
 #include "util/thread_pool.h"
 
 namespace tether::engine::vulkan {
@@ -36,6 +38,21 @@ struct OneShot {
   }
 };
 
+void to_half(const float* src, int64_t n, std::byte* dst) {
+  for (int64_t k = 0; k < n; ++k) {
+    const uint16_t h = util::float_to_half(src[k]);
+    std::memcpy(dst + k * 2, &h, 2);
+  }
+}
+
+void from_half(const std::byte* src, int64_t n, float* dst) {
+  for (int64_t k = 0; k < n; ++k) {
+    uint16_t h;
+    std::memcpy(&h, src + k * 2, 2);
+    dst[k] = util::half_to_float(h);
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Session> compile(const ir::Model& model, const CompileOptions& options) {
@@ -57,8 +74,16 @@ bool validation_enabled() {
   return instance != nullptr && instance->validation();
 }
 
+bool VulkanSession::half(size_t i) const {
+  return fp16_ && values_[i].value->type().dtype() == ir::DType::kFloat32;
+}
+
 VulkanSession::VulkanSession(const ir::Model& model, const CompileOptions& options, std::shared_ptr<Device> device)
-    : device_(std::move(device)), model_(model.clone()), profile_(options.profile) {
+    : device_(std::move(device)), model_(model.clone()), profile_(options.profile), fp16_(options.precision == "fp16") {
+  if (fp16_ && !device_->physical().storage16)
+    throw UnsupportedError("precision 'fp16': Vulkan device " + device_->physical().info.device + " '" + device_->name() +
+                           "' does not support 16-bit storage buffers (storageBuffer16BitAccess), which tether's "
+                           "float16 storage needs; compile with precision='fp32'");
   std::ostringstream report;
   // Vulkan's kernels take the ONNX layout: no channels-last rewrites (a CPU-engine choice).
   passes::OptimizeOptions layout;
@@ -67,8 +92,12 @@ VulkanSession::VulkanSession(const ir::Model& model, const CompileOptions& optio
   index_values();
   shape_input_ = find_shape_inputs(model_.graph());
   pool_ = std::make_shared<util::ThreadPool>(options.threads);
+  gpu_timestamps_ = profile_ && device_->physical().timestamp_bits > 0 && device_->limits().timestampPeriod > 0;
   unused_ = device_->buffer(16, Memory::kDevice, "an unused binding");
+  const Device::PipelineStats before = device_->pipeline_stats();
   create_steps(options);
+  device_->save_pipeline_cache();
+  const Device::PipelineStats after = device_->pipeline_stats();
   step_runs_.assign(steps_.size(), 0);
   step_ns_.assign(steps_.size(), 0);
 
@@ -86,7 +115,23 @@ VulkanSession::VulkanSession(const ir::Model& model, const CompileOptions& optio
   for (size_t s = 0; s < steps_.size(); ++s) segments += s == 0 || (steps_[s].gpu != nullptr) != (steps_[s - 1].gpu != nullptr);
   report << "vulkan: " << on_gpu << " kernels on vulkan, " << on_cpu << " on cpu (" << pool_->threads() << " threads), "
          << shapes << " shape computations on cpu, in " << segments << " stretch" << (segments == 1 ? "" : "es") << "; "
-         << bytes_text(weight_bytes_) << " of weights in device memory\n";
+         << bytes_text(weight_bytes_) << " of weights in device memory"
+         << (fp16_ ? "; precision fp16: float values and weights stored as float16, arithmetic in float32" : "") << "\n";
+  const int built = after.built - before.built;
+  report << "vulkan: ";
+  if (built > 0) {
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%.2f", after.seconds - before.seconds);
+    report << built << " pipeline" << (built == 1 ? "" : "s") << " built in " << seconds << " s";
+    if (after.hits_known) report << " (" << after.cache_hits - before.cache_hits << " found in the pipeline cache)";
+  } else {
+    report << "every pipeline reused from earlier sessions in this process";
+  }
+  report << "; pipeline cache: " << device_->pipeline_cache_note() << "\n";
+  if (profile_)
+    report << "vulkan: profiling " << (gpu_timestamps_ ? "times each kernel by timestamps on the device"
+                                                       : "times stretches only (the device's compute queue has no timestamps)")
+           << "\n";
   if (on_cpu > 0) {
     report << "cpu fallback: " << on_cpu << " node" << (on_cpu > 1 ? "s" : "") << " the Vulkan backend does not run:\n";
     for (const Step& s : steps_)
@@ -134,6 +179,7 @@ void VulkanSession::create_steps(const CompileOptions& options) {
   const std::vector<ir::Node*> order = model_.graph().topological_order();
   constants_.reserve(order.size());  // stable addresses for the pointers taken below
   Gpu gpu(*device_);
+  gpu.fp16 = fp16_;
   std::vector<std::string> unsupported, fallback, dynamic;
   for (const ir::Node* n : order) {
     if (n->op_type() == "Constant" && (n->domain().empty() || n->domain() == "ai.onnx")) {
@@ -207,10 +253,20 @@ void VulkanSession::create_steps(const CompileOptions& options) {
   if (!dynamic.empty())
     throw UnsupportedError("the Vulkan engine needs every shape to follow from the input shapes, and these nodes size "
                            "their outputs from data:" + listing(dynamic) + "\ncompile with device='cpu'");
-  // Constants read on the device join the weight buffer as they are.
-  for (ValueEntry& e : values_)
-    if (e.is_constant && e.input < 0 && e.gpu_reads && e.constant != nullptr)
+  // Constants read on the device join the weight buffer as they are (float ones as float16
+  // under precision fp16).
+  for (size_t i = 0; i < values_.size(); ++i) {
+    ValueEntry& e = values_[i];
+    if (!(e.is_constant && e.input < 0 && e.gpu_reads && e.constant != nullptr)) continue;
+    if (!half(i)) {
       e.weight = gpu.add_weight_view(e.constant->raw_data(), e.constant->nbytes());
+      continue;
+    }
+    const int64_t n = e.constant->num_elements();
+    std::vector<std::byte> bytes(static_cast<size_t>(n) * sizeof(uint16_t));
+    to_half(e.constant->data<float>(), n, bytes.data());
+    e.weight = gpu.add_weight(std::move(bytes));
+  }
   upload_weights(gpu);
   schedule_steps();
 }
@@ -446,8 +502,10 @@ std::vector<ir::Tensor> VulkanSession::run_plan(const std::vector<std::pair<std:
       continue;
     }
     std::byte* staging = plan.staging.mapped();
-    for (const Transfer& t : seg.uploads)
-      std::memcpy(staging + t.staging, data[static_cast<size_t>(t.value)], static_cast<size_t>(t.bytes));
+    for (const Transfer& t : seg.uploads) {
+      if (t.half) to_half(reinterpret_cast<const float*>(data[static_cast<size_t>(t.value)]), t.bytes / 2, staging + t.staging);
+      else std::memcpy(staging + t.staging, data[static_cast<size_t>(t.value)], static_cast<size_t>(t.bytes));
+    }
     if (plan.staging.handle() != VK_NULL_HANDLE) plan.staging.flush();
     try {
       device_->submit_and_wait(seg.cmd, plan.fence, "running the model's Vulkan kernels");
@@ -456,8 +514,11 @@ std::vector<ir::Tensor> VulkanSession::run_plan(const std::vector<std::pair<std:
       throw;
     }
     if (plan.staging.handle() != VK_NULL_HANDLE) plan.staging.invalidate();
-    for (const Transfer& t : seg.downloads)
-      std::memcpy(data[static_cast<size_t>(t.value)], staging + t.staging, static_cast<size_t>(t.bytes));
+    for (const Transfer& t : seg.downloads) {
+      if (t.half) from_half(staging + t.staging, t.bytes / 2, reinterpret_cast<float*>(data[static_cast<size_t>(t.value)]));
+      else std::memcpy(data[static_cast<size_t>(t.value)], staging + t.staging, static_cast<size_t>(t.bytes));
+    }
+    if (plan.queries != VK_NULL_HANDLE) read_timestamps(plan, seg);
     if (profile_) {
       auto& [runs, ns] = segment_time_[seg.begin];
       ++runs;
@@ -499,22 +560,43 @@ MemoryStats VulkanSession::memory() const {
 
 int VulkanSession::threads() const { return pool_->threads(); }
 
-// CPU steps by node; the Vulkan steps of each segment together, as one entry (upload, submit,
-// wait, download): per-kernel GPU timestamps are not measured yet.
+// Each Vulkan step's time on the device: the difference of the timestamps around it.
+void VulkanSession::read_timestamps(const Plan& plan, const Segment& seg) const {
+  const auto count = static_cast<uint32_t>(seg.stamp_steps.size() + 1);
+  std::vector<uint64_t> ticks(count);
+  const VkResult r = device_->api().vkGetQueryPoolResults(device_->handle(), plan.queries, seg.first_query, count,
+                                                          count * sizeof(uint64_t), ticks.data(), sizeof(uint64_t),
+                                                          VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
+  device_->check(r, "reading the timestamps of a profiled run");
+  const uint32_t bits = device_->physical().timestamp_bits;
+  const uint64_t mask = bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+  const double period = device_->limits().timestampPeriod;  // nanoseconds per tick
+  for (size_t k = 0; k < seg.stamp_steps.size(); ++k) {
+    const uint64_t delta = ((ticks[k + 1] & mask) - (ticks[k] & mask)) & mask;
+    const auto s = static_cast<size_t>(seg.stamp_steps[k]);
+    ++step_runs_[s];
+    step_ns_[s] += static_cast<int64_t>(static_cast<double>(delta) * period);
+  }
+}
+
+// CPU steps by node (wall time); each Vulkan stretch as one entry (op type vulkan:segment: the
+// wall time of its uploads, submission, wait and downloads) followed by its kernels, each with
+// its time on the device (timestamps around it). Views run nothing and have no entry.
 std::vector<NodeProfile> VulkanSession::profile() const {
   std::lock_guard<std::mutex> lock(run_mutex_);
   std::vector<NodeProfile> out;
   if (!profile_) return out;
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& step = steps_[s];
-    if (step.gpu == nullptr) {
+    if (step.gpu != nullptr)
+      if (auto it = segment_time_.find(static_cast<int>(s)); it != segment_time_.end()) {
+        size_t end = s;
+        while (end < steps_.size() && steps_[end].gpu != nullptr) ++end;
+        out.push_back({"vulkan: " + std::to_string(end - s) + " kernels from " + step.node->name(), "vulkan:segment",
+                       it->second.first, static_cast<double>(it->second.second) * 1e-9});
+      }
+    if (step.gpu == nullptr || (gpu_timestamps_ && !step.gpu->is_view()))
       out.push_back({step.node->name(), qualified_op(*step.node), step_runs_[s], static_cast<double>(step_ns_[s]) * 1e-9});
-    } else if (auto it = segment_time_.find(static_cast<int>(s)); it != segment_time_.end()) {
-      size_t end = s;
-      while (end < steps_.size() && steps_[end].gpu != nullptr) ++end;
-      out.push_back({"vulkan: " + std::to_string(end - s) + " kernels from " + step.node->name(), "vulkan:segment",
-                     it->second.first, static_cast<double>(it->second.second) * 1e-9});
-    }
   }
   return out;
 }

@@ -56,7 +56,8 @@ struct Step {
 struct Transfer {
   int value = -1;
   int64_t staging = 0;  ///< offset in the staging buffer
-  int64_t bytes = 0;
+  int64_t bytes = 0;    ///< on the device (float16 in staging and on the device, float32 on the host, when `half`)
+  bool half = false;
 };
 
 /// Consecutive steps on one backend. A Vulkan segment is one command buffer, submitted once
@@ -66,6 +67,11 @@ struct Segment {
   int begin = 0, end = 0;  ///< steps [begin, end)
   VkCommandBuffer cmd = VK_NULL_HANDLE;
   std::vector<Transfer> uploads, downloads;
+  // Profiling: timestamp queries [first_query, first_query + 1 + stamp_steps.size()) of the
+  // plan's pool: one when the uploads are done, then one after each step (stamp_steps[k] is
+  // the step timestamp k + 1 ends).
+  uint32_t first_query = 0;
+  std::vector<int> stamp_steps;
 };
 
 /// Everything fixed for one set of input shapes: every value's dims and places, the device
@@ -85,10 +91,12 @@ struct Plan {
   std::vector<Segment> segments;
   int64_t arena_bytes = 0, intermediate_bytes = 0, host_bytes = 0, scratch_bytes = 0, staging_bytes = 0;
   Buffer arena, staging;
+  std::vector<Buffer> tables;         ///< tables kernels computed on the host (Recorder::table)
   std::shared_ptr<ir::Buffer> host;   ///< the host arena, then CPU kernels' scratch
   VkCommandPool pool = VK_NULL_HANDLE;
   VkDescriptorPool descriptors = VK_NULL_HANDLE;
   VkFence fence = VK_NULL_HANDLE;
+  VkQueryPool queries = VK_NULL_HANDLE;  ///< timestamps per step, when profiling on a device that has them
   int64_t dispatches = 0;
 };
 
@@ -139,6 +147,9 @@ class VulkanSession final : public Session {
   std::shared_ptr<util::ThreadPool> pool_;
   std::string report_;
   bool profile_ = false;
+  bool fp16_ = false;  // precision "fp16": float values and weights stored as float16 on the device
+  /// Whether value i is stored as float16 on the device (a float32 value under precision fp16).
+  bool half(size_t i) const;
 
   Buffer unused_;                       // bound where a specialisation reads nothing
   Buffer weights_;                      // constants read on the device, one buffer
@@ -157,9 +168,12 @@ class VulkanSession final : public Session {
   mutable uint64_t clock_ = 0;
   mutable MemoryStats last_;
   mutable std::vector<Dims> last_dims_;  // the running plan's dims (read by capture callbacks)
-  // Profiling: per CPU step, and per Vulkan segment of the last plan (wall time of its submit).
+  // Profiling: per step (CPU: wall time; Vulkan: time on the device between timestamps), and
+  // per Vulkan segment (wall time of its uploads, submission, wait and downloads).
   mutable std::vector<int64_t> step_runs_, step_ns_;
   mutable std::map<int, std::pair<int64_t, int64_t>> segment_time_;  // first step -> (runs, ns)
+  bool gpu_timestamps_ = false;  // profiling times each Vulkan step by timestamps on the device
+  void read_timestamps(const Plan& plan, const Segment& seg) const;
 };
 
 }  // namespace tether::engine::vulkan

@@ -17,4 +17,7 @@ struct Spirv {
 /// The embedded shader `name`, or nullptr when there is none.
 const Spirv* find_spirv(std::string_view name);
 
+/// Every embedded shader: `*count` of them from the pointer returned.
+const Spirv* all_spirv(size_t* count);
+
 }  // namespace tether::engine::vulkan

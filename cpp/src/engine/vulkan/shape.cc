@@ -1,7 +1,8 @@
 // Data movement: Reshape, Flatten, Squeeze, Unsqueeze and Identity as views (the output is the
 // input's range; nothing is recorded); Concat and Split (shaders/copy_slab.comp); Transpose,
 // Slice and Expand (shaders/strided_copy.comp); Gather with constant indices
-// (shaders/gather.comp). float32 and int32 data, moved as 32-bit words.
+// (shaders/gather.comp). float32 and int32 data, moved as 32-bit words (float32 as 16-bit
+// words under precision fp16, where it is stored as float16).
 #include <algorithm>
 #include <cstring>
 
@@ -31,12 +32,14 @@ struct SlabPush {
   uint32_t dst_block, dst_offset;
 };
 
-const Pipeline& slab_pipeline(Gpu& gpu) { return gpu.pipeline("copy_slab", 2, sizeof(SlabPush), {kLocal}); }
+const Pipeline& slab_pipeline(Gpu& gpu, ir::DType data) {
+  return gpu.pipeline("copy_slab", 2, sizeof(SlabPush), {kLocal}, data);
+}
 
 class ConcatKernel final : public GpuKernel {
  public:
-  explicit ConcatKernel(const KernelInit& init) : node_(init.node), axis_(init.node.attr_int("axis", 0)) {}
-  void prepare(Gpu& gpu) override { pipeline_ = &slab_pipeline(gpu); }
+  explicit ConcatKernel(const KernelInit& init) : node_(init.node), data_(init.input_dtype(0)), axis_(init.node.attr_int("axis", 0)) {}
+  void prepare(Gpu& gpu) override { pipeline_ = &slab_pipeline(gpu, data_); }
 
   void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
     const std::vector<int64_t>& od = out[0].dims;
@@ -55,14 +58,15 @@ class ConcatKernel final : public GpuKernel {
 
  private:
   const ir::Node& node_;
+  ir::DType data_;  // float32 or int32
   int64_t axis_;
   const Pipeline* pipeline_ = nullptr;
 };
 
 class SplitKernel final : public GpuKernel {
  public:
-  explicit SplitKernel(const KernelInit& init) : node_(init.node), axis_(init.node.attr_int("axis", 0)) {}
-  void prepare(Gpu& gpu) override { pipeline_ = &slab_pipeline(gpu); }
+  explicit SplitKernel(const KernelInit& init) : node_(init.node), data_(init.input_dtype(0)), axis_(init.node.attr_int("axis", 0)) {}
+  void prepare(Gpu& gpu) override { pipeline_ = &slab_pipeline(gpu, data_); }
   bool reads_on_device(size_t i) const override { return i == 0; }
 
   void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
@@ -83,6 +87,7 @@ class SplitKernel final : public GpuKernel {
 
  private:
   const ir::Node& node_;
+  ir::DType data_;  // float32 or int32
   int64_t axis_;
   const Pipeline* pipeline_ = nullptr;
 };
@@ -116,12 +121,14 @@ void record_strided(Recorder& rec, const ir::Node& node, const Pipeline& p, std:
   dispatch_1d(rec, p, {x, y}, &push, sizeof push, n);
 }
 
-const Pipeline& strided_pipeline(Gpu& gpu) { return gpu.pipeline("strided_copy", 2, sizeof(StridedPush), {kLocal}); }
+const Pipeline& strided_pipeline(Gpu& gpu, ir::DType data) {
+  return gpu.pipeline("strided_copy", 2, sizeof(StridedPush), {kLocal}, data);
+}
 
 class TransposeKernel final : public GpuKernel {
  public:
-  explicit TransposeKernel(const KernelInit& init) : node_(init.node), perm_(init.node.attr_ints("perm")) {}
-  void prepare(Gpu& gpu) override { pipeline_ = &strided_pipeline(gpu); }
+  explicit TransposeKernel(const KernelInit& init) : node_(init.node), data_(init.input_dtype(0)), perm_(init.node.attr_ints("perm")) {}
+  void prepare(Gpu& gpu) override { pipeline_ = &strided_pipeline(gpu, data_); }
 
   void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
     const size_t rank = in[0].dims.size();
@@ -136,6 +143,7 @@ class TransposeKernel final : public GpuKernel {
 
  private:
   const ir::Node& node_;
+  ir::DType data_;  // float32 or int32
   std::vector<int64_t> perm_;
   const Pipeline* pipeline_ = nullptr;
 };
@@ -143,7 +151,7 @@ class TransposeKernel final : public GpuKernel {
 // Slice with constant starts, ends, axes and steps (inputs from opset 10, attributes before).
 class SliceKernel final : public GpuKernel {
  public:
-  explicit SliceKernel(const KernelInit& init) : node_(init.node) {
+  explicit SliceKernel(const KernelInit& init) : node_(init.node), data_(init.input_dtype(0)) {
     if (init.node.attr("starts") != nullptr) {
       starts_ = init.node.attr_ints("starts");
       axes_ = init.node.attr_ints("axes");
@@ -156,7 +164,7 @@ class SliceKernel final : public GpuKernel {
       for (size_t i = 0; i < starts_.size(); ++i) axes_.push_back(static_cast<int64_t>(i));
     if (steps_.empty()) steps_.assign(starts_.size(), 1);
   }
-  void prepare(Gpu& gpu) override { pipeline_ = &strided_pipeline(gpu); }
+  void prepare(Gpu& gpu) override { pipeline_ = &strided_pipeline(gpu, data_); }
   bool reads_on_device(size_t i) const override { return i == 0; }
 
   void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
@@ -177,6 +185,7 @@ class SliceKernel final : public GpuKernel {
 
  private:
   const ir::Node& node_;
+  ir::DType data_;  // float32 or int32
   std::vector<int64_t> starts_, axes_, steps_;
   const Pipeline* pipeline_ = nullptr;
 };
@@ -193,8 +202,8 @@ std::string slice_check(const KernelInit& init) {
 
 class ExpandKernel final : public GpuKernel {
  public:
-  explicit ExpandKernel(const KernelInit& init) : node_(init.node) {}
-  void prepare(Gpu& gpu) override { pipeline_ = &strided_pipeline(gpu); }
+  explicit ExpandKernel(const KernelInit& init) : node_(init.node), data_(init.input_dtype(0)) {}
+  void prepare(Gpu& gpu) override { pipeline_ = &strided_pipeline(gpu, data_); }
   bool reads_on_device(size_t i) const override { return i == 0; }
 
   void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
@@ -204,6 +213,7 @@ class ExpandKernel final : public GpuKernel {
 
  private:
   const ir::Node& node_;
+  ir::DType data_;  // float32 or int32
   const Pipeline* pipeline_ = nullptr;
 };
 
@@ -216,7 +226,7 @@ struct GatherPush {
 class GatherKernel final : public GpuKernel {
  public:
   explicit GatherKernel(const KernelInit& init)
-      : node_(init.node), axis_(init.node.attr_int("axis", 0)), indices_(int_values(*init.constant(1))) {}
+      : node_(init.node), data_(init.input_dtype(0)), axis_(init.node.attr_int("axis", 0)), indices_(int_values(*init.constant(1))) {}
 
   void prepare(Gpu& gpu) override {
     std::vector<std::byte> bytes(indices_.size() * sizeof(int32_t));
@@ -225,7 +235,7 @@ class GatherKernel final : public GpuKernel {
       std::memcpy(bytes.data() + k * sizeof v, &v, sizeof v);
     }
     weight_ = gpu.add_weight(std::move(bytes));
-    pipeline_ = &gpu.pipeline("gather", 3, sizeof(GatherPush), {kLocal});
+    pipeline_ = &gpu.pipeline("gather", 3, sizeof(GatherPush), {kLocal}, data_);
   }
   bool reads_on_device(size_t i) const override { return i == 0; }
 
@@ -247,6 +257,7 @@ class GatherKernel final : public GpuKernel {
 
  private:
   const ir::Node& node_;
+  ir::DType data_;  // float32 or int32
   int64_t axis_;
   std::vector<int64_t> indices_;
   int weight_ = -1;

@@ -2,15 +2,16 @@
 // operand's strides over them (0 where it is broadcast).
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#include "storage.glsl"
 layout(local_size_x_id = 0) in;
 #include "common.glsl"
 
 // 0 Add, 1 Sub, 2 Mul, 3 Div, 4 Pow, 5 Max, 6 Min, 7 PRelu (vulkan::BinaryOp).
 layout(constant_id = 1) const uint OP = 0;
 
-layout(std430, binding = 0) readonly buffer A { float a[]; };
-layout(std430, binding = 1) readonly buffer B { float b[]; };
-layout(std430, binding = 2) writeonly buffer Y { float y[]; };
+layout(std430, binding = 0) readonly buffer A { act_t a[]; };
+layout(std430, binding = 1) readonly buffer B { act_t b[]; };
+layout(std430, binding = 2) writeonly buffer Y { act_t y[]; };
 layout(push_constant, std430) uniform Push {
   uint n;
   uint rank;
@@ -45,7 +46,7 @@ void main() {
     ia += c * p.sa[d];
     ib += c * p.sb[d];
   }
-  float u = a[ia], v = b[ib], o;
+  float u = LD(a[ia]), v = LD(b[ib]), o;
   if (OP == 0u) o = u + v;
   else if (OP == 1u) o = u - v;
   else if (OP == 2u) o = u * v;
@@ -54,5 +55,5 @@ void main() {
   else if (OP == 5u) o = isnan(u) || isnan(v) ? kNaN : (u > v ? u : v);
   else if (OP == 6u) o = isnan(u) || isnan(v) ? kNaN : (u < v ? u : v);
   else o = u < 0.0 ? u * v : u;
-  y[i] = o;
+  y[i] = ST(o);
 }

@@ -3,15 +3,16 @@
 // [C, M / groups, KH, KW]. One invocation computes one output element.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#include "storage.glsl"
 layout(local_size_x_id = 0) in;
 #include "common.glsl"
 
 layout(constant_id = 1) const bool HAS_BIAS = false;
 
-layout(std430, binding = 0) readonly buffer X { float x[]; };
-layout(std430, binding = 1) readonly buffer W { float w[]; };
-layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
-layout(std430, binding = 3) writeonly buffer Y { float y[]; };
+layout(std430, binding = 0) readonly buffer X { act_t x[]; };
+layout(std430, binding = 1) readonly buffer W { act_t w[]; };
+layout(std430, binding = 2) readonly buffer Bias { act_t bias[]; };
+layout(std430, binding = 3) writeonly buffer Y { act_t y[]; };
 layout(push_constant, std430) uniform Push {
   uint n;                 // output elements: N * M * OH * OW
   uint C, H, W;           // input channels and size
@@ -29,7 +30,7 @@ void main() {
   t /= p.OH;
   uint m = t % p.M, b = t / p.M;
   uint cg = p.C / p.G, mg = p.M / p.G, g = m / mg, mo = m % mg;
-  float acc = HAS_BIAS ? bias[m] : 0.0;
+  float acc = HAS_BIAS ? LD(bias[m]) : 0.0;
   for (uint c = 0; c < cg; ++c) {
     uint ci = g * cg + c;
     uint xbase = (b * p.C + ci) * p.H * p.W;
@@ -44,9 +45,9 @@ void main() {
         if (tw < 0 || tw % p.SW != 0) continue;
         uint iw = uint(tw / p.SW);
         if (iw >= p.W) continue;
-        acc += x[xbase + ih * p.W + iw] * w[wbase + kh * p.KW + kw];
+        acc += LD(x[xbase + ih * p.W + iw]) * LD(w[wbase + kh * p.KW + kw]);
       }
     }
   }
-  y[i] = acc;
+  y[i] = ST(acc);
 }

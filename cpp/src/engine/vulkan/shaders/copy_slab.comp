@@ -3,11 +3,12 @@
 // moves bit for bit.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#include "storage.glsl"
 layout(local_size_x_id = 0) in;
 #include "common.glsl"
 
-layout(std430, binding = 0) readonly buffer Src { uint src[]; };
-layout(std430, binding = 1) writeonly buffer Dst { uint dst[]; };
+layout(std430, binding = 0) readonly buffer Src { word_t src[]; };
+layout(std430, binding = 1) writeonly buffer Dst { word_t dst[]; };
 layout(push_constant, std430) uniform Push {
   uint n;  // outer * count
   uint count;

@@ -2,12 +2,13 @@
 // end): the data seen as [outer, axis_len, inner], the output as [outer, count, inner].
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#include "storage.glsl"
 layout(local_size_x_id = 0) in;
 #include "common.glsl"
 
-layout(std430, binding = 0) readonly buffer Data { uint data[]; };
+layout(std430, binding = 0) readonly buffer Data { word_t data[]; };
 layout(std430, binding = 1) readonly buffer Indices { int indices[]; };
-layout(std430, binding = 2) writeonly buffer Y { uint y[]; };
+layout(std430, binding = 2) writeonly buffer Y { word_t y[]; };
 layout(push_constant, std430) uniform Push { uint n, count, inner, axis_len; } p;
 
 void main() {

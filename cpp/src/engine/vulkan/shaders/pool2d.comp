@@ -3,14 +3,15 @@
 // replaces a running maximum, and an average over no element is 0.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#include "storage.glsl"
 layout(local_size_x_id = 0) in;
 #include "common.glsl"
 
 layout(constant_id = 1) const bool IS_MAX = true;
 layout(constant_id = 2) const bool INCLUDE_PAD = false;
 
-layout(std430, binding = 0) readonly buffer X { float x[]; };
-layout(std430, binding = 1) writeonly buffer Y { float y[]; };
+layout(std430, binding = 0) readonly buffer X { act_t x[]; };
+layout(std430, binding = 1) writeonly buffer Y { act_t y[]; };
 layout(push_constant, std430) uniform Push {
   uint n;            // output elements: planes * OH * OW
   uint H, W, OH, OW;
@@ -33,7 +34,7 @@ void main() {
       if (ih >= -p.PH && ih < int(p.H) + p.PEH && iw >= -p.PW && iw < int(p.W) + p.PEW) ++padded;
       if (ih < 0 || ih >= int(p.H) || iw < 0 || iw >= int(p.W)) continue;
       ++valid;
-      float v = x[base + uint(ih) * p.W + uint(iw)];
+      float v = LD(x[base + uint(ih) * p.W + uint(iw)]);
       if (IS_MAX) acc = v > acc ? v : acc;
       else acc += v;
     }
@@ -42,5 +43,5 @@ void main() {
     int count = INCLUDE_PAD ? padded : valid;
     acc = count > 0 ? acc / float(count) : 0.0;
   }
-  y[i] = acc;
+  y[i] = ST(acc);
 }

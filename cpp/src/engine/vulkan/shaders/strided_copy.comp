@@ -3,11 +3,12 @@
 // output's dims are collapsed to at most 6. Words: any 4-byte type moves bit for bit.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#include "storage.glsl"
 layout(local_size_x_id = 0) in;
 #include "common.glsl"
 
-layout(std430, binding = 0) readonly buffer X { uint x[]; };
-layout(std430, binding = 1) writeonly buffer Y { uint y[]; };
+layout(std430, binding = 0) readonly buffer X { word_t x[]; };
+layout(std430, binding = 1) writeonly buffer Y { word_t y[]; };
 layout(push_constant, std430) uniform Push {
   uint n;
   uint rank;
