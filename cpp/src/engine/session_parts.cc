@@ -108,7 +108,9 @@ std::vector<const ir::Tensor*> bind_inputs(const std::vector<TensorInfo>& inputs
     for (const auto& i : inputs) s += (s.empty() ? "" : ", ") + i.name;
     return s;
   };
-  for (const auto& [name, tensor] : named) {
+  for (const auto& entry : named) {
+    const std::string& name = entry.first;  // not a structured binding: lambdas capture it (clang 14)
+    const ir::Tensor& tensor = entry.second;
     auto it = std::find_if(inputs.begin(), inputs.end(), [&](const TensorInfo& i) { return i.name == name; });
     if (it == inputs.end()) throw ArgumentError("unknown input '" + name + "'; the model's inputs are: " + names());
     const auto k = static_cast<size_t>(it - inputs.begin());

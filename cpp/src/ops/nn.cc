@@ -117,17 +117,10 @@ void conv(InferContext& ctx) {
       known[i] = w.has_rank() && w[i + 2].is_known();
       kernel.push_back(known[i] ? w[i + 2].value() : 1);
     }
-  } else if (w.has_rank()) {
-    for (size_t i = 0; i < k; ++i)
-      if (w[i + 2].is_known() && w[i + 2].value() != kernel[i])
-        ctx.fail("kernel_shape says " + std::to_string(kernel[i]) + " on spatial axis " + std::to_string(i) +
-                 ", the weight " + w.to_string() + " has " + w[i + 2].to_string());
   }
   std::vector<Dim> out{x[0], w.has_rank() ? w[0] : Dim()};
   const int64_t group = ctx.attr_int("group", 1);
   if (group < 1) ctx.fail("group is " + std::to_string(group) + "; it must be >= 1");
-  if (w.has_rank() && w[0].is_known() && w[0].value() % group != 0)
-    ctx.fail("the weight's " + w[0].to_string() + " output channels do not split into " + std::to_string(group) + " groups");
   if (!qlinear && ctx.num_inputs() > 2 && ctx.has_input(2) && ctx.node().op_type() == "Conv") {
     const Shape& b = ctx.input_shape(2);
     if (b.has_rank() && (b.rank() != 1 || (b[0].is_known() && w.has_rank() && w[0].is_known() && b[0].value() != w[0].value())))
@@ -140,6 +133,15 @@ void conv(InferContext& ctx) {
     ctx.fail("input has " + x[1].to_string() + " channels, weight expects " + w[1].to_string() + " per group x " +
              std::to_string(group) + " groups");
   Window win = window(ctx, kernel);
+  // After the kernel sizes and channels are checked on their own: kernel_shape must describe
+  // the weight, whose output channels split into the groups.
+  if (w.has_rank() && !ctx.attr_ints("kernel_shape").empty())
+    for (size_t i = 0; i < k; ++i)
+      if (w[i + 2].is_known() && w[i + 2].value() != kernel[i])
+        ctx.fail("kernel_shape says " + std::to_string(kernel[i]) + " on spatial axis " + std::to_string(i) +
+                 ", the weight " + w.to_string() + " has " + w[i + 2].to_string());
+  if (w.has_rank() && w[0].is_known() && w[0].value() % group != 0)
+    ctx.fail("the weight's " + w[0].to_string() + " output channels do not split into " + std::to_string(group) + " groups");
   for (size_t i = 0; i < k; ++i) out.push_back(known[i] ? window_out(ctx, win, i, x[i + 2]) : Dim());
   ctx.set_output(0, dt, output_layout(std::move(out), last));
 }
