@@ -723,6 +723,9 @@ std::vector<ir::Tensor> CpuSession::run_steps(const std::vector<std::pair<std::s
         for (size_t k = 0; k < step.outputs.size(); ++k) {
           const int o = step.outputs[k];
           if (o < 0) continue;
+          if (k >= made.size())
+            throw ShapeError(step.node->describe() + ": output " + std::to_string(k) + " is not one the op makes (it makes " +
+                             std::to_string(made.size()) + ")");
           const auto i = static_cast<size_t>(o);
           const ValueEntry& e = values_[i];
           ir::Tensor& t = made[k];

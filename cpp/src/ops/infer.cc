@@ -1,5 +1,6 @@
 // The inference driver: walks graphs in topological order and merges each rule's result with
 // what the model already declared.
+#include <unordered_map>
 #include <algorithm>
 #include <cstdio>
 #include <set>
@@ -383,6 +384,39 @@ void type_body_inputs(const ir::Node& node, int64_t opset) {
   }
 }
 
+// A node of the ONNX domain has the inputs every version of its op requires and no more
+// outputs than some version allows (arity.inc, generated from ONNX's schemas); the op's rule
+// and kernels can then index them.
+void check_arity(const ir::Node& node) {
+  struct Arity {
+    const char* op;
+    int min_inputs;   // input positions
+    int min_present;  // leading inputs that must be given
+    int max_outputs;
+  };
+  static const Arity kTable[] = {
+#include "ops/arity.inc"
+  };
+  static const std::unordered_map<std::string_view, const Arity*> index = [] {
+    std::unordered_map<std::string_view, const Arity*> m;
+    for (const Arity& a : kTable) m.emplace(a.op, &a);
+    return m;
+  }();
+  const auto it = index.find(node.op_type());
+  if (it == index.end()) return;
+  const Arity& a = *it->second;
+  if (node.inputs().size() < static_cast<size_t>(a.min_inputs))
+    throw ShapeError(where(node) + ": " + node.op_type() + " takes at least " + std::to_string(a.min_inputs) +
+                     " inputs, got " + std::to_string(node.inputs().size()));
+  for (int k = 0; k < a.min_present; ++k)
+    if (node.input(static_cast<size_t>(k)) == nullptr)
+      throw ShapeError(where(node) + ": input " + std::to_string(k) + " is required (" + node.op_type() + " needs its first " +
+                       std::to_string(a.min_present) + "), but it is empty");
+  if (node.outputs().size() > static_cast<size_t>(a.max_outputs))
+    throw ShapeError(where(node) + ": " + std::to_string(node.outputs().size()) + " outputs; " + node.op_type() +
+                     " has at most " + std::to_string(a.max_outputs));
+}
+
 void infer_graph(ir::Graph& g, InferState& state, const InferenceOptions& options, InferenceReport& report,
                  std::set<std::string>& missing) {
   for (ir::Node* node : g.topological_order()) {
@@ -411,6 +445,7 @@ void infer_graph(ir::Graph& g, InferState& state, const InferenceOptions& option
       pin_outputs(*node, state);
       continue;
     }
+    if (onnx_domain) check_arity(*node);
     InferContext ctx(*node, state);
     try {
       rule(ctx);

@@ -25,7 +25,7 @@ inline float fast_exp(float x) {
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
   // 2^n in two factors so that n down to -149 (subnormal results) stays exact.
-  const int32_t ni = static_cast<int32_t>(n);
+  const int32_t ni = n == n ? static_cast<int32_t>(n) : 0;  // NaN: any exponent, p is NaN already
   const int32_t half = ni / 2;
   const uint32_t b1 = static_cast<uint32_t>(half + 127) << 23, b2 = static_cast<uint32_t>(ni - half + 127) << 23;
   float s1, s2;

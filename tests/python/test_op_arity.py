@@ -1,0 +1,46 @@
+"""Every ONNX-domain node has the inputs its op requires and no more outputs than it allows,
+checked by shape inference against cpp/src/ops/arity.inc (generated from ONNX's schemas)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tether as tt
+from onnx import TensorProto, helper
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_arity_table_matches_the_installed_onnx_schemas():
+    want = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_op_arity.py")], capture_output=True, text=True,
+                          check=True).stdout
+    got = (ROOT / "cpp" / "src" / "ops" / "arity.inc").read_text()
+    # The header names the onnx version; the table itself must be the same.
+    assert got.splitlines()[2:] == want.splitlines()[2:]
+
+
+def _model(op, inputs, outputs, **attrs) -> bytes:
+    node = helper.make_node(op, inputs, outputs, name="n", **attrs)
+    names = sorted({i for i in inputs if i})
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names],
+                              [helper.make_empty_tensor_value_info(o) for o in outputs if o])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10).SerializeToString()
+
+
+@pytest.mark.parametrize("op,inputs,outputs,message", [
+    # Each once reached a kernel that indexed the missing input or output (found by the
+    # libFuzzer engine target under AddressSanitizer).
+    ("Add", ["a"], ["y"], "Add takes at least 2 inputs, got 1"),
+    ("Mul", ["a", ""], ["y"], r"input 1 is required \(Mul needs its first 2\), but it is empty"),
+    ("BatchNormalization", ["a", "b", "c"], ["y"], "BatchNormalization takes at least 5 inputs, got 3"),
+    ("Relu", ["a"], ["y", "z"], "2 outputs; Relu has at most 1"),
+    ("Shape", ["a"], ["y", "z"], "2 outputs; Shape has at most 1"),
+])
+def test_a_node_missing_required_inputs_or_with_extra_outputs_is_a_shape_error(op, inputs, outputs, message):
+    feeds = {n: np.ones((2, 3, 4), np.float32) for n in sorted({i for i in inputs if i})}
+    with pytest.raises(tt.ShapeError, match=f"{op} 'n': {message}"):
+        tt.compile(_model(op, inputs, outputs)).run(feeds)
