@@ -13,7 +13,7 @@ APT_PACKAGES := libprotobuf-dev protobuf-compiler libeigen3-dev libgtest-dev lib
 # Sources whose change needs the extension rebuilt.
 CORE_SOURCES := $(shell find cpp bindings tests/cpp cmake -type f 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all demo test test-cpp test-sanitize test-python setup apt lint clean
+.PHONY: all demo test test-cpp test-sanitize test-python setup apt lint clean fuzz
 
 all: setup
 
@@ -41,6 +41,28 @@ test-python: setup
 	$(VPY) -m pytest -q --nbmake notebooks
 
 setup: apt $(STAMPS)/build
+
+# A fuzzing campaign (not part of `make test`): builds the libFuzzer targets with clang in
+# build/fuzz and runs the structured engine and loader targets for FUZZ_TIME seconds each on
+# every core, corpora kept in FUZZ_DIR between campaigns. Findings land in FUZZ_DIR/*/artifacts;
+# tests/fuzz/README.md says what to do with them.
+FUZZ_TIME ?= 600
+FUZZ_DIR ?= /tmp/tether-fuzz
+FUZZ_BUILD := build/fuzz
+FUZZ_FLAGS = -max_total_time=$(FUZZ_TIME) -timeout=10 -rss_limit_mb=4096 -max_len=65536 -fork=$$(nproc) \
+             -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1
+fuzz: setup
+	@$(MAKE) --no-print-directory apt APT_PACKAGES="clang libclang-rt-14-dev"
+	@test -f $(FUZZ_BUILD)/build.ninja || $(VENV)/bin/cmake -S tests/fuzz -B $(FUZZ_BUILD) -G Ninja \
+	  -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	$(VENV)/bin/ninja -C $(FUZZ_BUILD) engine_fuzzer_structured load_fuzzer_structured
+	mkdir -p $(FUZZ_DIR)/engine/corpus $(FUZZ_DIR)/engine/artifacts $(FUZZ_DIR)/load/corpus $(FUZZ_DIR)/load/artifacts
+	cp -rn tests/fuzz/engine_seeds/. tests/fuzz/corpus/engine/. $(FUZZ_DIR)/engine/corpus/
+	cp -rn tests/fuzz/seeds/. tests/fuzz/corpus/load/. $(FUZZ_DIR)/load/corpus/
+	cd $(FUZZ_DIR)/engine && $(abspath $(FUZZ_BUILD))/engine_fuzzer_structured corpus $(FUZZ_FLAGS) \
+	  -artifact_prefix=artifacts/ 2>&1 | tee log.txt | grep -E "^#[0-9]+: cov" | tail -1
+	cd $(FUZZ_DIR)/load && $(abspath $(FUZZ_BUILD))/load_fuzzer_structured corpus -dict=$(abspath tests/fuzz/onnx.dict) \
+	  $(FUZZ_FLAGS) -artifact_prefix=artifacts/ 2>&1 | tee log.txt | grep -E "^#[0-9]+: cov" | tail -1
 
 # Debian packages: checked every time (cheap), installed only when missing.
 apt:

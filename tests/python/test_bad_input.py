@@ -433,7 +433,38 @@ def _one_node(op: str, feeds: dict, attrs: dict, outputs: int = 1, opset: int | 
 
 
 _F = np.float32
+
+
+def _body(inputs: list[str], nodes: list, outputs: list[str]) -> onnx.GraphProto:
+    """A Loop or Scan body over float32 values of unknown shape (Loop's counter and condition typed)."""
+    types = {"i": TensorProto.INT64, "c": TensorProto.BOOL, "c_out": TensorProto.BOOL}
+    return helper.make_graph(nodes, "body", [helper.make_tensor_value_info(n, types.get(n, TensorProto.FLOAT), None)
+                                             for n in inputs],
+                             [helper.make_tensor_value_info(n, types.get(n, TensorProto.FLOAT), None) for n in outputs])
+
+
+# Scan: states (a, b), one scan input x; gives the states and one scan output.
+_SCAN_BODY = _body(["a", "b", "x"], [helper.make_node("Add", ["a", "x"], ["a2"]), helper.make_node("Mul", ["b", "x"], ["b2"]),
+                                     helper.make_node("Identity", ["a2"], ["y"])], ["a2", "b2", "y"])
+# Loop: one carried value v; gives the condition, v and one scan output.
+_LOOP_BODY = _body(["i", "c", "v"], [helper.make_node("Identity", ["c"], ["c_out"]), helper.make_node("Neg", ["v"], ["v2"]),
+                                     helper.make_node("Identity", ["v2"], ["y"])], ["c_out", "v2", "y"])
 _FUZZ_FINDINGS = [
+    # Control flow whose body has more or fewer outputs than the node (a heap overflow in Scan).
+    ("Scan", {"a": np.ones(2, _F), "b": np.ones(2, _F), "x": np.ones((3, 2), _F)}, {"body": _SCAN_BODY, "num_scan_inputs": 1},
+     4, "the body has 3 inputs and 3 outputs, the node 3 inputs and 4 outputs"),
+    ("Scan", {"a": np.ones(2, _F), "b": np.ones(2, _F), "x": np.ones((3, 2), _F)}, {"body": _SCAN_BODY, "num_scan_inputs": 1},
+     2, "the body has 3 inputs and 3 outputs, the node 3 inputs and 2 outputs"),
+    ("Scan", {"a": np.ones(2, _F), "x": np.ones((3, 2), _F)}, {"body": _SCAN_BODY, "num_scan_inputs": 1},
+     3, "the body has 3 inputs and 3 outputs, the node 2 inputs"),
+    ("Loop", {"m": np.array(2, np.int64), "c": np.array(True), "v": np.ones(2, _F)}, {"body": _LOOP_BODY}, 1,
+     "the body has 3 inputs and 3 outputs, the node 3 inputs and 1 outputs"),
+    ("Loop", {"m": np.array(True), "c": np.array(True), "v": np.ones(2, _F)}, {"body": _LOOP_BODY}, 2,
+     r"the trip count M \(input 0\) is bool, expected int64"),
+    ("Loop", {"m": np.array(2, np.int64), "c": np.array(1.0, _F), "v": np.ones(2, _F)}, {"body": _LOOP_BODY}, 2,
+     r"the condition \(input 1\) is float32, expected bool"),
+    ("Loop", {"m": np.array(2, np.int64), "c": np.array(True), "v": np.ones(2, _F)}, {"body": _LOOP_BODY}, 3,
+     "the body has 3 inputs and 3 outputs, the node 3 inputs and 3 outputs"),
     # op, inputs (None: omitted), attributes, outputs, the error's message
     ("LayerNormalization", {"x": np.ones((4, 3, 2), _F), "s": np.ones((), _F), "b": np.ones((), _F)}, {"stash_type": 4}, 3,
      "stash_type is uint16; only float"),
@@ -453,6 +484,8 @@ _FUZZ_FINDINGS = [
      r"slope of shape \[1, 3\] does not broadcast to \[4, 1, 4\]"),
     ("GRU", {"x": np.ones((2, 1, 2), _F), "w": np.ones((), _F), "r": np.ones((1, 9, 3), _F)}, {"hidden_size": 3}, 1,
      r"W has shape \[\], expected \[1, 9, 2\]"),
+    ("LSTM", {"x": np.ones((2, 1, 4), _F), "w": np.ones((1, 8, 4), _F), "r": np.ones((1, 8, 3), _F)},
+     {"hidden_size": 3419541495225858601}, 1, "hidden_size is 3419541495225858601; it must be at most 2"),
     ("LSTM", {"x": np.ones((2, 1, 4), _F), "w": np.ones((1, 8, 4), _F), "r": np.ones((1, 8, 3), _F)}, {"hidden_size": 2}, 1,
      r"R has shape \[1, 8, 3\], expected \[1, 8, 2\]"),
     ("RNN", {"x": np.ones((2, 1, 4), _F), "w": np.ones((1, 5, 4), _F), "r": np.ones((1, 5, 5), _F),
@@ -515,9 +548,9 @@ def test_engine_fuzzer_findings_are_typed_errors_naming_the_node(op, feeds, attr
     assert isinstance(raised.value, (tt.ShapeError, tt.ArgumentError)), repr(raised.value)
 
 
-def test_dynamic_quantize_linear_without_its_scale_and_zero_point_outputs_matches_onnxruntime():
-    # The kernel once wrote the omitted outputs through null pointers. onnxruntime requires all
-    # three outputs, so it runs the full node as the oracle.
+def test_dynamic_quantize_linear_needs_its_scale_and_zero_point_outputs_as_onnxruntime_does():
+    # The kernel once wrote omitted outputs through null pointers. ONNX makes all three outputs
+    # required; onnxruntime refuses the node without them, and so does shape inference.
     x = np.linspace(-3, 5, 24, dtype=np.float32).reshape(4, 6)
 
     def model(outputs):
@@ -525,10 +558,17 @@ def test_dynamic_quantize_linear_without_its_scale_and_zero_point_outputs_matche
         graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6])],
                                   [helper.make_tensor_value_info(o, t, None)
                                    for o, t in zip(outputs, (TensorProto.UINT8, TensorProto.FLOAT, TensorProto.UINT8),
-                                                   strict=False)])
+                                                   strict=False) if o])
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10).SerializeToString()
 
     import onnxruntime as ort
 
-    want = ort.InferenceSession(model(["y", "s", "z"]), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    np.testing.assert_array_equal(tt.compile(model(["y"])).run({"x": x})["y"], want)
+    for outputs, found in ((["y"], "not listed"), (["y", "", "z"], "empty")):
+        with pytest.raises(Exception, match="DynamicQuantizeLinear|output|Invalid"):
+            ort.InferenceSession(model(outputs), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        with pytest.raises(tt.ShapeError, match=f"DynamicQuantizeLinear 'dq': output 1 is required .* but it is {found}"):
+            tt.compile(model(outputs))
+    want = ort.InferenceSession(model(["y", "s", "z"]), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = tt.compile(model(["y", "s", "z"])).run({"x": x})
+    for k, name in enumerate("ysz"):
+        np.testing.assert_array_equal(got[name], want[k])

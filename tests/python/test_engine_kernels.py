@@ -553,6 +553,22 @@ def test_einsum_broadcasts_ellipses_of_different_ranks_like_numpy(equation, shap
     assert_matches(got, ref)
 
 
+@pytest.mark.parametrize("shapes", [[(1, 2, 3), (0, 3, 4)], [(0, 2, 3), (1, 3, 4)], [(1, 2, 3), (3, 3, 4)]])
+def test_einsum_broadcasts_a_label_of_size_one_against_any_size_like_numpy(shapes):
+    # 1 against 0 once kept size 1 and read past an empty operand (heap overflow, found by the
+    # engine fuzzer). The shapes reach the kernel unknown to inference, as a fuzzed model's do.
+    rng = np.random.default_rng(42)
+    feeds = {f"x{i}": randn(rng, *s) for i, s in enumerate(shapes)}
+    blob = helper.make_model(helper.make_graph(
+        [helper.make_node("Einsum", ["x0", "x1"], ["y"], equation="bij,bjk->bik")], "g",
+        [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in feeds],
+        [helper.make_empty_tensor_value_info("y")]), opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+    got = tt.compile(blob).run(feeds)["y"]
+    ref = np.einsum("bij,bjk->bik", *[v.astype(np.float64) for v in feeds.values()]).astype(np.float32)
+    assert got.shape == ref.shape
+    assert_matches(got, ref)
+
+
 def test_einsum_label_sizes_that_disagree_are_a_shape_error_naming_the_label():
     model = node_model("Einsum", ["a", "b"], {"a": np.zeros((2, 3), np.float32), "b": np.zeros((4, 5), np.float32)},
                        equation="ij,jk->ik")
@@ -1044,6 +1060,20 @@ def test_reduce_log_sum_exp_of_infinities_is_infinite_not_nan():
     with np.errstate(invalid="ignore"):
         want = np.logaddexp(x[:, 0], x[:, 1])
     np.testing.assert_allclose(tt.compile(blob).run({"x": x})["y"], want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["ReduceLogSumExp", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare"])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_integer_reductions_of_nothing_or_past_the_range_saturate_as_onnxruntime_does(op, dtype):
+    # The max or log-sum-exp of nothing is -inf and a product may leave the range: casting
+    # those to an integer was undefined behaviour (found by the engine fuzzer).
+    from onnx import TensorProto
+
+    blob = _single(op, {"x": helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), "a": TensorProto.INT64}, keepdims=0)
+    big = np.iinfo(dtype).max // 4
+    for x in (np.zeros((0, 2), dtype), np.array([[big, -big], [big, big], [big, big]], dtype)):
+        feeds = {"x": x, "a": np.array([0], np.int64)}
+        np.testing.assert_array_equal(tt.compile(blob).run(feeds)["y"], run_ort(blob, feeds)[0], err_msg=str(x.shape))
 
 
 @pytest.mark.parametrize("op,attrs,message", [

@@ -66,7 +66,7 @@ std::optional<DType> dtype_from_name(std::string_view name);
 int dtype_bits(DType t);
 
 /// Bytes that `count` elements occupy in raw storage (packed types round up to whole bytes).
-/// Precondition: count >= 0. Returns nullopt when the byte count would overflow int64.
+/// Returns nullopt for a negative count and when the byte count would overflow int64.
 std::optional<int64_t> storage_bytes(DType t, int64_t count);
 
 /// True for float types (float16/32/64, bfloat16, the float8/6/4 families).

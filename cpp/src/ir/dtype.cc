@@ -44,6 +44,7 @@ int dtype_bits(DType t) { return info(t).bits; }
 
 std::optional<int64_t> storage_bytes(DType t, int64_t count) {
   const int64_t bits = dtype_bits(t);
+  if (count < 0) return std::nullopt;
   if (bits == 0 || count == 0) return 0;
   // Eight elements of `bits` bits fill exactly `bits` bytes; the remainder rounds up.
   const int64_t groups = count / 8;

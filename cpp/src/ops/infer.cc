@@ -392,6 +392,8 @@ void check_arity(const ir::Node& node) {
     const char* op;
     int min_inputs;   // input positions
     int min_present;  // leading inputs that must be given
+    int max_inputs;
+    int min_outputs;  // leading outputs that must be listed and named
     int max_outputs;
   };
   static const Arity kTable[] = {
@@ -412,6 +414,14 @@ void check_arity(const ir::Node& node) {
     if (node.input(static_cast<size_t>(k)) == nullptr)
       throw ShapeError(where(node) + ": input " + std::to_string(k) + " is required (" + node.op_type() + " needs its first " +
                        std::to_string(a.min_present) + "), but it is empty");
+  if (node.inputs().size() > static_cast<size_t>(a.max_inputs))
+    throw ShapeError(where(node) + ": " + std::to_string(node.inputs().size()) + " inputs; " + node.op_type() +
+                     " takes at most " + std::to_string(a.max_inputs));
+  for (int k = 0; k < a.min_outputs; ++k)
+    if (static_cast<size_t>(k) >= node.outputs().size() || node.output(static_cast<size_t>(k)) == nullptr)
+      throw ShapeError(where(node) + ": output " + std::to_string(k) + " is required (" + node.op_type() + " makes " +
+                       std::to_string(a.min_outputs) + "), but it is " +
+                       (static_cast<size_t>(k) >= node.outputs().size() ? "not listed" : "empty"));
   if (node.outputs().size() > static_cast<size_t>(a.max_outputs))
     throw ShapeError(where(node) + ": " + std::to_string(node.outputs().size()) + " outputs; " + node.op_type() +
                      " has at most " + std::to_string(a.max_outputs));

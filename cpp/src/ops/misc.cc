@@ -194,6 +194,22 @@ void loop(InferContext& ctx) {
   if (body_attr == nullptr) ctx.fail("needs a body");
   const auto& outs = body_attr->as_graph()->outputs();
   const size_t carried = ctx.num_inputs() >= 2 ? ctx.num_inputs() - 2 : 0;
+  auto expect_dtype = [&](size_t i, DType want, const char* what) {
+    const DType dt = ctx.num_inputs() > i && ctx.has_input(i) ? ctx.input_dtype(i) : DType::kUndefined;
+    if (dt != DType::kUndefined && dt != want)
+      ctx.fail(std::string(what) + " (input " + std::to_string(i) + ") is " + std::string(dtype_name(dt)) + ", expected " +
+               std::string(dtype_name(want)));
+  };
+  expect_dtype(0, DType::kInt64, "the trip count M");
+  expect_dtype(1, DType::kBool, "the condition");
+  // The body takes (iteration, condition, carried...) and gives (condition, carried..., scans...);
+  // the node gives the carried values and the scan outputs.
+  const size_t body_ins = body_attr->as_graph()->inputs().size();
+  if (body_ins != carried + 2 || outs.size() < carried + 1 || ctx.num_outputs() != outs.size() - 1)
+    ctx.fail("the body has " + std::to_string(body_ins) + " inputs and " + std::to_string(outs.size()) +
+             " outputs, the node " + std::to_string(ctx.num_inputs()) + " inputs and " + std::to_string(ctx.num_outputs()) +
+             " outputs; with " + std::to_string(carried) + " loop-carried values the body needs " +
+             std::to_string(carried + 2) + " inputs and one output more than the node");
   for (size_t i = 0; i < ctx.num_outputs(); ++i) {
     if (i < carried) {
       ValueType t = i + 1 < outs.size() && !outs[i + 1]->type().is_unknown() ? outs[i + 1]->type() : ctx.input_type(i + 2);
@@ -222,6 +238,13 @@ void scan(InferContext& ctx) {
   const auto scans = static_cast<size_t>(ctx.attr_int("num_scan_inputs", 0));
   if (scans == 0 || scans > ctx.num_inputs()) ctx.fail("num_scan_inputs is " + std::to_string(scans));
   const size_t states = ctx.num_inputs() - scans;
+  // The body takes (states..., one step of each scan input...) and gives (states..., scan outputs...),
+  // as the node does.
+  const size_t body_ins = body_attr->as_graph()->inputs().size();
+  if (body_ins != ctx.num_inputs() || outs.size() != ctx.num_outputs() || ctx.num_outputs() < states)
+    ctx.fail("the body has " + std::to_string(body_ins) + " inputs and " + std::to_string(outs.size()) +
+             " outputs, the node " + std::to_string(ctx.num_inputs()) + " inputs and " + std::to_string(ctx.num_outputs()) +
+             " outputs with " + std::to_string(states) + " states; the body's inputs and outputs must match the node's");
   const std::vector<int64_t> in_axes = ctx.node().attr_ints("scan_input_axes", std::vector<int64_t>(scans, 0));
   Dim len;
   if (const Shape& s0 = ctx.input_shape(states); s0.has_rank() && !in_axes.empty())

@@ -427,6 +427,9 @@ void recurrent(InferContext& ctx) {
   const Shape& x = ctx.input_shape(0);
   const DType dt = ctx.input_dtype(0);
   const int64_t hidden = ctx.attr_int("hidden_size", -1);
+  // R alone holds gates * hidden^2 values: a hidden size past 2^32 cannot be real, and sizes
+  // derived from it would overflow.
+  if (hidden > (int64_t{1} << 32)) ctx.fail("hidden_size is " + std::to_string(hidden) + "; it must be at most 2^32");
   const std::string direction = ctx.attr_string("direction", "forward");
   const int64_t dirs = direction == "bidirectional" ? 2 : 1;
   const bool batch_first = ctx.attr_int("layout", 0) != 0;

@@ -254,6 +254,9 @@ void split(InferContext& ctx) {
   const DType dt = ctx.input_dtype(0);
   const size_t n = ctx.num_outputs();
   if (n == 0) ctx.fail("has no outputs; Split needs at least one");
+  // Every output is a part; one left unnamed would shift where the later parts start.
+  for (size_t i = 0; i < n; ++i)
+    if (ctx.node().output(i) == nullptr) ctx.fail("output " + std::to_string(i) + " is empty; every part of a Split must be named");
   if (!x.has_rank()) {
     for (size_t i = 0; i < n; ++i) ctx.set_output(i, dt, Shape());
     return;

@@ -237,7 +237,7 @@ class EinsumKernel final : public Kernel {
           throw ArgumentError(name_ + ": " + what + " is " + std::to_string(it->second) + " in one operand and " +
                               std::to_string(n) + " in operand " + std::to_string(i));
         }
-        it->second = std::max(it->second, n);
+        if (it->second == 1) it->second = n;  // 1 broadcasts to the other size, 0 included
       }
       ++d;
     };

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 #include <limits>
+#include <type_traits>
 
 #include "engine/cpu/cpu.h"
 
@@ -87,6 +88,31 @@ double reduce_one(Reduce op, const T* x, const ReduceLayout& l, int64_t base) {
     case Reduce::kLogSumExp: return l.per_output ? m + std::log(acc) : -std::numeric_limits<double>::infinity();
     default: return acc;
   }
+}
+
+// A reduction's double result as element type T. Integers take NaN as 0 and saturate (the
+// log-sum-exp or max of nothing is -inf, a product may leave the type's range): a plain cast of
+// those is undefined behaviour.
+template <typename T>
+T to_element(double v) {
+  if constexpr (std::is_integral_v<T>) {
+    if (std::isnan(v)) return T{0};
+    if (v <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+    if (v >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+  }
+  return static_cast<T>(v);
+}
+
+// The largest (or smallest) element an output reduces, compared in T; of nothing, T's lowest
+// (or highest) value.
+template <typename T>
+T extreme_one(bool max, const T* x, const ReduceLayout& l, int64_t base) {
+  T acc = max ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
+  for (int64_t r = 0; r < l.per_output; ++r) {
+    const T v = x[base + l.inner(r)];
+    acc = max ? std::max(acc, v) : std::min(acc, v);
+  }
+  return acc;
 }
 
 // True when the elements each output reduces are one contiguous run: ignoring dims of size 1,
@@ -204,8 +230,11 @@ class ReduceKernel final : public Kernel {
       using T = decltype(zero);
       const T* xp = x.as<T>();
       T* yp = out[0].as<T>();
+      // Integers' max and min compare exactly (int64 past 2^53 does not survive a double).
+      const bool extreme = std::is_integral_v<T> && (op_ == Reduce::kMax || op_ == Reduce::kMin);
       parallel(ctx, l.outputs, 1, [&](int64_t o0, int64_t o1) {
-        for (int64_t o = o0; o < o1; ++o) yp[o] = static_cast<T>(reduce_one(op_, xp, l, l.base(o)));
+        for (int64_t o = o0; o < o1; ++o)
+          yp[o] = extreme ? extreme_one(op_ == Reduce::kMax, xp, l, l.base(o)) : to_element<T>(reduce_one(op_, xp, l, l.base(o)));
       });
     });
   }
