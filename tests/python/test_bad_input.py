@@ -460,9 +460,9 @@ _FUZZ_FINDINGS = [
     ("Loop", {"m": np.array(2, np.int64), "c": np.array(True), "v": np.ones(2, _F)}, {"body": _LOOP_BODY}, 1,
      "the body has 3 inputs and 3 outputs, the node 3 inputs and 1 outputs"),
     ("Loop", {"m": np.array(True), "c": np.array(True), "v": np.ones(2, _F)}, {"body": _LOOP_BODY}, 2,
-     r"the trip count M \(input 0\) is bool, expected int64"),
+     r"input 0 \('m'\) is bool; Loop takes int64 there"),
     ("Loop", {"m": np.array(2, np.int64), "c": np.array(1.0, _F), "v": np.ones(2, _F)}, {"body": _LOOP_BODY}, 2,
-     r"the condition \(input 1\) is float32, expected bool"),
+     r"input 1 \('c'\) is float32; Loop takes bool there"),
     ("Loop", {"m": np.array(2, np.int64), "c": np.array(True), "v": np.ones(2, _F)}, {"body": _LOOP_BODY}, 3,
      "the body has 3 inputs and 3 outputs, the node 3 inputs and 3 outputs"),
     # op, inputs (None: omitted), attributes, outputs, the error's message

@@ -1062,6 +1062,35 @@ def test_reduce_log_sum_exp_of_infinities_is_infinite_not_nan():
     np.testing.assert_allclose(tt.compile(blob).run({"x": x})["y"], want, rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64, np.uint16, np.uint32])
+def test_integer_arithmetic_wraps_around_like_numpy_and_never_traps(dtype):
+    # Signed overflow in Add/Mul was undefined behaviour (found by the engine fuzzer under UBSan),
+    # and INT_MIN / -1 or INT_MIN % -1 raise SIGFPE on x86: each wraps now, as numpy's do.
+    info = np.iinfo(dtype)
+    a = np.array([info.min, info.max, info.max, info.min, 7, -7 if info.min < 0 else 7], dtype)
+    b = np.array([-1 if info.min < 0 else 1, info.max, 2, info.min or 1, -1 if info.min < 0 else 1, 3], dtype)
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+
+    def wrapped(values):  # Python integers to dtype, modulo 2^bits
+        bits = np.iinfo(dtype).bits
+        return np.array([(v - info.min) % (1 << bits) + info.min for v in values], dtype)
+
+    def truncated(x, y):  # C's integer division, exact
+        q = abs(x) // abs(y)
+        return q if (x < 0) == (y < 0) else -q
+
+    with np.errstate(all="ignore"):
+        want = {"Add": a + b, "Sub": a - b, "Mul": a * b, "Neg": -a, "Abs": np.abs(a),
+                "Div": wrapped([truncated(int(x), int(y)) for x, y in zip(a, b, strict=True)]), "Mod": np.mod(a, b)}
+    for op, expected in want.items():
+        if op in ("Neg", "Abs") and info.min == 0:
+            continue
+        inputs = {"a": t} if op in ("Neg", "Abs") else {"a": t, "b": t}
+        feeds = {"a": a} if op in ("Neg", "Abs") else {"a": a, "b": b}
+        got = tt.compile(_single(op, inputs)).run(feeds)["y"]
+        np.testing.assert_array_equal(got, expected, err_msg=op)
+
+
 @pytest.mark.parametrize("op", ["ReduceLogSumExp", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare"])
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 def test_integer_reductions_of_nothing_or_past_the_range_saturate_as_onnxruntime_does(op, dtype):

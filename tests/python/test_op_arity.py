@@ -21,6 +21,35 @@ def test_the_arity_table_matches_the_installed_onnx_schemas():
     got = (ROOT / "cpp" / "src" / "ops" / "arity.inc").read_text()
     # The header names the onnx version; the table itself must be the same.
     assert got.splitlines()[2:] == want.splitlines()[2:]
+    want = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_op_arity.py"), "--index-types"],
+                          capture_output=True, text=True, check=True).stdout
+    got = (ROOT / "cpp" / "src" / "ops" / "index_types.inc").read_text()
+    assert got.splitlines()[2:] == want.splitlines()[2:]
+
+
+@pytest.mark.parametrize("op,inputs,attrs,message", [
+    # A complex64 shape reached Reshape's kernel, which read it as int64 (an internal error, found
+    # by the engine fuzzer); onnxruntime refuses each of these at load.
+    ("Reshape", {"x": np.ones((2, 3), np.float32), "s": np.zeros(0, np.complex64)}, {},
+     r"input 1 \('s'\) is complex64; Reshape takes int64 there"),
+    ("Gather", {"x": np.ones((2, 3), np.float32), "i": np.zeros(2, np.float32)}, {},
+     r"input 1 \('i'\) is float32; Gather takes int32 or int64 there"),
+    ("Where", {"c": np.ones(2, np.float32), "a": np.ones(2, np.float32), "b": np.ones(2, np.float32)}, {},
+     r"input 0 \('c'\) is float32; Where takes bool there"),
+    ("Expand", {"x": np.ones(2, np.float32), "s": np.ones(1, np.float64)}, {},
+     r"input 1 \('s'\) is float64; Expand takes int64 there"),
+])
+def test_an_index_input_of_a_float_dtype_is_a_shape_error_as_in_onnxruntime(op, inputs, attrs, message):
+    import onnxruntime as ort
+
+    node = helper.make_node(op, list(inputs), ["y"], name="n", **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), None)
+                                            for n, v in inputs.items()], [helper.make_empty_tensor_value_info("y")])
+    blob = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10).SerializeToString()
+    with pytest.raises(Exception, match="Type|type|INVALID_GRAPH|NOT_IMPLEMENTED"):
+        ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, inputs)
+    with pytest.raises(tt.ShapeError, match=f"{op} 'n': {message}"):
+        tt.compile(blob)
 
 
 def _model(op, inputs, outputs, **attrs) -> bytes:

@@ -384,6 +384,38 @@ void type_body_inputs(const ir::Node& node, int64_t opset) {
   }
 }
 
+// The inputs every version of an ONNX op types as integers or bool (index_types.inc, from
+// ONNX's schemas: Reshape's shape, Gather's indices, Where's condition) hold one of those
+// dtypes; kernels read them as such.
+void check_index_types(const ir::Node& node) {
+  struct IndexInput {
+    const char* op;
+    size_t input;
+    uint64_t dtypes;  // bit k: DType k (ONNX's TensorProto numbering)
+  };
+  static const IndexInput kTable[] = {
+#include "ops/index_types.inc"
+  };
+  static const std::unordered_multimap<std::string_view, const IndexInput*> index = [] {
+    std::unordered_multimap<std::string_view, const IndexInput*> m;
+    for (const IndexInput& e : kTable) m.emplace(e.op, &e);
+    return m;
+  }();
+  const auto [first, last] = index.equal_range(node.op_type());
+  for (auto it = first; it != last; ++it) {
+    const IndexInput& e = *it->second;
+    const ir::Value* v = e.input < node.inputs().size() ? node.input(e.input) : nullptr;
+    if (v == nullptr || !v->type().is_tensor()) continue;
+    const auto dt = static_cast<unsigned>(v->type().dtype());
+    if (v->type().dtype() == DType::kUndefined || (dt < 64 && (e.dtypes >> dt & 1) != 0)) continue;
+    std::string allowed;
+    for (unsigned k = 0; k < 64; ++k)
+      if ((e.dtypes >> k & 1) != 0) allowed += (allowed.empty() ? "" : " or ") + std::string(dtype_name(static_cast<DType>(k)));
+    throw ShapeError(where(node) + ": input " + std::to_string(e.input) + " ('" + v->name() + "') is " +
+                     std::string(dtype_name(v->type().dtype())) + "; " + node.op_type() + " takes " + allowed + " there");
+  }
+}
+
 // A node of the ONNX domain has the inputs every version of its op requires and no more
 // outputs than some version allows (arity.inc, generated from ONNX's schemas); the op's rule
 // and kernels can then index them.
@@ -455,7 +487,10 @@ void infer_graph(ir::Graph& g, InferState& state, const InferenceOptions& option
       pin_outputs(*node, state);
       continue;
     }
-    if (onnx_domain) check_arity(*node);
+    if (onnx_domain) {
+      check_arity(*node);
+      check_index_types(*node);
+    }
     InferContext ctx(*node, state);
     try {
       rule(ctx);

@@ -194,14 +194,6 @@ void loop(InferContext& ctx) {
   if (body_attr == nullptr) ctx.fail("needs a body");
   const auto& outs = body_attr->as_graph()->outputs();
   const size_t carried = ctx.num_inputs() >= 2 ? ctx.num_inputs() - 2 : 0;
-  auto expect_dtype = [&](size_t i, DType want, const char* what) {
-    const DType dt = ctx.num_inputs() > i && ctx.has_input(i) ? ctx.input_dtype(i) : DType::kUndefined;
-    if (dt != DType::kUndefined && dt != want)
-      ctx.fail(std::string(what) + " (input " + std::to_string(i) + ") is " + std::string(dtype_name(dt)) + ", expected " +
-               std::string(dtype_name(want)));
-  };
-  expect_dtype(0, DType::kInt64, "the trip count M");
-  expect_dtype(1, DType::kBool, "the condition");
   // The body takes (iteration, condition, carried...) and gives (condition, carried..., scans...);
   // the node gives the carried values and the scan outputs.
   const size_t body_ins = body_attr->as_graph()->inputs().size();

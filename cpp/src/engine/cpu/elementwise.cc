@@ -101,11 +101,25 @@ T sign_of(T x) {
 
 enum class NumUnary { kNeg, kAbs, kSign };
 
+// Integer +, - and * wrap around in two's complement, as the hardware and onnxruntime do. They
+// are computed in an unsigned type at least as wide as int: signed overflow is undefined
+// behaviour, and so is int16 * int16 past int's range after promotion.
+template <typename T>
+using Wide = std::conditional_t<(sizeof(T) <= sizeof(uint32_t)), uint32_t, uint64_t>;
+template <typename T>
+T wrap_add(T a, T b) { return static_cast<T>(static_cast<Wide<T>>(a) + static_cast<Wide<T>>(b)); }
+template <typename T>
+T wrap_sub(T a, T b) { return static_cast<T>(static_cast<Wide<T>>(a) - static_cast<Wide<T>>(b)); }
+template <typename T>
+T wrap_mul(T a, T b) { return static_cast<T>(static_cast<Wide<T>>(a) * static_cast<Wide<T>>(b)); }
+
 template <NumUnary kOp, typename T>
 T numeric_unary_of(T v) {
-  if constexpr (kOp == NumUnary::kNeg) return static_cast<T>(-v);
-  else if constexpr (kOp == NumUnary::kSign) return sign_of(v);
+  if constexpr (kOp == NumUnary::kSign) return sign_of(v);
+  else if constexpr (std::is_integral_v<T> && kOp == NumUnary::kNeg) return wrap_sub(T(0), v);  // -INT_MIN is INT_MIN
+  else if constexpr (kOp == NumUnary::kNeg) return static_cast<T>(-v);
   else if constexpr (std::is_unsigned_v<T>) return v;
+  else if constexpr (std::is_integral_v<T>) return v < 0 ? wrap_sub(T(0), v) : v;
   else return v < 0 ? static_cast<T>(-v) : v;
 }
 
@@ -141,13 +155,32 @@ bool is_compare(Binary op) { return op >= Binary::kEqual && op <= Binary::kXor; 
 template <typename T>
 T binary_value(Binary op, T a, T b) {
   switch (op) {
-    case Binary::kAdd: return static_cast<T>(a + b);
-    case Binary::kSub: return static_cast<T>(a - b);
-    case Binary::kMul: return static_cast<T>(a * b);
+    case Binary::kAdd:
+      if constexpr (std::is_integral_v<T>) return wrap_add(a, b);
+      else return static_cast<T>(a + b);
+    case Binary::kSub:
+      if constexpr (std::is_integral_v<T>) return wrap_sub(a, b);
+      else return static_cast<T>(a - b);
+    case Binary::kMul:
+      if constexpr (std::is_integral_v<T>) return wrap_mul(a, b);
+      else return static_cast<T>(a * b);
     case Binary::kDiv:
-      if constexpr (std::is_integral_v<T>) return b == 0 ? T(0) : static_cast<T>(a / b);
+      // INT_MIN / -1 traps on x86 (SIGFPE); it wraps to INT_MIN, as -INT_MIN does.
+      if constexpr (std::is_signed_v<T> && std::is_integral_v<T>)
+        return b == 0 ? T(0) : b == -1 ? wrap_sub(T(0), a) : static_cast<T>(a / b);
+      else if constexpr (std::is_integral_v<T>) return b == 0 ? T(0) : static_cast<T>(a / b);
       else return a / b;
-    case Binary::kPow: return static_cast<T>(std::pow(static_cast<double>(a), static_cast<double>(b)));
+    case Binary::kPow:
+      if constexpr (std::is_integral_v<T>) {
+        // Past T's range the power saturates: the cast of an out-of-range double is undefined.
+        const double p = std::pow(static_cast<double>(a), static_cast<double>(b));
+        if (std::isnan(p)) return T(0);
+        if (p <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+        if (p >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+        return static_cast<T>(p);
+      } else {
+        return static_cast<T>(std::pow(static_cast<double>(a), static_cast<double>(b)));
+      }
     case Binary::kMin:
       if constexpr (std::is_floating_point_v<T>) {
         if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
@@ -160,7 +193,7 @@ T binary_value(Binary op, T a, T b) {
       return a > b ? a : b;
     case Binary::kMod:  // integer Mod takes the divisor's sign, like Python
       if constexpr (std::is_integral_v<T>) {
-        if (b == 0) return T(0);
+        if (b == 0 || (std::is_signed_v<T> && b == T(-1))) return T(0);  // INT_MIN % -1 traps on x86
         T m = static_cast<T>(a % b);
         if constexpr (std::is_signed_v<T>) {
           if (m != 0 && ((m < 0) != (b < 0))) m = static_cast<T>(m + b);
@@ -172,9 +205,12 @@ T binary_value(Binary op, T a, T b) {
         return m;
       }
     case Binary::kFMod:
-      if constexpr (std::is_integral_v<T>) return b == 0 ? T(0) : static_cast<T>(a % b);
+      if constexpr (std::is_integral_v<T>)
+        return b == 0 || (std::is_signed_v<T> && b == T(-1)) ? T(0) : static_cast<T>(a % b);
       else return std::fmod(a, b);
-    case Binary::kPRelu: return a < 0 ? static_cast<T>(a * b) : a;
+    case Binary::kPRelu:
+      if constexpr (std::is_integral_v<T>) return a < 0 ? wrap_mul(a, b) : a;
+      else return a < 0 ? static_cast<T>(a * b) : a;
     default: return T(0);
   }
 }
