@@ -110,6 +110,10 @@ def op_cases() -> list[OpCase]:
     one("MatMul-k127", "MatMul", {"a": rand(3, 127), "b": rand(127, 13)})
     # Both sides of 32 or more: the GEMM's 4 x 4 outputs per invocation, with ragged edge tiles.
     one("MatMul-blocked-batched-2x65x33x70", "MatMul", {"a": rand(2, 65, 33)}, {"b": rand(33, 70)})
+    # Batches of one row against a shared B (a sequence-first transformer's projections): the
+    # rows stack into one product.
+    one("MatMul-thin-batches-40x1x33x70", "MatMul", {"a": rand(40, 1, 33)}, {"b": rand(33, 70)})
+    one("MatMul-batched-matrix-vector", "MatMul", {"a": rand(2, 3, 13), "b": rand(13)})
     one("Gemm-blocked-transB-bias-127x40x33", "Gemm", {"a": rand(127, 40)}, {"b": rand(33, 40), "c": rand(33)}, transB=1)
     chain("FusedMatMul-bias-gelu", [_node("MatMul", ["x", "w"], ["m"]), _node("Add", ["m", "b"], ["a"]),
                                     _node("Gelu", ["a"], ["y"])],

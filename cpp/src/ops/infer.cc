@@ -416,12 +416,13 @@ void check_index_types(const ir::Node& node) {
   }
 }
 
-// A node of the ONNX domain has the inputs every version of its op requires and no more
-// outputs than some version allows (arity.inc, generated from ONNX's schemas); the op's rule
-// and kernels can then index them.
-void check_arity(const ir::Node& node) {
+// A node of the ONNX domain has the inputs the version of its op that the model's opset
+// selects requires, and no more inputs or outputs than it allows (arity.inc, generated from
+// ONNX's schemas); the op's rule and kernels can then index them.
+void check_arity(const ir::Node& node, int64_t opset) {
   struct Arity {
     const char* op;
+    int64_t since;    // the op's version; 0: the loosest over all versions
     int min_inputs;   // input positions
     int min_present;  // leading inputs that must be given
     int max_inputs;
@@ -431,14 +432,17 @@ void check_arity(const ir::Node& node) {
   static const Arity kTable[] = {
 #include "ops/arity.inc"
   };
-  static const std::unordered_map<std::string_view, const Arity*> index = [] {
-    std::unordered_map<std::string_view, const Arity*> m;
-    for (const Arity& a : kTable) m.emplace(a.op, &a);
+  static const std::unordered_map<std::string_view, std::vector<const Arity*>> index = [] {
+    std::unordered_map<std::string_view, std::vector<const Arity*>> m;
+    for (const Arity& a : kTable) m[a.op].push_back(&a);  // in order of version, 0 first
     return m;
   }();
   const auto it = index.find(node.op_type());
   if (it == index.end()) return;
-  const Arity& a = *it->second;
+  const Arity* chosen = it->second.front();
+  for (const Arity* a : it->second)
+    if (a->since > 0 && a->since <= opset) chosen = a;
+  const Arity& a = *chosen;
   if (node.inputs().size() < static_cast<size_t>(a.min_inputs))
     throw ShapeError(where(node) + ": " + node.op_type() + " takes at least " + std::to_string(a.min_inputs) +
                      " inputs, got " + std::to_string(node.inputs().size()));
@@ -488,7 +492,7 @@ void infer_graph(ir::Graph& g, InferState& state, const InferenceOptions& option
       continue;
     }
     if (onnx_domain) {
-      check_arity(*node);
+      check_arity(*node, state.opset);
       check_index_types(*node);
     }
     InferContext ctx(*node, state);

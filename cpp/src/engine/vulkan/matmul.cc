@@ -4,6 +4,9 @@
 #include "engine/vulkan/matmul.h"
 
 #include <algorithm>
+#include <functional>
+#include <limits>
+#include <numeric>
 
 #include "engine/vulkan/ops.h"
 
@@ -150,6 +153,17 @@ class MatMulKernel final : public GpuKernel {
       b_bs[d] = b[d] == 1 ? 0 : sb;
       sa *= a[d];
       sb *= b[d];
+    }
+    // B shared by every batch (a weight matrix, as in a transformer's projections): A's rows
+    // are contiguous across its batch dims, so the batch is one product with their rows
+    // stacked, tiled like any large GEMM rather than one thin product per batch element.
+    const bool shared_b = std::all_of(b.begin(), b.end() - 2, [](int64_t v) { return v == 1; });
+    const int64_t rows = std::accumulate(batch.begin(), batch.end(), int64_t{p.M}, std::multiplies<>());
+    if (shared_b && !batch.empty() && rows <= std::numeric_limits<uint32_t>::max()) {
+      p.M = static_cast<uint32_t>(rows);
+      batch.clear();
+      a_bs.clear();
+      b_bs.clear();
     }
     Range bias = rec.unused();
     if (has_bias_) {
