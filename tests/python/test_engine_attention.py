@@ -93,6 +93,27 @@ def test_a_nan_in_the_mask_where_causality_hides_the_key_still_makes_the_row_nan
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+def test_a_key_that_causality_hides_still_makes_the_row_nan_where_its_score_is_nan_or_inf(bad) -> None:
+    # A causal mask is added as -inf: a +inf or NaN score under it is NaN, as the reference has
+    # it. The causal fast path skips the hidden keys' scores, so it must know none of them is
+    # +inf or NaN (found by the differential fuzzer with an infinite key).
+    model = _attention_model((1, 2, 4, 8), (1, 2, 6, 8), (1, 2, 6, 8), is_causal=1)
+    rng = np.random.default_rng(4)
+    feeds = {"q": rng.standard_normal((1, 2, 4, 8)).astype(np.float32),
+             "k": rng.standard_normal((1, 2, 6, 8)).astype(np.float32),
+             "v": rng.standard_normal((1, 2, 6, 8)).astype(np.float32)}
+    feeds["k"][0, 1, 5, :] = bad  # hidden from every query (4 queries, 6 keys: 2 in the past)
+    feeds["q"][0, 1, 0, :] = np.abs(feeds["q"][0, 1, 0, :]) + 1  # q . k is +inf for query 0
+    with np.errstate(all="ignore"):
+        want = ReferenceEvaluator(model).run(None, feeds)[0]
+    got = tt.compile(tt.load(model), threads=1).run(feeds)["y"]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    if bad in (np.inf, np.nan):
+        assert np.isnan(want[0, 1, 0]).all()  # the case is the one it means to be
+
+
 def test_an_infinite_key_makes_the_masked_rows_of_qk_softmax_nan_as_the_reference() -> None:
     # inf - inf in the softmax: the whole row is NaN, not only the infinite key's weight.
     model = _attention_model((1, 2, 4, 8), (1, 2, 6, 8), (1, 2, 6, 8), mask_shape=(4, 6))

@@ -88,6 +88,27 @@ TETHER_MULTIVERSION void softmax_scaled(float* x, int64_t n, float scale, float 
   for (j = 0; j < n; ++j) x[j] *= inv;
 }
 
+// True when every score q . k of these query rows against these keys is finite: each |q . k|
+// is at most sum|q| * max|k|, kept well under float's range (rounding adds less than the
+// margin). A NaN or infinity in Q or K fails it.
+bool scores_stay_finite(const float* q, int64_t rows, int64_t q_stride, const float* k, int64_t keys, int64_t k_stride,
+                        int64_t d) {
+  float k_max = 0.0f;
+  for (int64_t n = 0; n < keys; ++n)
+    for (int64_t c = 0; c < d; ++c) {
+      const float v = std::fabs(k[n * k_stride + c]);
+      if (std::isnan(v)) return false;
+      k_max = std::max(k_max, v);
+    }
+  if (!(k_max < 1e30f)) return false;
+  for (int64_t r = 0; r < rows; ++r) {
+    double q_sum = 0.0;
+    for (int64_t c = 0; c < d; ++c) q_sum += std::fabs(static_cast<double>(q[r * q_stride + c]));
+    if (!(q_sum * k_max < 1e37)) return false;
+  }
+  return true;
+}
+
 class AttentionKernel final : public Kernel {
  public:
   explicit AttentionKernel(const KernelInit& init)
@@ -153,8 +174,13 @@ class AttentionKernel final : public Kernel {
       for (int64_t item = i0; item < i1; ++item) {
         const int64_t blk = item % blocks, bh = item / blocks, h = bh % g.q_heads, b = bh / g.q_heads;
         const int64_t r0 = blk * block, rows = std::min(block, g.q_seq - r0);
-        const int64_t keys = only_causal ? std::clamp<int64_t>(r0 + rows + g.past, 0, g.total) : g.total;
         const int64_t kh = h / group;
+        // The skipped scores must be ones the causal mask's -inf absorbs: a NaN or +inf score
+        // there makes the row NaN, as the operator adds its masks. They are, when no |q . k|
+        // can overflow; else the block takes the general path and computes them.
+        const bool skip = only_causal && scores_stay_finite(q.rows(b, h) + r0 * q.stride(), rows, q.stride(), k.rows(b, kh),
+                                                            g.total, k.stride(), g.d);
+        const int64_t keys = skip ? std::clamp<int64_t>(r0 + rows + g.past, 0, g.total) : g.total;
         // scores = Q_rows @ K^T
         GemmA a;
         a.data = q.rows(b, h) + r0 * q.stride();
@@ -168,7 +194,7 @@ class AttentionKernel final : public Kernel {
         if (keys > 0) sgemm(serial, rows, keys, g.d, a, kt, scores, g.total, GemmEpilogue{}, gemm_scratch);
         for (int64_t r = 0; r < rows; ++r) {
           float* row = scores + r * g.total;
-          if (only_causal) {  // keys up to the row's own position (past included), the rest zero
+          if (skip) {  // keys up to the row's own position (past included), the rest zero
             const int64_t n = std::clamp<int64_t>(r0 + r + g.past + 1, 0, keys);
             softmax_scaled(row, n, scale, softcap_);
             std::fill(row + n, row + keys, 0.0f);
