@@ -177,3 +177,25 @@ def test_loop_scan_output_of_changing_shape_is_a_typed_error() -> None:
     sess = tt.compile(tt.load(model))
     with pytest.raises(tt.ArgumentError, match=r"grower.*scan output 0 is \[2\] in iteration 1 but \[1\] in iteration 0"):
         sess.run({"trips": np.array(3, np.int64)})
+
+
+def _scan_model(step_shape: list[int]) -> bytes:
+    """A running sum over xs [len, 2] (one state), its per-step values stacked; the body declares
+    its scan output as `step_shape`."""
+    body = h.make_graph([h.make_node("Add", ["s", "x"], ["s2"]), h.make_node("Identity", ["s2"], ["y"])], "body",
+                        [h.make_tensor_value_info("s", P.FLOAT, [2]), h.make_tensor_value_info("x", P.FLOAT, [2])],
+                        [h.make_tensor_value_info("s2", P.FLOAT, [2]), h.make_tensor_value_info("y", P.FLOAT, step_shape)])
+    g = h.make_graph([h.make_node("Scan", ["s0", "xs"], ["sf", "z"], num_scan_inputs=1, body=body, name="scan")], "g",
+                     [h.make_tensor_value_info("s0", P.FLOAT, [2]), h.make_tensor_value_info("xs", P.FLOAT, ["len", 2])],
+                     [h.make_tensor_value_info("sf", P.FLOAT, None), h.make_tensor_value_info("z", P.FLOAT, None)])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 11)]).SerializeToString()
+
+
+@pytest.mark.parametrize("steps", [0, 1, 3])
+def test_scan_of_no_steps_gives_the_shape_of_its_declared_body_output(steps: int) -> None:
+    # No steps once made a [0] output where the plan had [0, 2]: an internal error (engine fuzzer).
+    # onnxruntime fails on a Scan of no steps, so numpy is the oracle.
+    xs = np.arange(steps * 2, dtype=np.float32).reshape(steps, 2)
+    got = tt.compile(tt.load(_scan_model([2]))).run({"s0": np.ones(2, np.float32), "xs": xs})
+    np.testing.assert_allclose(got["z"], 1 + np.cumsum(xs, axis=0).reshape(steps, 2))
+    np.testing.assert_allclose(got["sf"], 1 + xs.sum(axis=0))

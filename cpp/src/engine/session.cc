@@ -731,8 +731,12 @@ std::vector<ir::Tensor> CpuSession::run_steps(const std::vector<std::pair<std::s
           ir::Tensor& t = made[k];
           if (!t.is_valid() || (t.dtype() != e.value->type().dtype() && e.value->type().dtype() != ir::DType::kUndefined))
             throw InternalError(step.node->describe() + ": output " + std::to_string(k) + " was not made as planned");
-          if (plan->known[i])
-            TETHER_CHECK(t.dims() == plan->dims[i], "an allocating kernel's output differs from its planned shape");
+          // Planned from shape inference, which takes declared shapes (a control-flow body's
+          // outputs, value_info) at their word: a node that computes another shape contradicts them.
+          if (plan->known[i] && t.dims() != plan->dims[i])
+            throw ShapeError(step.node->describe() + ": output " + std::to_string(k) + " ('" + e.value->name() + "') is " +
+                             ir::Shape::of(t.dims()).to_string() + " at run time, where shape inference gave " +
+                             ir::Shape::of(plan->dims[i]).to_string() + " from the model's declared shapes");
           ir::Tensor& home = e.slot == Slot::kOutput ? outputs[static_cast<size_t>(e.output)] : heap[i];
           home = std::move(t);
           data[i] = home.nbytes() == 0 ? static_cast<void*>(kEmptyData) : home.mutable_raw_data();

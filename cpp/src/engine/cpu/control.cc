@@ -115,10 +115,18 @@ class IfKernel final : public AllocatingKernel {
 
 // ---- Loop -------------------------------------------------------------------------------------
 
+// The shape of an output made of no steps: the planned one where the plan knows it (no
+// elements), else [0].
+std::vector<int64_t> empty_shape(const std::vector<int64_t>& planned) {
+  const bool usable = !planned.empty() && std::find(planned.begin(), planned.end(), 0) != planned.end();
+  return usable ? planned : std::vector<int64_t>{0};
+}
+
 // Stacks per-iteration values along a new leading axis (every iteration must give one shape).
-Tensor stack(const std::vector<Tensor>& parts, DType dtype, const std::string& node, size_t k) {
+Tensor stack(const std::vector<Tensor>& parts, DType dtype, const std::string& node, size_t k,
+             const std::vector<int64_t>& planned) {
   std::vector<int64_t> dims{static_cast<int64_t>(parts.size())};
-  if (parts.empty()) return Tensor::zeros(dtype, dims);
+  if (parts.empty()) return Tensor::zeros(dtype, empty_shape(planned));
   const std::vector<int64_t>& one = parts[0].dims();
   dims.insert(dims.end(), one.begin(), one.end());
   Tensor out = Tensor::zeros(dtype, dims);
@@ -150,7 +158,8 @@ class LoopKernel final : public AllocatingKernel {
     scans_ = body.outputs().size() - 1 - carried_;
   }
 
-  std::vector<Tensor> run_alloc(const RunContext&, const std::vector<View>& in, const std::vector<View>&) const override {
+  std::vector<Tensor> run_alloc(const RunContext&, const std::vector<View>& in,
+                                const std::vector<View>& planned) const override {
     const int64_t trips = present(in, 0) ? scalar_int(in[0]) : std::numeric_limits<int64_t>::max();
     bool cond = present(in, 1) ? truth(in[1], name_, "the initial condition") : true;
     std::vector<Tensor> carried;
@@ -174,7 +183,8 @@ class LoopKernel final : public AllocatingKernel {
     std::vector<Tensor> result;
     for (Tensor& t : carried) result.push_back(owned(t));
     for (size_t k = 0; k < scans_; ++k)
-      result.push_back(stack(scans[k], dtypes_[carried_ + k], name_, k));
+      result.push_back(stack(scans[k], dtypes_[carried_ + k], name_, k,
+                             carried_ + k < planned.size() ? planned[carried_ + k].dims : std::vector<int64_t>{}));
     return result;
   }
 
@@ -227,7 +237,8 @@ class ScanKernel final : public AllocatingKernel {
     for (size_t k = 0; k < init.output_types.size(); ++k) dtypes_.push_back(init.output_dtype(k));
   }
 
-  std::vector<Tensor> run_alloc(const RunContext&, const std::vector<View>& in, const std::vector<View>&) const override {
+  std::vector<Tensor> run_alloc(const RunContext&, const std::vector<View>& in,
+                                const std::vector<View>& planned) const override {
     // The sequence length: the same along every scan input's axis.
     int64_t len = -1;
     std::vector<size_t> axes(scan_inputs_);
@@ -262,7 +273,8 @@ class ScanKernel final : public AllocatingKernel {
     }
     std::vector<Tensor> result;
     for (Tensor& s : states) result.push_back(owned(s));
-    for (size_t k = 0; k < scan_outputs_; ++k) result.push_back(join(parts[k], k));
+    for (size_t k = 0; k < scan_outputs_; ++k)
+      result.push_back(join(parts[k], k, states_ + k < planned.size() ? planned[states_ + k].dims : std::vector<int64_t>{}));
     return result;
   }
 
@@ -284,10 +296,11 @@ class ScanKernel final : public AllocatingKernel {
     return out;
   }
 
-  // The per-step values of scan output k joined along its axis.
-  Tensor join(const std::vector<Tensor>& parts, size_t k) const {
+  // The per-step values of scan output k joined along its axis. Of no steps, the shape the
+  // plan has for it where it has one (the steps' shape comes from the body's declared outputs).
+  Tensor join(const std::vector<Tensor>& parts, size_t k, const std::vector<int64_t>& planned) const {
     const DType dtype = dtypes_[states_ + k];
-    if (parts.empty()) return Tensor::zeros(dtype, {0});
+    if (parts.empty()) return Tensor::zeros(dtype, empty_shape(planned));
     const std::vector<int64_t>& one = parts[0].dims();
     const size_t axis = resolve_axis(out_axes_[k], one.size() + 1, name_, "scan_output_axes entry");
     std::vector<int64_t> dims = one;
