@@ -50,9 +50,9 @@ std::optional<ir::Tensor> fold_shape(const ir::Node& n, const std::unordered_map
     dims.push_back(s[static_cast<size_t>(d)].value());
   }
   if (is_shape) return int64_tensor(dims, {static_cast<int64_t>(dims.size())});
-  int64_t count = 1;
-  for (int64_t d : dims) count *= d;
-  return int64_tensor({count}, {});
+  const std::optional<int64_t> count = ir::checked_num_elements(dims);  // declared dims can be absurd
+  if (!count) return std::nullopt;
+  return int64_tensor({*count}, {});
 }
 
 // Shapes as inference derives them from the graph inputs, ignoring what the model declares
