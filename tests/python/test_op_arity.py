@@ -31,6 +31,20 @@ def test_arity_follows_the_op_version_the_opset_selects(opset, ok):
             tt.compile(blob)
 
 
+def test_a_graph_attribute_on_an_op_without_subgraphs_is_a_shape_error():
+    # The values a graph attribute reads from outside became extra inputs of its node: on
+    # ReduceMean, an optional axes input it read as integers (an internal error, engine fuzzer).
+    body = helper.make_graph([helper.make_node("Not", ["x"], ["z"])], "stray", [],
+                             [helper.make_tensor_value_info("z", TensorProto.BOOL, None)])
+    node = helper.make_node("ReduceMean", ["f"], ["y"], name="n", value=body)
+    graph = helper.make_graph([helper.make_node("Cast", ["x"], ["f"], to=TensorProto.FLOAT), node], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.BOOL, [3, 4])],
+                              [helper.make_empty_tensor_value_info("y")])
+    blob = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8).SerializeToString()
+    with pytest.raises(tt.ShapeError, match="ReduceMean 'n': attribute 'value' holds a graph; ReduceMean takes no graph there"):
+        tt.compile(blob)
+
+
 def test_the_arity_table_matches_the_installed_onnx_schemas():
     want = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_op_arity.py")], capture_output=True, text=True,
                           check=True).stdout

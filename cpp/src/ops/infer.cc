@@ -384,6 +384,20 @@ void type_body_inputs(const ir::Node& node, int64_t opset) {
   }
 }
 
+// Only ONNX's control-flow ops take graphs as attributes (If's branches, Loop's, Scan's and
+// SequenceMap's bodies, as in ONNX's schemas). The values a graph attribute reads from the
+// enclosing graph become extra inputs of its node, so a graph on another op would pass them to
+// a kernel that takes them for its own optional inputs.
+void check_graph_attributes(const ir::Node& node) {
+  static const std::set<std::pair<std::string_view, std::string_view>> kGraphAttrs = {
+      {"If", "then_branch"}, {"If", "else_branch"}, {"Loop", "body"}, {"Scan", "body"}, {"SequenceMap", "body"}};
+  for (const ir::Attribute& a : node.attributes())
+    if ((a.kind() == ir::AttrKind::kGraph || a.kind() == ir::AttrKind::kGraphs) &&
+        kGraphAttrs.count({node.op_type(), a.name()}) == 0)
+      throw ShapeError(where(node) + ": attribute '" + a.name() + "' holds a graph; " + node.op_type() +
+                       " takes no graph there");
+}
+
 // The inputs every version of an ONNX op types as integers or bool (index_types.inc, from
 // ONNX's schemas: Reshape's shape, Gather's indices, Where's condition) hold one of those
 // dtypes; kernels read them as such.
@@ -494,6 +508,7 @@ void infer_graph(ir::Graph& g, InferState& state, const InferenceOptions& option
     if (onnx_domain) {
       check_arity(*node, state.opset);
       check_index_types(*node);
+      check_graph_attributes(*node);
     }
     InferContext ctx(*node, state);
     try {
