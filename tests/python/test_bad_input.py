@@ -455,6 +455,8 @@ _FUZZ_FINDINGS = [
      4, "the body has 3 inputs and 3 outputs, the node 3 inputs and 4 outputs"),
     ("Scan", {"a": np.ones(2, _F), "b": np.ones(2, _F), "x": np.ones((3, 2), _F)}, {"body": _SCAN_BODY, "num_scan_inputs": 1},
      2, "the body has 3 inputs and 3 outputs, the node 3 inputs and 2 outputs"),
+    ("Scan", {"a": np.ones(2, np.int64), "b": np.ones(2, _F), "x": np.ones((0, 2), _F)},
+     {"body": _SCAN_BODY, "num_scan_inputs": 1}, 3, "state 0 is int64 but the body's 'a' is float32"),
     ("Scan", {"a": np.ones(2, _F), "x": np.ones((3, 2), _F)}, {"body": _SCAN_BODY, "num_scan_inputs": 1},
      3, "the body has 3 inputs and 3 outputs, the node 2 inputs"),
     ("Loop", {"m": np.array(2, np.int64), "c": np.array(True), "v": np.ones(2, _F)}, {"body": _LOOP_BODY}, 1,
@@ -463,6 +465,8 @@ _FUZZ_FINDINGS = [
      r"input 0 \('m'\) is bool; Loop takes int64 there"),
     ("Loop", {"m": np.array(2, np.int64), "c": np.array(1.0, _F), "v": np.ones(2, _F)}, {"body": _LOOP_BODY}, 2,
      r"input 1 \('c'\) is float32; Loop takes bool there"),
+    ("Loop", {"m": np.array(-5, np.int64), "c": np.array(True), "v": np.ones(2, np.int64)}, {"body": _LOOP_BODY}, 2,
+     "loop-carried value 0 is int64 but the body's 'v' is float32"),
     ("Loop", {"m": np.array(2, np.int64), "c": np.array(True), "v": np.ones(2, _F)}, {"body": _LOOP_BODY}, 3,
      "the body has 3 inputs and 3 outputs, the node 3 inputs and 3 outputs"),
     # op, inputs (None: omitted), attributes, outputs, the error's message

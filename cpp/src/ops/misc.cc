@@ -202,6 +202,18 @@ void loop(InferContext& ctx) {
              " outputs, the node " + std::to_string(ctx.num_inputs()) + " inputs and " + std::to_string(ctx.num_outputs()) +
              " outputs; with " + std::to_string(carried) + " loop-carried values the body needs " +
              std::to_string(carried + 2) + " inputs and one output more than the node");
+  // A loop-carried value keeps its dtype: the node's initial value, the body's input and the
+  // body's output (of no iterations the output is the initial value itself).
+  const auto& ins = body_attr->as_graph()->inputs();
+  for (size_t i = 0; i < carried; ++i) {
+    const DType init = ctx.has_input(i + 2) ? ctx.input_dtype(i + 2) : DType::kUndefined;
+    for (const ir::Value* v : {ins[i + 2], outs[i + 1]}) {
+      const DType body = v->type().dtype();
+      if (init != DType::kUndefined && body != DType::kUndefined && body != init)
+        ctx.fail("loop-carried value " + std::to_string(i) + " is " + std::string(dtype_name(init)) + " but the body's '" +
+                 v->name() + "' is " + std::string(dtype_name(body)));
+    }
+  }
   for (size_t i = 0; i < ctx.num_outputs(); ++i) {
     if (i < carried) {
       ValueType t = i + 1 < outs.size() && !outs[i + 1]->type().is_unknown() ? outs[i + 1]->type() : ctx.input_type(i + 2);
@@ -237,6 +249,16 @@ void scan(InferContext& ctx) {
     ctx.fail("the body has " + std::to_string(body_ins) + " inputs and " + std::to_string(outs.size()) +
              " outputs, the node " + std::to_string(ctx.num_inputs()) + " inputs and " + std::to_string(ctx.num_outputs()) +
              " outputs with " + std::to_string(states) + " states; the body's inputs and outputs must match the node's");
+  // A state keeps its dtype through the body (of no steps the final state is the initial one).
+  for (size_t i = 0; i < states; ++i) {
+    const DType init = ctx.has_input(i) ? ctx.input_dtype(i) : DType::kUndefined;
+    for (const ir::Value* v : {body_attr->as_graph()->inputs()[i], outs[i]}) {
+      const DType body = v->type().dtype();
+      if (init != DType::kUndefined && body != DType::kUndefined && body != init)
+        ctx.fail("state " + std::to_string(i) + " is " + std::string(dtype_name(init)) + " but the body's '" + v->name() +
+                 "' is " + std::string(dtype_name(body)));
+    }
+  }
   const std::vector<int64_t> in_axes = ctx.node().attr_ints("scan_input_axes", std::vector<int64_t>(scans, 0));
   Dim len;
   if (const Shape& s0 = ctx.input_shape(states); s0.has_rank() && !in_axes.empty())
