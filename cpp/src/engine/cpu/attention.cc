@@ -88,18 +88,22 @@ TETHER_MULTIVERSION void softmax_scaled(float* x, int64_t n, float scale, float 
   for (j = 0; j < n; ++j) x[j] *= inv;
 }
 
-// True when every score q . k of these query rows against these keys is finite: each |q . k|
-// is at most sum|q| * max|k|, kept well under float's range (rounding adds less than the
-// margin). A NaN or infinity in Q or K fails it.
-bool scores_stay_finite(const float* q, int64_t rows, int64_t q_stride, const float* k, int64_t keys, int64_t k_stride,
-                        int64_t d) {
+// The largest |k| over these keys; infinity when one is NaN or infinite.
+float key_max(const float* k, int64_t keys, int64_t k_stride, int64_t d) {
   float k_max = 0.0f;
   for (int64_t n = 0; n < keys; ++n)
     for (int64_t c = 0; c < d; ++c) {
       const float v = std::fabs(k[n * k_stride + c]);
-      if (std::isnan(v)) return false;
+      if (std::isnan(v)) return std::numeric_limits<float>::infinity();
       k_max = std::max(k_max, v);
     }
+  return k_max;
+}
+
+// True when every score q . k of these query rows against keys of largest magnitude k_max is
+// finite: each |q . k| is at most sum|q| * k_max, kept well under float's range (rounding adds
+// less than the margin). A NaN or infinity in Q or K fails it.
+bool scores_stay_finite(const float* q, int64_t rows, int64_t q_stride, int64_t d, float k_max) {
   if (!(k_max < 1e30f)) return false;
   for (int64_t r = 0; r < rows; ++r) {
     double q_sum = 0.0;
@@ -169,6 +173,8 @@ class AttentionKernel final : public Kernel {
     const int64_t slot = per_thread_floats(g) + 16;
     auto work = [&](int thread, int64_t i0, int64_t i1) {
       const RunContext serial;
+      int64_t k_max_of = -1;  // the (batch, kv head) whose key_max is in k_max: blocks of a head run in turn
+      float k_max = 0.0f;
       float* scores = scratch + thread * slot;
       float* gemm_scratch = scores + block * g.total;
       for (int64_t item = i0; item < i1; ++item) {
@@ -178,8 +184,11 @@ class AttentionKernel final : public Kernel {
         // The skipped scores must be ones the causal mask's -inf absorbs: a NaN or +inf score
         // there makes the row NaN, as the operator adds its masks. They are, when no |q . k|
         // can overflow; else the block takes the general path and computes them.
-        const bool skip = only_causal && scores_stay_finite(q.rows(b, h) + r0 * q.stride(), rows, q.stride(), k.rows(b, kh),
-                                                            g.total, k.stride(), g.d);
+        if (only_causal && k_max_of != b * g.kv_heads + kh) {
+          k_max = key_max(k.rows(b, kh), g.total, k.stride(), g.d);
+          k_max_of = b * g.kv_heads + kh;
+        }
+        const bool skip = only_causal && scores_stay_finite(q.rows(b, h) + r0 * q.stride(), rows, q.stride(), g.d, k_max);
         const int64_t keys = skip ? std::clamp<int64_t>(r0 + rows + g.past, 0, g.total) : g.total;
         // scores = Q_rows @ K^T
         GemmA a;
