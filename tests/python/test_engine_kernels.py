@@ -835,6 +835,9 @@ def test_conv_transpose_equals_torch(x_shape, w_shape, attrs, weights):
     ((4, 10), [9], [-11], [1], [-1]),                         # reversed rows
     ((2, 3, 4, 5), [0, 0, 0, 0], [2, 3, 4, 5], [0, 1, 2, 3], [1, 1, 1, 1]),  # everything: one run
     ((6, 4, 0, 3), [1], [4], [0], [1]),                       # an empty axis
+    # Steps far past the axis (step * stride once overflowed, found by the engine fuzzer).
+    ((20, 7, 5), [0, 6], [3, 1], [0, 1], [1, -8935141660703064063]),
+    ((20, 7, 5), [2, 0], [30, 7], [0, 1], [2**62, 2**62]),
 ])
 @pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.int64])
 def test_slice_equals_numpy(shape, starts, ends, axes, steps, dtype):

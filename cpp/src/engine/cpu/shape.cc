@@ -345,7 +345,10 @@ class SliceKernel final : public Kernel {
       int64_t s = starts[i] < 0 ? starts[i] + len : starts[i];
       s = steps[i] > 0 ? std::clamp<int64_t>(s, 0, len) : std::clamp<int64_t>(s, 0, len - 1);
       start[a] = s;
-      step[a] = steps[i];
+      // A step at least the axis long takes one element at most: any such step of its sign
+      // selects the same, and this one keeps step * stride from overflowing.
+      const int64_t most = std::max<int64_t>(len, 1);
+      step[a] = std::clamp(steps[i], -most, most);
     }
     const std::vector<int64_t> xs = strides_of(x.dims);
     const auto& od = out[0].dims;
