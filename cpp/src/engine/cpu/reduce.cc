@@ -248,13 +248,21 @@ class ReduceKernel final : public Kernel {
 class ArgKernel final : public Kernel {
  public:
   ArgKernel(const KernelInit& init, bool is_max)
-      : is_max_(is_max), axis_(init.node.attr_int("axis", 0)), last_(init.node.attr_int("select_last_index", 0) != 0) {}
+      : is_max_(is_max),
+        axis_(init.node.attr_int("axis", 0)),
+        last_(init.node.attr_int("select_last_index", 0) != 0),
+        name_(init.node.describe()) {}
 
   void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
     const View& x = in[0];
     std::vector<bool> red(x.rank(), false);
-    red[static_cast<size_t>(axis_ < 0 ? axis_ + static_cast<int64_t>(x.rank()) : axis_)] = true;
+    const auto axis = static_cast<size_t>(axis_ < 0 ? axis_ + static_cast<int64_t>(x.rank()) : axis_);
+    red[axis] = true;
     const ReduceLayout l(x.dims, red);
+    // Of no elements there is no index to give (onnxruntime fails too; numpy raises).
+    if (l.per_output == 0 && l.outputs > 0)
+      throw ArgumentError(name_ + ": axis " + std::to_string(axis) + " of the input " +
+                          ir::Shape::of(x.dims).to_string() + " is empty; there is no index to return");
     dispatch_numeric(x.dtype, [&](auto zero) {
       using T = decltype(zero);
       const T* xp = x.as<T>();
@@ -281,6 +289,7 @@ class ArgKernel final : public Kernel {
   bool is_max_;
   int64_t axis_;
   bool last_;
+  std::string name_;
 };
 
 std::string reduce_check(const KernelInit& init) {
