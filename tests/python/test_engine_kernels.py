@@ -828,6 +828,20 @@ def test_conv_transpose_equals_torch(x_shape, w_shape, attrs, weights):
     assert_matches(run_tether(model, feeds)[0], np.ascontiguousarray(ref), f"{x_shape} {attrs}")
 
 
+def test_compress_counts_any_nonzero_bool_byte_as_true_like_numpy():
+    # ONNX stores bool as bytes; one of 157 was read as a C++ bool in shape inference (undefined
+    # behaviour, engine fuzzer). Any nonzero byte is true.
+    from onnx import TensorProto
+
+    cond = TensorProto(name="c", data_type=TensorProto.BOOL, dims=[4], raw_data=bytes([1, 157, 0, 2]))
+    graph = helper.make_graph([helper.make_node("Compress", ["x", "c"], ["y"], axis=0)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3])],
+                              [helper.make_empty_tensor_value_info("y")], initializer=[cond])
+    blob = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.testing.assert_array_equal(tt.compile(blob).run({"x": x})["y"], np.compress([1, 1, 0, 1], x, axis=0))
+
+
 @pytest.mark.parametrize("shape, starts, ends, axes, steps", [
     ((2, 5, 7, 9), [1, 2], [4, 9], [1, 3], [1, 1]),          # windows of rows: runs of 7 along the last axis
     ((2, 5, 7, 9), [0], [3], [0], [1]),                       # leading axis only: whole planes as one run

@@ -45,6 +45,18 @@ def test_a_graph_attribute_on_an_op_without_subgraphs_is_a_shape_error():
         tt.compile(blob)
 
 
+@pytest.mark.parametrize("attrs", [{}, {"starts": [1]}])
+def test_an_old_slice_without_its_starts_and_ends_attributes_is_a_shape_error(attrs):
+    # At opset 7 Slice takes them as attributes; without them the kernel read inputs the node
+    # does not have (a heap overflow, engine fuzzer).
+    node = helper.make_node("Slice", ["x"], ["y"], name="n", **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_empty_tensor_value_info("y")])
+    blob = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 7)], ir_version=8).SerializeToString()
+    with pytest.raises(tt.ShapeError, match="Slice 'n': needs starts and ends: as attributes before opset 10"):
+        tt.compile(blob)
+
+
 def test_the_arity_table_matches_the_installed_onnx_schemas():
     want = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_op_arity.py")], capture_output=True, text=True,
                           check=True).stdout

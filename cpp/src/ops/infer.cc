@@ -521,11 +521,12 @@ void infer_graph(ir::Graph& g, InferState& state, const InferenceOptions& option
     for (size_t i = 0; i < ctx.outputs().size(); ++i) {
       ir::Value* out = node->output(i);
       if (out == nullptr) continue;
-      // No tensor holds more elements than int64 counts: kernels and the planner multiply dims.
+      // No tensor holds more elements than int64 counts (kernels and the planner multiply
+      // dims): past any memory limit, so the session's memory error, before anything overflows.
       if (const ValueType& t = ctx.outputs()[i]; t.is_tensor() && t.shape().has_rank()) {
         if (auto sizes = t.shape().static_sizes(); sizes && !ir::checked_num_elements(*sizes))
-          throw ShapeError(where(*node) + ": output '" + out->name() + "' would be " + t.shape().to_string() +
-                           ", more elements than an int64 counts");
+          throw MemoryLimitError(where(*node) + ": output '" + out->name() + "' of shape " + t.shape().to_string() +
+                                 " would hold more elements than int64 counts");
       }
       ValueType merged = merge(out->type(), ctx.outputs()[i], options.overwrite, *node, *out);
       if (!merged.is_unknown()) out->set_type(std::move(merged));

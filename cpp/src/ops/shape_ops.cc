@@ -337,7 +337,11 @@ void slice(InferContext& ctx) {
   const Shape& x = ctx.input_shape(0);
   const DType dt = ctx.input_dtype(0);
   std::optional<std::vector<int64_t>> starts, ends, axes, steps;
-  if (ctx.has_attr("starts")) {  // opset < 10
+  const bool attrs = ctx.has_attr("starts") || ctx.has_attr("ends");
+  if (attrs ? !(ctx.has_attr("starts") && ctx.has_attr("ends")) : ctx.num_inputs() < 3)
+    ctx.fail("needs starts and ends: as attributes before opset 10, as inputs 1 and 2 since; this node has " +
+             std::string(attrs ? "one of the attributes" : std::to_string(ctx.num_inputs()) + " input(s) and no attributes"));
+  if (attrs) {  // opset < 10
     starts = ctx.attr_ints("starts");
     ends = ctx.attr_ints("ends");
     axes = ctx.has_attr("axes") ? std::optional(ctx.attr_ints("axes")) : std::nullopt;
@@ -686,7 +690,9 @@ void compress(InferContext& ctx) {
     // Entries past the selected axis are ignored; a shorter condition selects a prefix.
     const int64_t n = std::min(len.value(), c->num_elements());
     int64_t count = 0;
-    for (int64_t k = 0; k < n; ++k) count += c->data<bool>()[k] ? 1 : 0;
+    // Read as bytes: a raw bool byte other than 0 and 1 (true, to ONNX) is not a valid C++ bool.
+    const auto* bytes = static_cast<const uint8_t*>(c->raw_data());
+    for (int64_t k = 0; k < n; ++k) count += bytes[k] != 0 ? 1 : 0;
     kept = Dim(count);
   }
   if (!has_axis) {

@@ -449,8 +449,21 @@ std::unique_ptr<Kernel> clip_kernel(const KernelInit& init) {
       using T = decltype(zero);
       T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
       if (attrs) {
-        lo = static_cast<T>(amin);
-        hi = static_cast<T>(amax);
+        // The float bounds saturate to T's range (the default -inf and +inf included): casting
+        // an out-of-range float to an integer is undefined behaviour.
+        if constexpr (std::is_integral_v<T>) {
+          const auto fit = [](float v, T fallback) {
+            if (std::isnan(v)) return fallback;
+            if (v <= static_cast<float>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+            if (v >= static_cast<float>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+            return static_cast<T>(v);
+          };
+          lo = fit(amin, lo);
+          hi = fit(amax, hi);
+        } else {
+          lo = static_cast<T>(amin);
+          hi = static_cast<T>(amax);
+        }
       } else {
         if (present(in, 1)) lo = in[1].as<T>()[0];
         if (present(in, 2)) hi = in[2].as<T>()[0];
