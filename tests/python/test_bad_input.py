@@ -480,6 +480,8 @@ _FUZZ_FINDINGS = [
      r"input 0 \('m'\) is bool; Loop takes int64 there"),
     ("Loop", {"m": np.array(2, np.int64), "c": np.array(1.0, _F), "v": np.ones(2, _F)}, {"body": _LOOP_BODY}, 2,
      r"input 1 \('c'\) is float32; Loop takes bool there"),
+    ("ConvTranspose", {"x": np.ones((1, 1, 5, 5), _F), "w": np.ones((1, 1, 3, 2), _F)}, {"kernel_shape": [3, 4]}, 1,
+     r"kernel_shape says 4 on spatial axis 1, the weight \[1, 1, 3, 2\] has 2"),
     ("ArgMax", {"x": np.ones((0, 83), np.int16)}, {}, 1,
      r"axis 0 of the input \[0, 83\] is empty; there is no index to return"),
     ("Loop", {"m": np.array(-5, np.int64), "c": np.array(True), "v": np.ones(2, np.int64)}, {"body": _LOOP_BODY}, 2,

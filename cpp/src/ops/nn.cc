@@ -168,6 +168,12 @@ void conv_transpose(InferContext& ctx) {
     ctx.fail("kernel_shape has " + std::to_string(kernel.size()) + " entries for " + std::to_string(k) + " spatial axes");
   for (int64_t v : kernel)
     if (v < 1) ctx.fail("kernel sizes must be >= 1, kernel_shape has " + std::to_string(v));
+  // kernel_shape must describe the weight (C_in, C_out / group, k...), as for Conv.
+  if (!kernel.empty() && w.has_rank() && w.rank() == x.rank())
+    for (size_t i = 0; i < k; ++i)
+      if (w[i + 2].is_known() && w[i + 2].value() != kernel[i])
+        ctx.fail("kernel_shape says " + std::to_string(kernel[i]) + " on spatial axis " + std::to_string(i) +
+                 ", the weight " + w.to_string() + " has " + w[i + 2].to_string());
   if (kernel.empty() && w.has_rank() && w.rank() == x.rank())
     for (size_t i = 0; i < k; ++i) kernel.push_back(w[i + 2].is_known() ? w[i + 2].value() : -1);
   const std::vector<int64_t> output_shape = ctx.attr_ints("output_shape");
