@@ -1,8 +1,10 @@
 // Shared pieces of the CPU backend: family registration, type dispatch, broadcasting.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -99,6 +101,16 @@ bool dispatch_numeric(DType t, F&& f) {
 std::string fixed_size(const KernelInit& init);
 
 /// Bytes per element of `t` (a type of whole bytes).
+// A float or double `v` as integer type T: NaN as `nan`, values past T's range saturated to
+// its ends (a plain cast of those is undefined behaviour).
+template <typename T, typename F>
+T saturate(F v, T nan = T{0}) {
+  if (std::isnan(v)) return nan;
+  if (v <= static_cast<F>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+  if (v >= static_cast<F>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+  return static_cast<T>(v);
+}
+
 inline size_t elem_bytes(DType t) { return static_cast<size_t>(ir::dtype_bits(t) / 8); }
 
 /// dst[c * dst_ld + r] = src[r * src_ld + c] for r < rows, c < cols (leading dims in elements),

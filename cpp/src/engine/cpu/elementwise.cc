@@ -173,11 +173,7 @@ T binary_value(Binary op, T a, T b) {
     case Binary::kPow:
       if constexpr (std::is_integral_v<T>) {
         // Past T's range the power saturates: the cast of an out-of-range double is undefined.
-        const double p = std::pow(static_cast<double>(a), static_cast<double>(b));
-        if (std::isnan(p)) return T(0);
-        if (p <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
-        if (p >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
-        return static_cast<T>(p);
+        return saturate<T>(std::pow(static_cast<double>(a), static_cast<double>(b)));
       } else {
         return static_cast<T>(std::pow(static_cast<double>(a), static_cast<double>(b)));
       }
@@ -452,14 +448,8 @@ std::unique_ptr<Kernel> clip_kernel(const KernelInit& init) {
         // The float bounds saturate to T's range (the default -inf and +inf included): casting
         // an out-of-range float to an integer is undefined behaviour.
         if constexpr (std::is_integral_v<T>) {
-          const auto fit = [](float v, T fallback) {
-            if (std::isnan(v)) return fallback;
-            if (v <= static_cast<float>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
-            if (v >= static_cast<float>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
-            return static_cast<T>(v);
-          };
-          lo = fit(amin, lo);
-          hi = fit(amax, hi);
+          lo = saturate<T>(amin, lo);
+          hi = saturate<T>(amax, hi);
         } else {
           lo = static_cast<T>(amin);
           hi = static_cast<T>(amax);

@@ -95,12 +95,8 @@ double reduce_one(Reduce op, const T* x, const ReduceLayout& l, int64_t base) {
 // those is undefined behaviour.
 template <typename T>
 T to_element(double v) {
-  if constexpr (std::is_integral_v<T>) {
-    if (std::isnan(v)) return T{0};
-    if (v <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
-    if (v >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
-  }
-  return static_cast<T>(v);
+  if constexpr (std::is_integral_v<T>) return saturate<T>(v);
+  else return static_cast<T>(v);
 }
 
 // The largest (or smallest) element an output reduces, compared in T; of nothing, T's lowest
