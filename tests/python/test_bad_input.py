@@ -408,6 +408,41 @@ def test_a_shape_past_int64_elements_is_a_memory_limit_error_naming_the_node():
         tt.compile(blob).run(feeds)
 
 
+def test_values_each_near_int64_bytes_are_a_memory_limit_error_before_the_arena_adds_them_up():
+    # Expand(x, x) with x = [2**56, 2]: outputs of 2**60 bytes that each fit int64 bytes once
+    # overflowed the arena's offsets as it placed them (engine fuzzer).
+    nodes = [helper.make_node("Expand", ["s", "s"], ["a"], name="first"), helper.make_node("Neg", ["a"], ["b"], name="second"),
+             helper.make_node("Add", ["a", "b"], ["y"], name="third")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT64, None)])
+    blob = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10).SerializeToString()
+    sess = tt.compile(blob, optimize=False)
+    with pytest.raises(tt.MemoryLimitError, match=r"Expand 'first': output 'a' of shape \[1152921504606846976, 2\] "
+                                                  r"\(int64\) would take more bytes than int64 counts"):
+        sess.run({"s": np.array([1 << 60, 2], np.int64)})
+    with pytest.raises(tt.MemoryLimitError, match=r"Expand 'first': output 'a' of shape \[72057594037927936, 2\] "
+                                                  r"\(int64\) would take 1152921504606846976 bytes"):
+        sess.run({"s": np.array([1 << 56, 2], np.int64)})
+    s = np.array([3, 2], np.int64)
+    np.testing.assert_array_equal(sess.run({"s": s})["y"], np.zeros((3, 2), np.int64))
+
+
+def test_an_empty_tensor_with_vast_other_dims_is_empty():
+    # ConstantOfShape of [2**62, 2**63 - 2, 0]: no elements, though the first two dims multiplied
+    # overflow int64 (the element count overflowed before it met the 0; engine fuzzer).
+    import onnxruntime as ort
+
+    dims = [1 << 62, (1 << 63) - 2, 0]
+    nodes = [helper.make_node("ConstantOfShape", ["s"], ["e"], name="fill"), helper.make_node("Shape", ["e"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
+                              [numpy_helper.from_array(np.array(dims, np.int64), "s")])
+    blob = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10).SerializeToString()
+    want = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, {})[0]
+    np.testing.assert_array_equal(want, dims)
+    for optimize in (True, False):  # folded at compile, or run
+        np.testing.assert_array_equal(tt.compile(blob, optimize=optimize).run({})["y"], dims)
+
+
 def test_max_memory_bounds_every_value_and_all_of_them_together():
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     small = tt.compile(_tile_model(), max_memory=4096)
@@ -465,6 +500,14 @@ _SCAN_BODY = _body(["a", "b", "x"], [helper.make_node("Add", ["a", "x"], ["a2"])
 _LOOP_BODY = _body(["i", "c", "v"], [helper.make_node("Identity", ["c"], ["c_out"]), helper.make_node("Neg", ["v"], ["v2"]),
                                      helper.make_node("Identity", ["v2"], ["y"])], ["c_out", "v2", "y"])
 _FUZZ_FINDINGS = [
+    # Inputs ONNX types with one variable, given two types: ScatterND wrote float16 updates as
+    # float32 elements past their buffer (a heap overflow).
+    ("ScatterND", {"x": np.ones((4, 4), _F), "i": np.zeros((2, 1), np.int64), "u": np.ones((2, 4), np.float16)}, {}, 1,
+     r"input 0 \('x'\) is float32 but input 2 \('u'\) is float16; ScatterND takes one element type for these inputs"),
+    ("Concat", {"a": np.ones(2, _F), "b": np.ones(2, _F), "c": np.ones(2, np.float64)}, {"axis": 0}, 1,
+     r"input 0 \('a'\) is float32 but input 2 \('c'\) is float64; Concat takes one element type"),
+    ("Where", {"c": np.ones(2, bool), "a": np.ones(2, np.int32), "b": np.ones(2, np.int64)}, {}, 1,
+     r"input 1 \('a'\) is int32 but input 2 \('b'\) is int64; Where takes one element type"),
     # Control flow whose body has more or fewer outputs than the node (a heap overflow in Scan).
     ("Scan", {"a": np.ones(2, _F), "b": np.ones(2, _F), "x": np.ones((3, 2), _F)}, {"body": _SCAN_BODY, "num_scan_inputs": 1},
      4, "the body has 3 inputs and 3 outputs, the node 3 inputs and 4 outputs"),

@@ -447,7 +447,8 @@ def test_zero_point_type_differing_from_output_dtype_raises_shape_error():
         tt.load(node_model("QuantizeLinear", X, {"s": np.array(1, np.float32), "z": np.array(0, np.uint8)},
                            output_dtype=TensorProto.INT8)).infer_shapes()
     x = X.astype(np.int8)
-    with pytest.raises(tt.ShapeError, match="DequantizeLinear 'q': x is int8 but x_zero_point is uint8"):
+    with pytest.raises(tt.ShapeError, match=r"DequantizeLinear 'q': input 0 \('x'\) is int8 but input 2 \('z'\) is "
+                                            r"uint8; DequantizeLinear takes one element type"):
         tt.compile(tt.load(node_model("DequantizeLinear", x, {"s": np.array(1, np.float32), "z": np.array(0, np.uint8)})))
 
 

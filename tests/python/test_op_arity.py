@@ -67,6 +67,27 @@ def test_the_arity_table_matches_the_installed_onnx_schemas():
                           capture_output=True, text=True, check=True).stdout
     got = (ROOT / "cpp" / "src" / "ops" / "index_types.inc").read_text()
     assert got.splitlines()[2:] == want.splitlines()[2:]
+    want = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_op_arity.py"), "--same-types"],
+                          capture_output=True, text=True, check=True).stdout
+    got = (ROOT / "cpp" / "src" / "ops" / "same_types.inc").read_text()
+    assert got.splitlines()[2:] == want.splitlines()[2:]
+
+
+@pytest.mark.parametrize("opset,ok", [(7, False), (12, True)])
+def test_one_type_for_inputs_follows_the_op_version_the_opset_selects(opset, ok):
+    # Pow's base and exponent share one type until opset 12, which types them apart (T, T1).
+    node = helper.make_node("Pow", ["x", "e"], ["y"], name="n")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+                                            helper.make_tensor_value_info("e", TensorProto.INT64, [3])],
+                              [helper.make_empty_tensor_value_info("y")])
+    blob = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8).SerializeToString()
+    x, e = np.array([2, 3, 4], np.float32), np.array([3, 2, 0], np.int64)
+    if ok:
+        np.testing.assert_array_equal(tt.compile(blob).run({"x": x, "e": e})["y"], np.power(x, e.astype(np.float32)))
+    else:
+        with pytest.raises(tt.ShapeError, match=r"Pow 'n': input 0 \('x'\) is float32 but input 1 \('e'\) is int64; "
+                                                r"Pow takes one element type for these inputs"):
+            tt.compile(blob)
 
 
 @pytest.mark.parametrize("op,inputs,attrs,message", [

@@ -26,7 +26,9 @@ struct View {
   void* data = nullptr;
 
   size_t rank() const { return dims.size(); }
-  int64_t numel() const {
+  int64_t numel() const {  // 0 for any dim of 0, whatever the others (an empty plane may be vast)
+    for (int64_t d : dims)
+      if (d == 0) return 0;
     int64_t n = 1;
     for (int64_t d : dims) n *= d;
     return n;

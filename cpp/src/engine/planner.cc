@@ -1,6 +1,7 @@
 #include "engine/planner.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 namespace tether::engine {
@@ -11,7 +12,11 @@ ArenaPlan plan_arena(const std::vector<Lifetime>& tensors, int64_t alignment) {
   std::vector<size_t> order(tensors.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return tensors[a].bytes > tensors[b].bytes; });
-  auto align = [&](int64_t x) { return (x + alignment - 1) / alignment * alignment; };
+  // Sums saturate at int64's largest: a plan of absurd sizes comes out too large for any
+  // memory limit (the caller's error names it) instead of wrapping around to a small arena.
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  auto add = [](int64_t a, int64_t b) { return a > kMax - b ? kMax : a + b; };
+  auto align = [&](int64_t x) { return x > kMax - alignment ? kMax : (x + alignment - 1) / alignment * alignment; };
 
   struct Placed {
     int64_t begin, end;
@@ -21,7 +26,7 @@ ArenaPlan plan_arena(const std::vector<Lifetime>& tensors, int64_t alignment) {
   placed.reserve(tensors.size());
   for (size_t i : order) {
     const Lifetime& t = tensors[i];
-    plan.sum_bytes += t.bytes;
+    plan.sum_bytes = add(plan.sum_bytes, t.bytes);
     // Blocks live at the same time as t, by offset; t goes in the first gap that fits.
     std::vector<std::pair<int64_t, int64_t>> busy;
     for (const Placed& p : placed)
@@ -29,12 +34,12 @@ ArenaPlan plan_arena(const std::vector<Lifetime>& tensors, int64_t alignment) {
     std::sort(busy.begin(), busy.end());
     int64_t offset = 0;
     for (const auto& [b, e] : busy) {
-      if (offset + t.bytes <= b) break;
+      if (add(offset, t.bytes) <= b) break;
       offset = std::max(offset, align(e));
     }
     plan.offsets[i] = offset;
-    placed.push_back({offset, offset + t.bytes, t.first, t.last});
-    plan.arena_bytes = std::max(plan.arena_bytes, align(offset + t.bytes));
+    placed.push_back({offset, add(offset, t.bytes), t.first, t.last});
+    plan.arena_bytes = std::max(plan.arena_bytes, align(add(offset, t.bytes)));
   }
   return plan;
 }

@@ -546,6 +546,9 @@ std::shared_ptr<Plan> CpuSession::make_plan(const std::vector<const ir::Tensor*>
     alias[static_cast<size_t>(out)] = root;
     last[static_cast<size_t>(root)] = std::max(last[static_cast<size_t>(root)], last[static_cast<size_t>(out)]);
   }
+  // Each value within the limit before the arena adds their sizes up (values of 1e18 bytes
+  // each would overflow its offsets); the whole, scratch included, once it is known.
+  check_memory(*plan, begin);
   std::vector<Lifetime> lifetimes;
   std::vector<size_t> placed;
   for (size_t i = 0; i < values_.size(); ++i) {

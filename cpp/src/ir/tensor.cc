@@ -1,5 +1,6 @@
 #include "tether/tensor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -30,9 +31,11 @@ int64_t required_bytes(DType dtype, const std::vector<int64_t>& dims) {
 }  // namespace
 
 std::optional<int64_t> checked_num_elements(const std::vector<int64_t>& dims) {
+  if (std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 0; })) return std::nullopt;
+  if (std::find(dims.begin(), dims.end(), 0) != dims.end()) return 0;  // empty, however large the rest
   int64_t n = 1;
   for (int64_t d : dims) {
-    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return std::nullopt;
+    if (__builtin_mul_overflow(n, d, &n)) return std::nullopt;
   }
   return n;
 }

@@ -430,6 +430,50 @@ void check_index_types(const ir::Node& node) {
   }
 }
 
+// The inputs that the version of an ONNX op the opset selects types with one variable (Add's
+// A and B, ScatterND's data and updates, every input of Concat) have one element type
+// (same_types.inc, generated from ONNX's schemas): kernels read them as one.
+void check_same_types(const ir::Node& node, int64_t opset) {
+  struct Group {
+    const char* op;
+    int64_t since;
+    uint64_t inputs;   // bit i: input i
+    int variadic_from; // and every input from here on; -1: none
+  };
+  static const Group kTable[] = {
+#include "ops/same_types.inc"
+  };
+  static const std::unordered_map<std::string_view, std::vector<const Group*>> index = [] {
+    std::unordered_map<std::string_view, std::vector<const Group*>> m;
+    for (const Group& g : kTable) m[g.op].push_back(&g);  // in order of version
+    return m;
+  }();
+  const auto it = index.find(node.op_type());
+  if (it == index.end()) return;
+  int64_t since = 0;
+  for (const Group* g : it->second)
+    if (g->since <= opset) since = g->since;
+  for (const Group* g : it->second) {
+    if (g->since != since) continue;
+    const ir::Value* first = nullptr;
+    size_t first_at = 0;
+    for (size_t i = 0; i < node.inputs().size(); ++i) {
+      const bool member = (i < 64 && (g->inputs >> i & 1) != 0) || (g->variadic_from >= 0 && i >= static_cast<size_t>(g->variadic_from));
+      const ir::Value* v = member ? node.input(i) : nullptr;
+      if (v == nullptr || !v->type().is_tensor() || v->type().dtype() == DType::kUndefined) continue;
+      if (first == nullptr) {
+        first = v;
+        first_at = i;
+      } else if (v->type().dtype() != first->type().dtype()) {
+        throw ShapeError(where(node) + ": input " + std::to_string(first_at) + " ('" + first->name() + "') is " +
+                         std::string(dtype_name(first->type().dtype())) + " but input " + std::to_string(i) + " ('" +
+                         v->name() + "') is " + std::string(dtype_name(v->type().dtype())) + "; " + node.op_type() +
+                         " takes one element type for these inputs (convert one with Cast)");
+      }
+    }
+  }
+}
+
 // A node of the ONNX domain has the inputs the version of its op that the model's opset
 // selects requires, and no more inputs or outputs than it allows (arity.inc, generated from
 // ONNX's schemas); the op's rule and kernels can then index them.
@@ -508,6 +552,7 @@ void infer_graph(ir::Graph& g, InferState& state, const InferenceOptions& option
     if (onnx_domain) {
       check_arity(*node, state.opset);
       check_index_types(*node);
+      check_same_types(*node, state.opset);
       check_graph_attributes(*node);
     }
     InferContext ctx(*node, state);

@@ -673,6 +673,7 @@ class ConvKernel final : public Kernel {
   bool packs_input(size_t i) const override { return i == 1 && !packed_w_.empty(); }
 
   int64_t scratch_bytes(const std::vector<View>& in, const std::vector<View>& out) const override {
+    if (out[0].numel() == 0) return 0;  // run writes nothing (and the empty plane may be vast)
     const ConvGeometry g = conv_geometry(node_, in[0].dims, in[1].dims, out[0].dims, false);
     if (is_depthwise(in[0], out[0], g))
       return (use_channels_last(out[0], g) ? threads_ * dw_block_floats(in[0], out[0], g)
@@ -799,6 +800,7 @@ class ConvTransposeKernel final : public Kernel {
   bool packs_input(size_t i) const override { return i == 1 && !packed_w_.empty(); }
 
   int64_t scratch_bytes(const std::vector<View>& in, const std::vector<View>& out) const override {
+    if (out[0].numel() == 0) return 0;  // as run
     const Shape s = shape_of(in[0], in[1], out[0]);
     return 4 * (round16(s.rows * s.in_size) + (packed_w_.empty() ? round16(s.rows * s.cin_g) : 0) +
                 sgemm_scratch_floats(s.rows, s.in_size, s.cin_g, threads_));
