@@ -283,7 +283,9 @@ def cases():
         yield f"gemm_{m}x{k}x{n}", *gemm_model(m, k, n, trans_b=(m + n) % 2 == 0, const_b=k % 2 == 1, rng=rng)
     # Products large enough to split into a grid of blocks across threads, with K past one
     # K block and N past one N block (the last blocks ragged).
-    for m, k, n in [(200, 600, 1100), (37, 300, 2100), (1, 513, 70)]:
+    # Rows alone in their tile (m = 1, and 15 = 14 + 1) run up to four panels at once: N
+    # past one N block, leaving a ragged group of panels at its end.
+    for m, k, n in [(200, 600, 1100), (37, 300, 2100), (1, 513, 70), (1, 300, 1100), (15, 40, 200), (7, 17, 130)]:
         yield f"gemm_{m}x{k}x{n}", *gemm_model(m, k, n, trans_b=False, const_b=m != 37, rng=rng)
     for a_shape, b_shape in [((13,), (13, 3)), ((2, 3, 13, 127), (127, 5)), ((3, 1, 7, 13), (4, 13, 9)), ((127, 13), (13,)),
                              ((5, 37, 300), (5, 300, 70))]:

@@ -47,15 +47,31 @@ void f32_dwconv_nhwc_4x16__generic(int64_t rows, const float* x, int64_t xs, con
     }
 }
 
+void f32_conv_nhwc_row_4x16__generic(const float* x, int64_t cin, const float* w, int64_t panel_stride,
+                                     int64_t panels, float* y, int64_t n, bool accumulate, const TileEpilogue* ep) {
+  const int64_t no_offset = 0;
+  for (int64_t q = 0; q < panels; ++q) {
+    TileEpilogue e;
+    if (ep != nullptr) {
+      e = *ep;
+      e.col_bias = ep->col_bias != nullptr ? ep->col_bias + q * kGenericNr : nullptr;
+      e.sum = ep->sum != nullptr ? ep->sum + q * kGenericNr : nullptr;
+    }
+    f32_conv_nhwc_4x16__generic(1, x, 0, &no_offset, &no_offset, 1, cin, w + q * panel_stride, y + q * kGenericNr, 0,
+                                std::min<int64_t>(kGenericNr, n - q * kGenericNr), accumulate, ep != nullptr ? &e : nullptr);
+  }
+}
+
 NhwcConvIsa select() {
   const util::CpuFeatures& f = util::cpu_features();
   if (f.avx512)
     return {"f32_conv_nhwc_14x32__avx512", 14, 32, f32_conv_nhwc_14x32__avx512, f32_dwconv_nhwc_8x16__avx512, 8, 16,
-            f32_dwconv_nhwc_rows_8x16__avx512};
+            f32_dwconv_nhwc_rows_8x16__avx512, f32_conv_nhwc_row_4x32__avx512};
   if (f.avx2)
-    return {"f32_conv_nhwc_6x16__avx2", 6, 16, f32_conv_nhwc_6x16__avx2, f32_dwconv_nhwc_8x8__avx2, 8, 8, nullptr};
+    return {"f32_conv_nhwc_6x16__avx2", 6, 16, f32_conv_nhwc_6x16__avx2, f32_dwconv_nhwc_8x8__avx2, 8, 8, nullptr,
+            f32_conv_nhwc_row_4x16__avx2};
   return {"f32_conv_nhwc_4x16__generic", kGenericMr, kGenericNr, f32_conv_nhwc_4x16__generic,
-          f32_dwconv_nhwc_4x16__generic, kGenericMr, kGenericNr, nullptr};
+          f32_dwconv_nhwc_4x16__generic, kGenericMr, kGenericNr, nullptr, f32_conv_nhwc_row_4x16__generic};
 }
 
 bool is_depthwise(int64_t group, const std::vector<int64_t>& w) {

@@ -30,6 +30,15 @@ using NhwcConvKernel = void (*)(int64_t rows, const float* x, int64_t x_stride, 
                                 const int64_t* w_off, int64_t taps, int64_t cin, const float* w, float* y, int64_t ldy,
                                 int64_t n, bool accumulate, const TileEpilogue* ep);
 
+/// One output row of a one-tap tile across `panels` (1 to 4) panels of weights laid
+/// `panel_stride` floats apart: y[j] for j < n (<= panels * NR) is the sum over i < cin of
+/// x[i] * w[(j / NR) * panel_stride + i * NR + j % NR], plus y[j] when `accumulate`, then `ep`
+/// (col_bias and sum from column 0) before the store. Each sum runs in the order of
+/// NhwcConvKernel's, so a row gets the same bits alone (a batch of 1) as within a tile; the
+/// panels give the independent sums that keep the FMA units busy.
+using NhwcConvRowKernel = void (*)(const float* x, int64_t cin, const float* w, int64_t panel_stride, int64_t panels,
+                                   float* y, int64_t n, bool accumulate, const TileEpilogue* ep);
+
 /// One tile of a depthwise channels-last convolution over all `c` channels: Y[r, j] for
 /// r < rows (<= MR), j < c is the sum over taps t of x[r * x_stride + x_off[t] + j] *
 /// w[w_off[t] + j], then `ep` (col_bias, sum with row stride ep->sum_ld, clamp) before the
@@ -57,7 +66,11 @@ struct NhwcConvIsa {
   int dw_mr;  ///< the depthwise kernel's MR
   int dw_nr;  ///< its channel block (the weights' padding)
   NhwcDepthwiseRowsKernel depthwise_rows;  ///< nullptr where the ISA has too few registers
+  NhwcConvRowKernel conv_row;
 };
+
+/// Panels conv_row takes at most.
+constexpr int64_t kConvRowPanels = 4;
 
 /// The kernels for this machine (widest ISA available, see util::cpu_features).
 const NhwcConvIsa& nhwc_conv_isa();
@@ -72,6 +85,10 @@ void f32_dwconv_nhwc_8x16__avx512(int64_t rows, const float* x, int64_t x_stride
 void f32_dwconv_nhwc_rows_8x16__avx512(int64_t rows, const float* x, int64_t x_stride, const int64_t* x_off,
                                        const int64_t* w_off, int64_t krows, int64_t kw, int64_t c, int64_t cpad,
                                        const float* w, float* y, int64_t ldy, const TileEpilogue* ep);
+void f32_conv_nhwc_row_4x32__avx512(const float* x, int64_t cin, const float* w, int64_t panel_stride,
+                                    int64_t panels, float* y, int64_t n, bool accumulate, const TileEpilogue* ep);
+void f32_conv_nhwc_row_4x16__avx2(const float* x, int64_t cin, const float* w, int64_t panel_stride, int64_t panels,
+                                  float* y, int64_t n, bool accumulate, const TileEpilogue* ep);
 void f32_conv_nhwc_6x16__avx2(int64_t rows, const float* x, int64_t x_stride, const int64_t* x_off,
                               const int64_t* w_off, int64_t taps, int64_t cin, const float* w, float* y, int64_t ldy,
                               int64_t n, bool accumulate, const TileEpilogue* ep);

@@ -59,6 +59,28 @@ void conv_tile(const float* x, int64_t xs, const int64_t* x_off, const int64_t* 
   for (int r = 0; r < R; ++r) finish_row<2>(acc[r], m, accumulate, ep, r, y + r * ldy);
 }
 
+// One pixel across P panels (a GEMV): 2P independent sums, each in conv_tile's order, so a
+// row gets the same bits alone as in a tile.
+template <int P>
+void conv_row_panels(const float* x, int64_t cin, const float* w, int64_t panel_stride, float* y, int64_t n,
+                     bool accumulate, const TileEpilogue* ep) {
+  constexpr int V = 2 * P;
+  __m256 acc[V];
+  for (int v = 0; v < V; ++v) acc[v] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < cin; ++i) {
+    const __m256 a = _mm256_broadcast_ss(x + i);
+#pragma GCC unroll 4
+    for (int q = 0; q < P; ++q) {
+      const float* wq = w + q * panel_stride + i * 16;
+      acc[2 * q] = _mm256_fmadd_ps(a, _mm256_loadu_ps(wq), acc[2 * q]);
+      acc[2 * q + 1] = _mm256_fmadd_ps(a, _mm256_loadu_ps(wq + 8), acc[2 * q + 1]);
+    }
+  }
+  __m256i m[V];
+  for (int v = 0; v < V; ++v) m[v] = lanes(n - 8 * v);
+  finish_row<V>(acc, m, accumulate, ep, 0, y);
+}
+
 template <int R>
 void dw_tile(const float* x, int64_t xs, const int64_t* x_off, const int64_t* w_off, int64_t taps, int64_t c,
              const float* w, float* y, int64_t ldy, const TileEpilogue* ep) {
@@ -109,6 +131,17 @@ void f32_dwconv_nhwc_8x8__avx2(int64_t rows, const float* x, int64_t xs, const i
     TETHER_DW_ROWS(1) TETHER_DW_ROWS(2) TETHER_DW_ROWS(3) TETHER_DW_ROWS(4)
     TETHER_DW_ROWS(5) TETHER_DW_ROWS(6) TETHER_DW_ROWS(7) TETHER_DW_ROWS(8)
 #undef TETHER_DW_ROWS
+    default: return;
+  }
+}
+
+void f32_conv_nhwc_row_4x16__avx2(const float* x, int64_t cin, const float* w, int64_t panel_stride, int64_t panels,
+                                  float* y, int64_t n, bool accumulate, const TileEpilogue* ep) {
+  switch (panels) {
+    case 1: return conv_row_panels<1>(x, cin, w, panel_stride, y, n, accumulate, ep);
+    case 2: return conv_row_panels<2>(x, cin, w, panel_stride, y, n, accumulate, ep);
+    case 3: return conv_row_panels<3>(x, cin, w, panel_stride, y, n, accumulate, ep);
+    case 4: return conv_row_panels<4>(x, cin, w, panel_stride, y, n, accumulate, ep);
     default: return;
   }
 }

@@ -22,8 +22,10 @@ inline void finish_row(__m512 (&acc)[V], const __mmask16 (&m)[V], bool accumulat
       if (ep->sum != nullptr)
         acc[v] = _mm512_add_ps(acc[v], _mm512_maskz_loadu_ps(m[v], ep->sum + r * ep->sum_ld + 16 * v));
       if (ep->clamp) {
-        // max(lo, v) and min(hi, v) return v when it is NaN (the second operand wins).
-        acc[v] = _mm512_min_ps(_mm512_set1_ps(ep->hi), _mm512_max_ps(_mm512_set1_ps(ep->lo), acc[v]));
+        // max(lo, v) and min(hi, v) return v when it is NaN (the second operand wins). (The
+        // merge-masked forms, all lanes set: GCC 12 warns on the plain ones' undefined source.)
+        const __m512 lo = _mm512_mask_max_ps(acc[v], 0xFFFF, _mm512_set1_ps(ep->lo), acc[v]);
+        acc[v] = _mm512_mask_min_ps(lo, 0xFFFF, _mm512_set1_ps(ep->hi), lo);
       }
     }
   }
@@ -60,49 +62,33 @@ void conv_tile(const float* x, int64_t xs, const int64_t* x_off, const int64_t* 
   for (int r = 0; r < R; ++r) finish_row<V>(acc[r], m, accumulate, ep, r, y + r * ldy);
 }
 
-// One pixel (a GEMV: squeeze-excite convolutions, a batch-1 matrix-vector product): four
-// chains of sums over the channels, so the FMAs do not wait on each other.
-template <int V>
-void conv_tile_one(const float* x, const int64_t* x_off, const int64_t* w_off, int64_t taps, int64_t cin,
-                   const float* w, float* y, int64_t n, bool accumulate, const TileEpilogue* ep) {
-  __m512 acc[4][V];
-  for (int k = 0; k < 4; ++k)
-    for (int v = 0; v < V; ++v) acc[k][v] = _mm512_setzero_ps();
-  for (int64_t t = 0; t < taps; ++t) {
-    const float* xt = x + x_off[t];
-    const float* wt = w + w_off[t];
-    int64_t i = 0;
-    for (; i + 4 <= cin; i += 4) {
-      _mm_prefetch(reinterpret_cast<const char*>(wt + (i + 16) * 32), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(wt + (i + 18) * 32), _MM_HINT_T0);
+// One pixel across P panels (a GEMV: a batch-1 matrix-vector product): 2P independent sums,
+// enough to keep the FMA units busy, each summed in the order of conv_tile (channel by
+// channel, one chain per output vector), so a row gets the same bits alone as in a tile.
+template <int P>
+void conv_row_panels(const float* x, int64_t cin, const float* w, int64_t panel_stride, float* y, int64_t n,
+                     bool accumulate, const TileEpilogue* ep) {
+  constexpr int V = 2 * P;
+  __m512 acc[V];
+  for (int v = 0; v < V; ++v) acc[v] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < cin; ++i) {
+    const __m512 a = _mm512_set1_ps(x[i]);
 #pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
-        const __m512 a = _mm512_set1_ps(xt[i + k]);
-        for (int v = 0; v < V; ++v) acc[k][v] = _mm512_fmadd_ps(a, _mm512_loadu_ps(wt + (i + k) * 32 + 16 * v), acc[k][v]);
-      }
-    }
-    for (; i < cin; ++i) {
-      const __m512 a = _mm512_set1_ps(xt[i]);
-      for (int v = 0; v < V; ++v) acc[0][v] = _mm512_fmadd_ps(a, _mm512_loadu_ps(wt + i * 32 + 16 * v), acc[0][v]);
+    for (int q = 0; q < P; ++q) {
+      const float* wq = w + q * panel_stride + i * 32;
+      _mm_prefetch(reinterpret_cast<const char*>(wq + 16 * 32), _MM_HINT_T0);
+      acc[2 * q] = _mm512_fmadd_ps(a, _mm512_loadu_ps(wq), acc[2 * q]);
+      acc[2 * q + 1] = _mm512_fmadd_ps(a, _mm512_loadu_ps(wq + 16), acc[2 * q + 1]);
     }
   }
-  __m512 sum[V];
   __mmask16 m[V];
-  for (int v = 0; v < V; ++v) {
-    sum[v] = _mm512_add_ps(_mm512_add_ps(acc[0][v], acc[1][v]), _mm512_add_ps(acc[2][v], acc[3][v]));
-    m[v] = lanes(n - 16 * v);
-  }
-  finish_row<V>(sum, m, accumulate, ep, 0, y);
+  for (int v = 0; v < V; ++v) m[v] = lanes(n - 16 * v);
+  finish_row<V>(acc, m, accumulate, ep, 0, y);
 }
 
 template <int R>
 void conv_tile_any(const float* x, int64_t xs, const int64_t* x_off, const int64_t* w_off, int64_t taps, int64_t cin,
                    const float* w, float* y, int64_t ldy, int64_t n, bool accumulate, const TileEpilogue* ep) {
-  if (R == 1 && cin >= 16) {
-    if (n <= 16) conv_tile_one<1>(x, x_off, w_off, taps, cin, w, y, n, accumulate, ep);
-    else conv_tile_one<2>(x, x_off, w_off, taps, cin, w, y, n, accumulate, ep);
-    return;
-  }
   if (n <= 16) conv_tile<R, 1>(x, xs, x_off, w_off, taps, cin, w, y, ldy, n, accumulate, ep);
   else conv_tile<R, 2>(x, xs, x_off, w_off, taps, cin, w, y, ldy, n, accumulate, ep);
 }
@@ -212,6 +198,17 @@ void f32_dwconv_nhwc_8x16__avx512(int64_t rows, const float* x, int64_t xs, cons
     TETHER_DW_ROWS(1) TETHER_DW_ROWS(2) TETHER_DW_ROWS(3) TETHER_DW_ROWS(4)
     TETHER_DW_ROWS(5) TETHER_DW_ROWS(6) TETHER_DW_ROWS(7) TETHER_DW_ROWS(8)
 #undef TETHER_DW_ROWS
+    default: return;
+  }
+}
+
+void f32_conv_nhwc_row_4x32__avx512(const float* x, int64_t cin, const float* w, int64_t panel_stride,
+                                    int64_t panels, float* y, int64_t n, bool accumulate, const TileEpilogue* ep) {
+  switch (panels) {
+    case 1: return conv_row_panels<1>(x, cin, w, panel_stride, y, n, accumulate, ep);
+    case 2: return conv_row_panels<2>(x, cin, w, panel_stride, y, n, accumulate, ep);
+    case 3: return conv_row_panels<3>(x, cin, w, panel_stride, y, n, accumulate, ep);
+    case 4: return conv_row_panels<4>(x, cin, w, panel_stride, y, n, accumulate, ep);
     default: return;
   }
 }

@@ -171,14 +171,22 @@ void gemm_rows_in_place(const GemmA& a, float* c, int64_t ldc, const GemmEpilogu
   const int64_t no_offset = 0;
   for (int64_t i0 = r0; i0 < r1; i0 += mr) {
     const int64_t rows = std::min(mr, r1 - i0);
-    for (int64_t q = q0; q < q1; ++q) {
-      const int64_t j0 = q * nr, cols = std::min(nr, n - j0);
+    // A row alone (a batch of 1, or the last of a batch) runs across several panels at once:
+    // the same sums in the same order as in a tile of rows, with enough of them in flight.
+    const int64_t step = rows == 1 ? kConvRowPanels : 1;
+    for (int64_t q = q0; q < q1; q += step) {
+      const int64_t panels = std::min(step, q1 - q);
+      const int64_t j0 = q * nr, cols = std::min(panels * nr, n - j0);
       float* ct = c + i0 * ldc + j0;
       const float* block_q = block + (q - q0) * kc * nr;
+      const float* a_row = a.data + i0 * a.lda + k0;
+      auto product = [&](const TileEpilogue* te) {
+        if (rows == 1) isa.conv_row(a_row, kc, block_q, kc * nr, panels, ct, cols, k0 > 0, te);
+        else isa.conv(rows, a_row, a.lda, &no_offset, &no_offset, 1, kc, block_q, ct, ldc, cols, k0 > 0, te);
+      };
       if (!last || ep.row_bias != nullptr) {
         // (The micro-kernel's epilogue has no per-row bias: a GEMM with one adds it after.)
-        isa.conv(rows, a.data + i0 * a.lda + k0, a.lda, &no_offset, &no_offset, 1, kc, block_q, ct, ldc, cols, k0 > 0,
-                 nullptr);
+        product(nullptr);
         if (last)
           ep.act.apply_tile(ct, ldc, rows, cols, ep.row_bias + i0, ep.col_bias != nullptr ? ep.col_bias + j0 : nullptr,
                             sum != nullptr ? sum + i0 * ldc + j0 : nullptr);
@@ -191,7 +199,7 @@ void gemm_rows_in_place(const GemmA& a, float* c, int64_t ldc, const GemmEpilogu
       te.clamp = clamp;
       te.lo = lo;
       te.hi = hi;
-      isa.conv(rows, a.data + i0 * a.lda + k0, a.lda, &no_offset, &no_offset, 1, kc, block_q, ct, ldc, cols, k0 > 0, &te);
+      product(&te);
       if (!fused) ep.act.apply_tile(ct, ldc, rows, cols, nullptr, nullptr, nullptr);
     }
   }
