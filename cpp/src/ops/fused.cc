@@ -134,6 +134,7 @@ void register_fused(Registry& r) {
   r.add("QLinearMatMul", as_onnx<kQLinearMatMul>, "ai.tether");
   r.add("QLinearAdd", qlinear_add, "ai.tether");
   r.add("MatMulIntegerToFloat", matmul_integer_to_float, "ai.tether");
+  r.add("Gelu", [](InferContext& ctx) { ctx.set_output(0, ctx.input_type(0)); }, "ai.tether");  // fuse_gelu, opset < 20
   // onnxruntime's contrib ops of its QOperator format.
   r.add("QLinearAdd", ms_qlinear_add, "com.microsoft");
   r.add("QGemm", ms_qgemm, "com.microsoft");

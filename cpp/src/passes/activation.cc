@@ -64,7 +64,7 @@ std::optional<Activation> activation_of(ir::Node& n, int64_t opset) {
   if (is_onnx(n, "LeakyRelu")) return Activation{"LeakyRelu", {n.attr_float("alpha", 0.01f)}, n.input(0), {}};
   if (is_onnx(n, "HardSigmoid"))
     return Activation{"HardSigmoid", {n.attr_float("alpha", 0.2f), n.attr_float("beta", 0.5f)}, n.input(0), {}};
-  if (is_onnx(n, "Gelu")) {
+  if (is_onnx(n, "Gelu") || (n.domain() == "ai.tether" && n.op_type() == "Gelu")) {  // (fuse_gelu's, before opset 20)
     const std::string approx = n.attr_string("approximate", "none");
     if (approx == "none") return Activation{"Gelu", {}, n.input(0), {}};
     if (approx == "tanh") return Activation{"GeluTanh", {}, n.input(0), {}};

@@ -73,7 +73,7 @@ bool is_unary(const ir::Node& n) {
                                      "Sign", "Sin", "Cos", "Identity"};
   for (const char* op : kOps)
     if (is_onnx(n, op)) return true;
-  return false;
+  return n.domain() == "ai.tether" && n.op_type() == "Gelu";  // fuse_gelu's, before opset 20
 }
 
 bool is_binary(const ir::Node& n) {

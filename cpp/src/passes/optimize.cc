@@ -22,6 +22,7 @@ std::string optimize(ir::Model& model, const OptimizeOptions& options) {
   report << "pass fold_conv_batchnorm: " << fold_conv_batchnorm(g) << " BatchNormalization nodes folded\n";
   report << "pass fuse_matmul_add: " << fuse_matmul_add(model) << " MatMul + Add pairs fused\n";
   report << "pass fuse_conv_add: " << fuse_conv_add(model) << " Conv + Add pairs fused\n";
+  report << "pass fuse_gelu: " << fuse_gelu(model) << " GELU patterns fused\n";
   report << "pass fuse_activations: " << fuse_activations(model) << " activations fused\n";
   if (options.channels_last)
     report << "pass channels_last_float_convs: " << channels_last_float_convs(model)

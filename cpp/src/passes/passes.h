@@ -44,6 +44,10 @@ int fuse_matmul_add(ir::Model& model);
 /// summand), when the conv output has no other reader.
 int fuse_conv_add(ir::Model& model);
 
+/// GELU spelled out in elementary ops (0.5 * x * (1 + Erf(x / sqrt 2)), or the Tanh form with
+/// 0.044715 x^3) becomes one Gelu node: ONNX's from opset 20, ai.tether's (the same op) before.
+int fuse_gelu(ir::Model& model);
+
 /// Conv / Gemm / MatMul (with or without a bias Add) followed by an activation become one
 /// ai.tether FusedConv / FusedGemm / FusedMatMul when the intermediate has no other reader.
 int fuse_activations(ir::Model& model);

@@ -149,7 +149,7 @@ class Planner {
     if (it == index_.end()) {
       const int set = sets_.add();
       it = index_.emplace(v.name(), static_cast<int>(plan_.tensors.size())).first;
-      plan_.tensors.push_back({v.name(), channel_axis_of(v), set, all_readers});
+      plan_.tensors.push_back({v.name(), channel_axis_of(v), set, all_readers, ""});
     }
     Plan::Tensor& t = plan_.tensors[static_cast<size_t>(it->second)];
     t.all_readers = t.all_readers || all_readers;

@@ -624,6 +624,10 @@ void register_elementwise(KernelRegistry& r) {
   TETHER_UNARY_P("HardSigmoid", hard_sigmoid,
                  UnaryParams{init.node.attr_float("alpha", 0.2f), init.node.attr_float("beta", 0.5f)});
   TETHER_UNARY_P("Gelu", gelu, UnaryParams{0, 0, 0, init.node.attr_string("approximate", "none") == "tanh"});
+  // ONNX's Gelu for models of opsets before 20 (passes::fuse_gelu writes it).
+  r.add("Gelu", [](const KernelInit& init) {
+    return unary_kernel<gelu>(UnaryParams{0, 0, 0, init.node.attr_string("approximate", "none") == "tanh"});
+  }, float_only, "ai.tether");
   TETHER_UNARY_P("Elu", elu, UnaryParams{init.node.attr_float("alpha", 1.0f)});
   TETHER_UNARY_P("Selu", selu,
                  UnaryParams{init.node.attr_float("alpha", 1.67326319217681884765625f), 0,

@@ -156,9 +156,11 @@ void register_elementwise(KernelRegistry& r) {
   r.add("HardSigmoid", [](const KernelInit& i) -> std::unique_ptr<Kernel> {
     return std::make_unique<UnaryKernel>(Activation{kHardSigmoid, i.node.attr_float("alpha", 0.2f), i.node.attr_float("beta", 0.5f)});
   }, float_input);
-  r.add("Gelu", [](const KernelInit& i) -> std::unique_ptr<Kernel> {
+  auto gelu = [](const KernelInit& i) -> std::unique_ptr<Kernel> {
     return std::make_unique<UnaryKernel>(Activation{i.node.attr_string("approximate", "none") == "tanh" ? kGeluTanh : kGelu, 0, 0});
-  }, float_input);
+  };
+  r.add("Gelu", gelu, float_input);
+  r.add("Gelu", gelu, float_input, "ai.tether");  // passes::fuse_gelu's, before opset 20
   r.add("Clip", clip_kernel, clip_check);
 
   r.add("Add", binary<kAdd>, binary_check);
