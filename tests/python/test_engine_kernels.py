@@ -271,6 +271,31 @@ def test_lrn_with_an_even_window_matches_numpy(size):
     assert_matches(run_tether(model, {"x": x})[0], ref)
 
 
+def test_lrn_keeps_an_infinity_to_the_channels_whose_window_holds_it():
+    # onnxruntime slides a running sum of squares along the channels, so inf - inf makes every
+    # channel after an infinite one NaN; the definition sums each window alone (differential
+    # fuzzer, seed 205143). Channel 0 is inf at one pixel: with size 3 only channels 0 (inf / inf)
+    # and 1 (x / inf) read it.
+    x = randn(np.random.default_rng(17), 1, 4, 2, 2)
+    x[0, 0, 1, 1] = np.inf
+    alpha, beta, bias, size = 1e-4, 0.75, 1.0, 3
+    sq = np.stack([(x[:, max(0, c - 1):c + 2].astype(np.float64) ** 2).sum(axis=1) for c in range(4)], axis=1)
+    ref = (x / (bias + alpha / size * sq) ** beta).astype(np.float32)
+    got = run_tether(node_model("LRN", ["x"], {"x": x}, size=size), {"x": x})[0]
+    assert np.isnan(ref[0, 0, 1, 1]) and ref[0, 1, 1, 1] == 0 and np.isfinite(ref[0, 1:]).all()
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)  # NaN where ref is NaN, nowhere else
+
+
+def test_celu_with_alpha_zero_is_a_shape_error_naming_the_node():
+    # Celu divides by alpha; onnxruntime and onnx.reference follow the formula into NaN for
+    # x >= 0 (differential fuzzer, seed 202854).
+    x = randn(np.random.default_rng(18), 2, 5)
+    with pytest.raises(tt.ShapeError, match=r"Celu '\w+': alpha is 0.000000; Celu divides by it, so it must be finite "
+                                            r"and nonzero"):
+        run_tether(node_model("Celu", ["x"], {"x": x}, alpha=0.0), {"x": x})
+    check_against_ort(node_model("Celu", ["x"], {"x": x}, alpha=0.5), {"x": x})
+
+
 @pytest.mark.parametrize("axes", [None, [1], [2, 3], [0, 1, 2, 3], [-1]])
 def test_mean_variance_normalization_matches_onnxruntime(axes):
     x = randn(np.random.default_rng(15), 2, 3, 13, 5) * 3 + 1

@@ -1,6 +1,7 @@
 // Shape inference for elementwise ops: unary, binary and variadic with broadcasting,
 // comparisons, logic, Where, Cast. Small integer shape computations are tracked by value.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "ops/infer_context.h"
@@ -240,13 +241,22 @@ void cumulative(InferContext& ctx) {
 
 }  // namespace
 
+// Celu divides by alpha: 0 is not a Celu (its formula gives NaN for x >= 0).
+void celu(InferContext& ctx) {
+  const float alpha = ctx.attr_float("alpha", 1.0f);
+  if (alpha == 0.0f || !std::isfinite(alpha))
+    ctx.fail("alpha is " + std::to_string(alpha) + "; Celu divides by it, so it must be finite and nonzero");
+  same_as_input(ctx);
+}
+
 void register_elementwise(Registry& r) {
   for (const char* op : {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Gelu", "Softplus",
-                         "Softsign", "Elu", "Selu", "Celu", "Mish", "ThresholdedRelu", "Shrink", "Sqrt", "Exp", "Log",
+                         "Softsign", "Elu", "Selu", "Mish", "ThresholdedRelu", "Shrink", "Sqrt", "Exp", "Log",
                          "Neg", "Abs", "Reciprocal", "Erf", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Tan",
                          "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Clip", "BitwiseNot",
                          "ReverseSequence", "Swish"})
     r.add(op, same_as_input);
+  r.add("Celu", celu);
   for (const char* op : {"Softmax", "LogSoftmax", "Hardmax", "LpNormalization"}) r.add(op, along_axis);
   r.add("MeanVarianceNormalization", mean_variance);
   r.add("Trilu", trilu);
