@@ -115,6 +115,21 @@ def op_cases() -> list[OpCase]:
     one("MatMul-thin-batches-40x1x33x70", "MatMul", {"a": rand(40, 1, 33)}, {"b": rand(33, 70)})
     one("MatMul-batched-matrix-vector", "MatMul", {"a": rand(2, 3, 13), "b": rand(13)})
     one("Gemm-blocked-transB-bias-127x40x33", "Gemm", {"a": rand(127, 40)}, {"b": rand(33, 40), "c": rand(33)}, transB=1)
+    # Rows of whole vec4s (K and N multiples of 4: the vec4 GEMM on lavapipe), with M and N off
+    # its 8-row and 8-column blocks, bias of every broadcast form, broadcast batches.
+    one("MatMul-vec4-37x64x52", "MatMul", {"a": rand(37, 64)}, {"b": rand(64, 52)})
+    one("Gemm-vec4-col-bias-alpha-beta", "Gemm", {"a": rand(9, 12)}, {"b": rand(12, 20), "c": rand(20)}, alpha=0.5, beta=2.0)
+    one("Gemm-vec4-row-bias", "Gemm", {"a": rand(9, 12)}, {"b": rand(12, 20), "c": rand(9, 1)})
+    one("Gemm-vec4-matrix-bias", "Gemm", {"a": rand(9, 12)}, {"b": rand(12, 20), "c": rand(9, 20)})
+    one("MatMul-vec4-broadcast-batches", "MatMul", {"a": rand(2, 1, 5, 8), "b": rand(3, 8, 12)})
+    one("MatMul-vec4-one-row", "MatMul", {"a": rand(1, 96)}, {"b": rand(96, 100)})
+    chain("FusedMatMul-vec4-bias-relu", [_node("MatMul", ["x", "w"], ["m"]), _node("Add", ["m", "b"], ["a"]),
+                                         _node("Relu", ["a"], ["y"])],
+          {"x": rand(2, 7, 16)}, {"w": rand(16, 24), "b": rand(24)}, fused="ai.tether:FusedMatMul")
+    chain("FusedConv-1x1-vec4-residual-relu", [_node("Conv", ["x", "w", "b"], ["c"]), _node("Add", ["c", "r"], ["s"]),
+                                               _node("Relu", ["s"], ["y"])],
+          {"x": rand(2, 8, 4, 6), "r": rand(2, 12, 4, 6)}, {"w": rand(12, 8, 1, 1), "b": rand(12)},
+          fused="ai.tether:FusedConv")
     chain("FusedMatMul-bias-gelu", [_node("MatMul", ["x", "w"], ["m"]), _node("Add", ["m", "b"], ["a"]),
                                     _node("Gelu", ["a"], ["y"])],
           {"x": rand(2, 7, 13)}, {"w": rand(13, 5), "b": rand(5)}, fused="ai.tether:FusedMatMul", opset=20)

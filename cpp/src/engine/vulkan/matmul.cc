@@ -20,6 +20,28 @@ uint32_t gemm_tile(const Device& device) { return device.max_workgroup() >= 256 
 // Outputs per invocation along rows and columns of the blocked pipeline.
 constexpr uint32_t kBlock = 4;
 
+// gemm_vec4.comp: rows per invocation, columns per invocation (2 vec4s), invocations per
+// workgroup.
+constexpr uint32_t kVecRows = 8, kVecCols = 8, kVecGroup = 64;
+
+// A device whose invocations are lanes of a CPU's vector registers: loads cost per
+// instruction there, which the vec4 GEMM saves.
+bool cpu_device(const Device& device) { return device.physical().properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU; }
+
+// The vec4 GEMM reads A's and B's rows and writes C's as whole vec4s: K, N, the row strides and
+// the batch strides multiples of 4, neither operand transposed, each range 16-byte aligned.
+bool vec4_fits(const GemmPush& p, const std::vector<int64_t>& a_bs, const std::vector<int64_t>& b_bs,
+               const std::vector<const Range*>& ranges) {
+  if (p.a_cs != 1 || p.b_cs != 1 || p.K % 4 != 0 || p.N % 4 != 0 || p.a_rs % 4 != 0 || p.b_rs % 4 != 0) return false;
+  for (int64_t s : a_bs)
+    if (s % 4 != 0) return false;
+  for (int64_t s : b_bs)
+    if (s % 4 != 0) return false;
+  for (const Range* r : ranges)
+    if (r->offset % 16 != 0) return false;
+  return true;
+}
+
 }  // namespace
 
 GemmPipeline gemm_pipeline(Gpu& gpu, const Activation& act, bool bias, bool sum) {
@@ -34,6 +56,13 @@ GemmPipeline gemm_pipeline(Gpu& gpu, const Activation& act, bool bias, bool sum)
   out.one = &gpu.pipeline("gemm", 5, sizeof(GemmPush), spec);
   spec.push_back(kBlock);  // outputs per invocation along rows and columns
   out.blocked = &gpu.pipeline("gemm", 5, sizeof(GemmPush), spec);
+  if (cpu_device(gpu.device)) {
+    std::vector<uint32_t> vec{kVecGroup};
+    for (uint32_t v : act.spec()) vec.push_back(v);
+    vec.push_back(bias ? 1 : 0);
+    vec.push_back(sum ? 1 : 0);
+    out.vec4 = &gpu.pipeline("gemm_vec4", 5, sizeof(GemmPush), vec);
+  }
   return out;
 }
 
@@ -54,13 +83,24 @@ void record_gemm(Recorder& rec, const ir::Node& node, const GemmPipeline& pipeli
     push.a_bs[d] = d < pad ? 0 : static_cast<uint32_t>(sa[d - pad]);
     push.b_bs[d] = d < pad ? 0 : static_cast<uint32_t>(sb[d - pad]);
   }
+  const VkPhysicalDeviceLimits& limits = rec.device().limits();
+  if (pipelines.vec4 != nullptr && vec4_fits(push, a_bs, b_bs, {&a, &b, &sum, &c})) {
+    const int64_t gx = (push.N / 4 + kVecCols / 4 * kVecGroup - 1) / (kVecCols / 4 * kVecGroup);
+    const int64_t gy = (push.M + kVecRows - 1) / kVecRows;
+    if (gx <= limits.maxComputeWorkGroupCount[0] && gy <= limits.maxComputeWorkGroupCount[1] &&
+        batches <= limits.maxComputeWorkGroupCount[2]) {
+      if (push.M == 0 || push.N == 0 || batches == 0) return;
+      rec.dispatch(*pipelines.vec4, {a, b, bias, sum, c}, &push, sizeof push, static_cast<uint32_t>(gx),
+                   static_cast<uint32_t>(gy), static_cast<uint32_t>(batches));
+      return;
+    }
+  }
   // The blocked tiles where both sides fill at least half of one; else one output each.
   const uint32_t edge = gemm_tile(rec.device());
   const bool blocked = push.M >= edge * kBlock / 2 && push.N >= edge * kBlock / 2;
   const Pipeline& p = blocked ? *pipelines.blocked : *pipelines.one;
   const uint32_t ts = blocked ? edge * kBlock : edge;
   const int64_t gx = (push.N + ts - 1) / ts, gy = (push.M + ts - 1) / ts;
-  const VkPhysicalDeviceLimits& limits = rec.device().limits();
   if (gx > limits.maxComputeWorkGroupCount[0] || gy > limits.maxComputeWorkGroupCount[1] ||
       batches > limits.maxComputeWorkGroupCount[2])
     throw UnsupportedError(node.describe() + ": a product of " + std::to_string(batches) + " x " + std::to_string(push.M) +

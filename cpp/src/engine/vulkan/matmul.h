@@ -21,10 +21,12 @@ struct GemmPush {
 
 /// The GEMM's pipelines with this activation, and a bias and a summand or not: one output
 /// per invocation, and 4 x 4 outputs per invocation for products large enough to fill its
-/// larger tiles.
+/// larger tiles; on a device that runs invocations as CPU vector lanes (lavapipe), also the
+/// vec4 form (shaders/gemm_vec4.comp) for products whose rows are whole vec4s.
 struct GemmPipeline {
   const Pipeline* one = nullptr;
   const Pipeline* blocked = nullptr;
+  const Pipeline* vec4 = nullptr;  ///< nullptr on other devices
 };
 GemmPipeline gemm_pipeline(Gpu& gpu, const Activation& act, bool bias, bool sum);
 
