@@ -1,7 +1,7 @@
 // Conv and FusedConv (bias, a residual summand and an activation fused), 1-D and 2-D, NCHW:
 // 1x1 convolutions with unit strides and no padding as a GEMM per image (shaders/gemm.comp),
 // the others by the direct convolution of shaders/conv2d.comp (groups, depthwise, dilations,
-// strides, pads), each invocation a pixel of up to 8 output channels. ConvTranspose by shaders/conv_transpose2d.comp. Pads, auto_pad and the
+// strides, pads), each invocation 4 pixels of a row for up to 8 output channels. ConvTranspose by shaders/conv_transpose2d.comp. Pads, auto_pad and the
 // output sizes of ConvTranspose resolve as on the CPU engine (its conv_geometry).
 #include <algorithm>
 
@@ -63,6 +63,9 @@ bool pointwise(const KernelInit& init) {
     if (w->dims()[d] != 1) return false;
   return true;
 }
+
+// Output pixels per invocation of conv2d.comp, along a row (its PX).
+constexpr uint32_t kPixels = 4;
 
 // Output channels per invocation of conv2d.comp: the most of 8, 4 and 2 that divides a group's
 // output channels (1 for depthwise, and for weights of unknown shape).
@@ -126,7 +129,9 @@ class ConvKernel final : public GpuKernel {
       return;
     }
     ConvPush p = conv_push(node_, x, w, y, false);
-    p.n /= block_;  // an invocation per pixel and block of output channels
+    if (p.n == 0) return;  // an empty output
+    // An invocation per kPixels pixels of a row and block of output channels.
+    p.n = p.n / p.OW * ((p.OW + kPixels - 1) / kPixels) / block_;
     dispatch_1d(rec, *pipeline_, {x.range, w.range, bias, sum, y.range}, &p, sizeof p, p.n);
   }
 
