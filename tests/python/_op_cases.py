@@ -123,6 +123,8 @@ def op_cases() -> list[OpCase]:
     one("Gemm-vec4-matrix-bias", "Gemm", {"a": rand(9, 12)}, {"b": rand(12, 20), "c": rand(9, 20)})
     one("MatMul-vec4-broadcast-batches", "MatMul", {"a": rand(2, 1, 5, 8), "b": rand(3, 8, 12)})
     one("MatMul-vec4-one-row", "MatMul", {"a": rand(1, 96)}, {"b": rand(96, 100)})
+    one("Gemm-vec4-transB-bias-5x24x10", "Gemm", {"a": rand(5, 24)}, {"b": rand(10, 24), "c": rand(10)}, transB=1)
+    one("Gemm-vec4-transB-classifier-1x64x333", "Gemm", {"a": rand(1, 64)}, {"b": rand(333, 64), "c": rand(333)}, transB=1)
     chain("FusedMatMul-vec4-bias-relu", [_node("MatMul", ["x", "w"], ["m"]), _node("Add", ["m", "b"], ["a"]),
                                          _node("Relu", ["a"], ["y"])],
           {"x": rand(2, 7, 16)}, {"w": rand(16, 24), "b": rand(24)}, fused="ai.tether:FusedMatMul")

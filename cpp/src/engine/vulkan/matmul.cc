@@ -21,8 +21,9 @@ uint32_t gemm_tile(const Device& device) { return device.max_workgroup() >= 256 
 constexpr uint32_t kBlock = 4;
 
 // gemm_vec4.comp: rows per invocation, columns per invocation (2 vec4s), invocations per
-// workgroup.
+// workgroup; gemm_vec4_nt.comp's rows and columns per invocation.
 constexpr uint32_t kVecRows = 8, kVecCols = 8, kVecGroup = 64;
+constexpr uint32_t kNtRows = 4, kNtCols = 4;
 
 // A device whose invocations are lanes of a CPU's vector registers: loads cost per
 // instruction there, which the vec4 GEMM saves.
@@ -30,9 +31,12 @@ bool cpu_device(const Device& device) { return device.physical().properties.devi
 
 // The vec4 GEMM reads A's and B's rows and writes C's as whole vec4s: K, N, the row strides and
 // the batch strides multiples of 4, neither operand transposed, each range 16-byte aligned.
-bool vec4_fits(const GemmPush& p, const std::vector<int64_t>& a_bs, const std::vector<int64_t>& b_bs,
+// With `nt`, the form for a transposed B: B's rows (b_cs apart) run along K, and C is written
+// by floats (N any).
+bool vec4_fits(const GemmPush& p, bool nt, const std::vector<int64_t>& a_bs, const std::vector<int64_t>& b_bs,
                const std::vector<const Range*>& ranges) {
-  if (p.a_cs != 1 || p.b_cs != 1 || p.K % 4 != 0 || p.N % 4 != 0 || p.a_rs % 4 != 0 || p.b_rs % 4 != 0) return false;
+  if (p.a_cs != 1 || p.K % 4 != 0 || p.a_rs % 4 != 0) return false;
+  if (nt ? (p.b_rs != 1 || p.b_cs % 4 != 0) : (p.b_cs != 1 || p.N % 4 != 0 || p.b_rs % 4 != 0)) return false;
   for (int64_t s : a_bs)
     if (s % 4 != 0) return false;
   for (int64_t s : b_bs)
@@ -62,6 +66,7 @@ GemmPipeline gemm_pipeline(Gpu& gpu, const Activation& act, bool bias, bool sum)
     vec.push_back(bias ? 1 : 0);
     vec.push_back(sum ? 1 : 0);
     out.vec4 = &gpu.pipeline("gemm_vec4", 5, sizeof(GemmPush), vec);
+    out.vec4_nt = &gpu.pipeline("gemm_vec4_nt", 5, sizeof(GemmPush), vec);
   }
   return out;
 }
@@ -84,16 +89,20 @@ void record_gemm(Recorder& rec, const ir::Node& node, const GemmPipeline& pipeli
     push.b_bs[d] = d < pad ? 0 : static_cast<uint32_t>(sb[d - pad]);
   }
   const VkPhysicalDeviceLimits& limits = rec.device().limits();
-  if (pipelines.vec4 != nullptr && vec4_fits(push, a_bs, b_bs, {&a, &b, &sum, &c})) {
-    const int64_t gx = (push.N / 4 + kVecCols / 4 * kVecGroup - 1) / (kVecCols / 4 * kVecGroup);
-    const int64_t gy = (push.M + kVecRows - 1) / kVecRows;
-    if (gx <= limits.maxComputeWorkGroupCount[0] && gy <= limits.maxComputeWorkGroupCount[1] &&
-        batches <= limits.maxComputeWorkGroupCount[2]) {
-      if (push.M == 0 || push.N == 0 || batches == 0) return;
-      rec.dispatch(*pipelines.vec4, {a, b, bias, sum, c}, &push, sizeof push, static_cast<uint32_t>(gx),
-                   static_cast<uint32_t>(gy), static_cast<uint32_t>(batches));
-      return;
-    }
+  for (const bool nt : {false, true}) {
+    const Pipeline* vec = nt ? pipelines.vec4_nt : pipelines.vec4;
+    if (vec == nullptr || !vec4_fits(push, nt, a_bs, b_bs, {&a, &b, &sum, &c})) continue;
+    // Columns an invocation covers: 8 (two vec4s), or 4 with a transposed B.
+    const int64_t cols = nt ? kNtCols : kVecCols, rows = nt ? kNtRows : kVecRows;
+    const int64_t gx = (push.N + cols * kVecGroup - 1) / (cols * kVecGroup);
+    const int64_t gy = (push.M + rows - 1) / rows;
+    if (gx > limits.maxComputeWorkGroupCount[0] || gy > limits.maxComputeWorkGroupCount[1] ||
+        batches > limits.maxComputeWorkGroupCount[2])
+      break;
+    if (push.M == 0 || push.N == 0 || batches == 0) return;
+    rec.dispatch(*vec, {a, b, bias, sum, c}, &push, sizeof push, static_cast<uint32_t>(gx), static_cast<uint32_t>(gy),
+                 static_cast<uint32_t>(batches));
+    return;
   }
   // The blocked tiles where both sides fill at least half of one; else one output each.
   const uint32_t edge = gemm_tile(rec.device());

@@ -26,7 +26,8 @@ struct GemmPush {
 struct GemmPipeline {
   const Pipeline* one = nullptr;
   const Pipeline* blocked = nullptr;
-  const Pipeline* vec4 = nullptr;  ///< nullptr on other devices
+  const Pipeline* vec4 = nullptr;     ///< nullptr on other devices
+  const Pipeline* vec4_nt = nullptr;  ///< the vec4 form for a transposed B (gemm_vec4_nt.comp)
 };
 GemmPipeline gemm_pipeline(Gpu& gpu, const Activation& act, bool bias, bool sum);
 
