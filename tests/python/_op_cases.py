@@ -64,6 +64,9 @@ def op_cases() -> list[OpCase]:
                "Softsign", "HardSwish", "Mish"]:
         one(f"{op}-3x13", op, {"x": x})
     one("Tanh-large", "Tanh", {"x": rand(1, 127, lo=-60, hi=60)})
+    with_nan = rand(2, 9)
+    with_nan[0, ::3] = np.nan
+    one("Sign-nan", "Sign", {"x": with_nan})  # NaN stays NaN, as numpy and onnxruntime have it
     one("Sigmoid-large", "Sigmoid", {"x": rand(1, 127, lo=-90, hi=90)})
     one("Log-2x127", "Log", {"x": positive})
     one("Sqrt-2x127", "Sqrt", {"x": positive})

@@ -525,6 +525,17 @@ _FUZZ_FINDINGS = [
      r"input 1 \('c'\) is float32; Loop takes bool there"),
     ("ConvTranspose", {"x": np.ones((1, 1, 5, 5), _F), "w": np.ones((1, 1, 3, 2), _F)}, {"kernel_shape": [3, 4]}, 1,
      r"kernel_shape says 4 on spatial axis 1, the weight \[1, 1, 3, 2\] has 2"),
+    # A scalar axes input went unchecked by inference and reached the kernel out of range (a
+    # wild write); ONNX's axes are 1-D.
+    ("ReduceSum", {"x": np.array(3, np.int64), "a": np.array(1, np.int64)}, {}, 1, r"axes must be 1-D, got shape \[\]"),
+    # ConvTranspose read a bias of the wrong length past its end, and took more groups than
+    # input channels (a heap overflow).
+    ("ConvTranspose", {"x": np.ones((2, 2, 6), _F), "w": np.ones((2, 2, 3), _F), "b": np.ones((2, 2, 6), _F)}, {}, 1,
+     r"bias \[2, 2, 6\] must be 1-D with one value per output channel \(2\)"),
+    ("ConvTranspose", {"x": np.ones((2, 2, 6), _F), "w": np.ones((2, 2, 3), _F), "b": np.ones(5, _F)}, {}, 1,
+     r"bias \[5\] must be 1-D with one value per output channel \(2\)"),
+    ("ConvTranspose", {"x": np.ones((2, 2, 6), _F), "w": np.ones((2, 2, 3), _F)}, {"group": 255}, 1,
+     r"input has 2 channels, which 255 groups do not divide"),
     ("ArgMax", {"x": np.ones((0, 83), np.int16)}, {}, 1,
      r"axis 0 of the input \[0, 83\] is empty; there is no index to return"),
     ("Loop", {"m": np.array(-5, np.int64), "c": np.array(True), "v": np.ones(2, np.int64)}, {"body": _LOOP_BODY}, 2,

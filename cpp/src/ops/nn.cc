@@ -161,7 +161,15 @@ void conv_transpose(InferContext& ctx) {
   // The weight is (C_in, C_out / group, k...): its first dim must match the input's channels.
   if (w.has_rank() && w.rank() >= 1 && x[1].is_known() && w[0].is_known() && x[1].value() != w[0].value())
     ctx.fail("input has " + x[1].to_string() + " channels, weight expects " + w[0].to_string());
+  // Each group reads C_in / group input channels.
+  if (x[1].is_known() && x[1].value() % group != 0)
+    ctx.fail("input has " + x[1].to_string() + " channels, which " + std::to_string(group) + " groups do not divide");
   Dim channels = w.has_rank() && w.rank() >= 2 ? w[1] * Dim(group) : Dim();
+  if (ctx.num_inputs() > 2 && ctx.has_input(2)) {
+    const Shape& b = ctx.input_shape(2);
+    if (b.has_rank() && (b.rank() != 1 || (b[0].is_known() && channels.is_known() && b[0].value() != channels.value())))
+      ctx.fail("bias " + b.to_string() + " must be 1-D with one value per output channel (" + channels.to_string() + ")");
+  }
   std::vector<Dim> out{x[0], channels};
   std::vector<int64_t> kernel = ctx.attr_ints("kernel_shape");
   if (!kernel.empty() && kernel.size() != k)

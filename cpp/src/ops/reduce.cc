@@ -15,6 +15,10 @@ void reduce(InferContext& ctx) {
   if (ctx.has_attr("axes")) axes = ctx.attr_ints("axes");
   else if (ctx.has_input(1)) axes = ctx.input_ints(1);
   else axes = std::vector<int64_t>{};
+  if (!ctx.has_attr("axes") && ctx.has_input(1)) {
+    const Shape& a = ctx.input_shape(1);
+    if (a.has_rank() && a.rank() != 1) ctx.fail("axes must be 1-D, got shape " + a.to_string());
+  }
   if (!x.has_rank()) {
     ctx.set_output(0, dt, Shape());
     return;

@@ -96,6 +96,7 @@ float shrink(float x, const UnaryParams& p) { return x < -p.alpha ? x + p.beta :
 template <typename T>
 T sign_of(T x) {
   if constexpr (std::is_unsigned_v<T>) return x > 0 ? T(1) : T(0);
+  else if constexpr (std::is_floating_point_v<T>) return x > 0 ? T(1) : x < 0 ? T(-1) : x == x ? T(0) : x;  // NaN stays
   else return x > 0 ? T(1) : x < 0 ? T(-1) : T(0);
 }
 

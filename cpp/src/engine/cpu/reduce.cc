@@ -15,10 +15,15 @@ namespace {
 enum class Reduce { kSum, kMean, kMax, kMin, kProd, kL1, kL2, kLogSum, kLogSumExp, kSumSquare };
 
 // Which dims a reduction reduces, given its axes (attribute or input) for this input rank.
+// Shape inference has checked the axes; an axis out of range here is an internal error.
 std::vector<bool> reduced_dims(const std::vector<int64_t>& axes, size_t rank, bool noop_empty, bool* noop) {
   std::vector<bool> red(rank, axes.empty() && !noop_empty);
   *noop = axes.empty() && noop_empty;
-  for (int64_t a : axes) red[static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(rank) : a)] = true;
+  const auto r = static_cast<int64_t>(rank);
+  for (int64_t a : axes) {
+    TETHER_CHECK(a >= -r && a < r, "reduction axis out of range after inference");
+    red[static_cast<size_t>(a < 0 ? a + r : a)] = true;
+  }
   return red;
 }
 

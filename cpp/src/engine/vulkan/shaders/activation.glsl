@@ -66,7 +66,7 @@ float activate(float v) {
   if (OP == 22u) return v <= 0.0 ? OP_B * (OP_A * exp(v) - OP_A) : OP_B * v;  // Selu (alpha, gamma)
   if (OP == 23u) return sin(v);
   if (OP == 24u) return cos(v);
-  if (OP == 25u) return sign(v);
+  if (OP == 25u) return isnan(v) ? v : sign(v);  // NaN stays NaN
   if (OP == 26u) return roundEven(v);                               // Round: halves to even
   if (OP == 27u) return v / (1.0 + abs(v));                         // Softsign
   if (OP == 28u) return max(v, 0.0) + min(0.0, OP_A * (exp(v / OP_A) - 1.0));  // Celu
