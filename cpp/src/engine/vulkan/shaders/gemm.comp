@@ -22,15 +22,7 @@ layout(std430, binding = 1) readonly buffer B { act_t b[]; };
 layout(std430, binding = 2) readonly buffer Bias { act_t bias[]; };
 layout(std430, binding = 3) readonly buffer Sum { act_t sum[]; };
 layout(std430, binding = 4) writeonly buffer C { act_t c[]; };
-layout(push_constant, std430) uniform Push {
-  uint M, N, K;
-  uint bdims[4];          // the batch dims, outermost first (padded with 1)
-  uint a_bs[4], b_bs[4];  // A's and B's strides along them (0 where broadcast)
-  uint a_rs, a_cs;        // op(A)[i][k] = a[a_rs * i + a_cs * k]
-  uint b_rs, b_cs;        // op(B)[k][j] = b[b_rs * k + b_cs * j]
-  uint bias_rs, bias_cs;  // bias[i][j] = bias[bias_rs * i + bias_cs * j]
-  float alpha, beta;
-} p;
+#include "gemm_push.glsl"
 
 shared float As[TS * R * TS];  // row-major, TS R rows of TS
 shared float Bs[TS * TS * R];  // row-major, TS rows of TS R
@@ -39,13 +31,8 @@ void main() {
   uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y;
   uint row0 = gl_WorkGroupID.y * TS * R, col0 = gl_WorkGroupID.x * TS * R;
   uint batch = gl_WorkGroupID.z;
-  uint r = batch, aoff = 0, boff = 0;
-  for (int d = 3; d >= 0; --d) {
-    uint i = r % p.bdims[d];
-    r /= p.bdims[d];
-    aoff += i * p.a_bs[d];
-    boff += i * p.b_bs[d];
-  }
+  uint aoff, boff;
+  batch_offsets(batch, aoff, boff);
   float acc[kMaxR][kMaxR];
   for (uint i = 0; i < R; ++i)
     for (uint j = 0; j < R; ++j) acc[i][j] = 0.0;

@@ -33,15 +33,7 @@ layout(std430, binding = 1) readonly buffer B { act4_t b[]; };
 layout(std430, binding = 2) readonly buffer Bias { act_t bias[]; };
 layout(std430, binding = 3) readonly buffer Sum { act4_t sum[]; };
 layout(std430, binding = 4) writeonly buffer C { act4_t c[]; };
-layout(push_constant, std430) uniform Push {
-  uint M, N, K;
-  uint bdims[4];          // the batch dims, outermost first (padded with 1)
-  uint a_bs[4], b_bs[4];  // A's and B's strides along them, in floats (0 where broadcast)
-  uint a_rs, a_cs;        // A[i][k] = a[a_rs * i + k] (a_cs is 1)
-  uint b_rs, b_cs;        // B[k][j] = b[b_rs * k + j] (b_cs is 1)
-  uint bias_rs, bias_cs;  // bias[i][j] = bias[bias_rs * i + bias_cs * j]
-  float alpha, beta;
-} p;
+#include "gemm_push.glsl"
 
 void main() {
   // Invocation x takes column vec4s x + g * (the workgroup's width) for g < CN: neighbouring
@@ -49,13 +41,8 @@ void main() {
   const uint width = gl_WorkGroupSize.x * gl_NumWorkGroups.x;
   const uint row0 = gl_WorkGroupID.y * RM;
   const uint batch = gl_WorkGroupID.z;
-  uint r = batch, aoff = 0, boff = 0;
-  for (int d = 3; d >= 0; --d) {
-    uint i = r % p.bdims[d];
-    r /= p.bdims[d];
-    aoff += i * p.a_bs[d];
-    boff += i * p.b_bs[d];
-  }
+  uint aoff, boff;
+  batch_offsets(batch, aoff, boff);
   const uint n4 = p.N / 4, k4 = p.K / 4;
   uint cols[CN];
   for (uint g = 0; g < CN; ++g) cols[g] = min(gl_GlobalInvocationID.x + g * width, n4 - 1);

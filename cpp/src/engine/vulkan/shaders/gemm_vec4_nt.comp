@@ -26,28 +26,15 @@ layout(std430, binding = 1) readonly buffer B { act4_t b[]; };
 layout(std430, binding = 2) readonly buffer Bias { act_t bias[]; };
 layout(std430, binding = 3) readonly buffer Sum { act_t sum[]; };
 layout(std430, binding = 4) writeonly buffer C { act_t c[]; };
-layout(push_constant, std430) uniform Push {
-  uint M, N, K;
-  uint bdims[4];          // the batch dims, outermost first (padded with 1)
-  uint a_bs[4], b_bs[4];  // A's and B's strides along them, in floats (0 where broadcast)
-  uint a_rs, a_cs;        // A[i][k] = a[a_rs * i + k] (a_cs is 1)
-  uint b_rs, b_cs;        // B^T[k][j] = b[k + b_cs * j] (b_rs is 1)
-  uint bias_rs, bias_cs;  // bias[i][j] = bias[bias_rs * i + bias_cs * j]
-  float alpha, beta;
-} p;
+#include "gemm_push.glsl"
 
 void main() {
   // Invocation x takes columns x + g * (the grid's width) for g < CN.
   const uint width = gl_WorkGroupSize.x * gl_NumWorkGroups.x;
   const uint row0 = gl_WorkGroupID.y * RM;
   const uint batch = gl_WorkGroupID.z;
-  uint r = batch, aoff = 0, boff = 0;
-  for (int d = 3; d >= 0; --d) {
-    uint i = r % p.bdims[d];
-    r /= p.bdims[d];
-    aoff += i * p.a_bs[d];
-    boff += i * p.b_bs[d];
-  }
+  uint aoff, boff;
+  batch_offsets(batch, aoff, boff);
   const uint k4 = p.K / 4;
   uint arow[RM], brow[CN];
   for (uint i = 0; i < RM; ++i) arow[i] = (aoff + min(row0 + i, p.M - 1) * p.a_rs) / 4;
