@@ -525,6 +525,10 @@ _FUZZ_FINDINGS = [
      r"input 1 \('c'\) is float32; Loop takes bool there"),
     ("ConvTranspose", {"x": np.ones((1, 1, 5, 5), _F), "w": np.ones((1, 1, 3, 2), _F)}, {"kernel_shape": [3, 4]}, 1,
      r"kernel_shape says 4 on spatial axis 1, the weight \[1, 1, 3, 2\] has 2"),
+    # A Loop-carried value without its initial value (an empty input name): the kernel copied
+    # it from a null pointer.
+    ("Loop", {"m": np.array(2, np.int64), "c": np.array(True), "v": None}, {"body": _LOOP_BODY}, 2,
+     r"loop-carried value 0 \(input 2\) is empty; each needs an initial value"),
     # A scalar axes input went unchecked by inference and reached the kernel out of range (a
     # wild write); ONNX's axes are 1-D.
     ("ReduceSum", {"x": np.array(3, np.int64), "a": np.array(1, np.int64)}, {}, 1, r"axes must be 1-D, got shape \[\]"),

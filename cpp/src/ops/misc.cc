@@ -206,7 +206,11 @@ void loop(InferContext& ctx) {
   // body's output (of no iterations the output is the initial value itself).
   const auto& ins = body_attr->as_graph()->inputs();
   for (size_t i = 0; i < carried; ++i) {
-    const DType init = ctx.has_input(i + 2) ? ctx.input_dtype(i + 2) : DType::kUndefined;
+    // (M and cond may be empty; a loop-carried value needs its initial value.)
+    if (!ctx.has_input(i + 2))
+      ctx.fail("loop-carried value " + std::to_string(i) + " (input " + std::to_string(i + 2) +
+               ") is empty; each needs an initial value");
+    const DType init = ctx.input_dtype(i + 2);
     for (const ir::Value* v : {ins[i + 2], outs[i + 1]}) {
       const DType body = v->type().dtype();
       if (init != DType::kUndefined && body != DType::kUndefined && body != init)
