@@ -47,19 +47,11 @@ ir::Value* other_than(const ir::Node& n, const ir::Value* known) {
   return nullptr;
 }
 
-// n = c * v or v * c for a scalar constant c near `want`: returns v.
-ir::Value* times_constant(const ir::Node& n, double want) {
+// Binary `n`'s operand beside a scalar constant near `want` (c * v, v * c, 1 + v, ...): v.
+ir::Value* beside_constant(const ir::Node& n, double want) {
   if (n.inputs().size() != 2) return nullptr;
   for (size_t side = 0; side < 2; ++side)
     if (near(scalar(n.input(side)), want)) return n.input(1 - side);
-  return nullptr;
-}
-
-// n = 1 + v or v + 1 (an Add): returns v.
-ir::Value* plus_one(const ir::Node& n) {
-  if (n.inputs().size() != 2) return nullptr;
-  for (size_t side = 0; side < 2; ++side)
-    if (near(scalar(n.input(side)), 1.0)) return n.input(1 - side);
   return nullptr;
 }
 
@@ -73,7 +65,7 @@ struct Match {
 bool one_plus_f(ir::Value* s, ir::Value* x, const ir::Node& reader, Match& m) {
   ir::Node* add = only_into(s, "Add", reader);
   if (add == nullptr) return false;
-  ir::Value* f = plus_one(*add);
+  ir::Value* f = beside_constant(*add, 1.0);
   if (f == nullptr) return false;
   ir::Node* fn = f->producer();
   if (fn == nullptr || fn->output(0) != f || !only_reader(*f, *add) || fn->inputs().size() != 1) return false;
@@ -84,17 +76,17 @@ bool one_plus_f(ir::Value* s, ir::Value* x, const ir::Node& reader, Match& m) {
   if (is_onnx(*fn, "Erf")) {
     const bool div = is_onnx(*scale, "Div") && scale->inputs().size() == 2 && scale->input(0) == x &&
                      near(scalar(scale->input(1)), std::sqrt(2.0));
-    const bool mul = is_onnx(*scale, "Mul") && times_constant(*scale, 1.0 / std::sqrt(2.0)) == x;
+    const bool mul = is_onnx(*scale, "Mul") && beside_constant(*scale, 1.0 / std::sqrt(2.0)) == x;
     if (!div && !mul) return false;
     nodes = {scale};
   } else if (is_onnx(*fn, "Tanh")) {
     // sqrt(2/pi) * inner, inner = x + 0.044715 * x^3
     if (!is_onnx(*scale, "Mul")) return false;
-    ir::Value* inner = times_constant(*scale, std::sqrt(2.0 / M_PI));
+    ir::Value* inner = beside_constant(*scale, std::sqrt(2.0 / M_PI));
     ir::Node* sum = inner != nullptr ? only_into(inner, "Add", *scale) : nullptr;
     ir::Value* cubic_term = sum != nullptr ? other_than(*sum, x) : nullptr;
     ir::Node* coef = cubic_term != nullptr ? only_into(cubic_term, "Mul", *sum) : nullptr;
-    ir::Value* cube = coef != nullptr ? times_constant(*coef, 0.044715) : nullptr;
+    ir::Value* cube = coef != nullptr ? beside_constant(*coef, 0.044715) : nullptr;
     ir::Node* pow = cube != nullptr ? cube->producer() : nullptr;
     if (pow == nullptr || !only_reader(*cube, *coef)) return false;
     if (is_onnx(*pow, "Pow") && pow->inputs().size() == 2 && pow->input(0) == x && near(scalar(pow->input(1)), 3.0)) {
@@ -131,7 +123,7 @@ std::optional<Match> match(ir::Node& out) {
       if (!near(scalar(factors[half]), 0.5)) continue;
       for (int xi = 0; xi < 3; ++xi) {
         const int si = 3 - half - xi;
-        if (xi == half || si == half || si < 0 || si > 2) continue;
+        if (xi == half) continue;
         ir::Value* x = factors[xi];
         if (x == nullptr || constant_of(x)) continue;
         Match m;
