@@ -289,7 +289,9 @@ class Model:
         ``False`` (``"never"``) keeps them inside, and fails for a file over 2 GiB;
         ``"auto"`` (or ``None``) keeps them inside unless the file would exceed 2 GiB.
         Files are written to temporary names and renamed into place, so saving over the
-        model's own files is safe.
+        model's own files is safe. A ``location`` that is the model file itself, names a
+        folder, or leads out of the model's folder through a symlink is refused with
+        :class:`tether.ArgumentError` before anything is written.
 
         Example:
             >>> model.save("m.onnx", external_data=True)    # doctest: +SKIP

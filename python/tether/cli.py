@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 
 import tether
+from tether._regular_file import open_regular
 from tether.parity import (
     PROFILES,
     GoldenError,
@@ -174,15 +175,16 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _quantize(args: argparse.Namespace) -> int:
-    if not os.path.exists(args.data):
-        raise tether.ArgumentError(f"--data '{args.data}' does not exist")
-    try:
-        npz = np.load(args.data, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise tether.ArgumentError(f"--data '{args.data}' is not an .npz file of arrays: {e}") from None
-    with npz:
-        data = {k: npz[k] for k in npz.files if k != args.labels_key}
-        labels = npz[args.labels_key] if args.labels_key in npz.files else None
+    with open_regular(args.data, what="--data") as f:
+        try:
+            npz = np.load(f, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as e:
+            raise tether.ArgumentError(f"--data '{args.data}' is not an .npz file of arrays: {e}") from None
+        if not isinstance(npz, np.lib.npyio.NpzFile):
+            raise tether.ArgumentError(f"--data '{args.data}' is not an .npz file of arrays: it holds one array")
+        with npz:
+            data = {k: npz[k] for k in npz.files if k != args.labels_key}
+            labels = npz[args.labels_key] if args.labels_key in npz.files else None
     if args.html and args.eval_samples <= 0:
         raise tether.ArgumentError("--html needs evaluation samples (--eval-samples > 0)")
     if args.max_accuracy_drop is not None and labels is None:

@@ -65,7 +65,8 @@ struct SaveResult {
 /// Saves `model` to `path`. Files are written to temporary names and renamed into place, so
 /// a model can be saved over the files it was loaded from, and a failed save leaves the old
 /// files intact. Throws WriteError when a file cannot be written, ArgumentError for bad
-/// options or a single file over 2 GiB with kNever.
+/// options, a single file over 2 GiB with kNever, or an external data location that is the
+/// model file itself, names a folder, or leads out of the model's folder through a link.
 SaveResult save_model(const Model& model, const std::string& path, const SaveOptions& options = {});
 
 /// The model as ONNX bytes, every tensor inside. Throws ArgumentError when the result

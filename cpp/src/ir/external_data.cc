@@ -82,6 +82,28 @@ std::string resolve(const std::string& base_dir, const std::string& location, co
   return real.string();
 }
 
+void check_save_location(const std::string& model_path, const std::string& location, const std::string& where) {
+  check_relative(location, where);
+  const fs::path loc(location);
+  const fs::path model(model_path);
+  if (loc.filename().empty() || loc.filename() == ".")
+    throw ExternalDataError(where + ": external data location '" + location + "' names a folder, not a file");
+  std::error_code ec;
+  const fs::path base = fs::weakly_canonical(model.has_parent_path() ? model.parent_path() : fs::path("."), ec);
+  if (ec) throw ExternalDataError(where + ": the model's folder cannot be resolved: " + ec.message());
+  // The folder as the links in it lead; the file itself is replaced by a rename, link or not.
+  const fs::path dir = loc.has_parent_path() ? fs::weakly_canonical(base / loc.parent_path(), ec) : base;
+  if (ec) throw ExternalDataError(where + ": external data folder of '" + location + "' cannot be resolved: " + ec.message());
+  if (!is_within(dir, base))
+    throw ExternalDataError(where + ": external data location '" + location + "' leads through a symbolic link to '" +
+                            dir.string() + "', outside the model's folder '" + base.string() +
+                            "'; load would refuse it, so save does not write there");
+  if ((dir / loc.filename()).lexically_normal() == (base / model.filename()).lexically_normal())
+    throw ExternalDataError(where + ": external data location '" + location +
+                            "' is the model file itself; the data needs a file of its own, e.g. '" +
+                            model.filename().string() + ".data'");
+}
+
 std::shared_ptr<const util::FileMap> MapCache::get(const std::string& path, const std::string& where) {
   auto it = maps_.find(path);
   if (it != maps_.end()) return it->second;

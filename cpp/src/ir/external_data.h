@@ -33,6 +33,13 @@ void check_relative(const std::string& location, const std::string& where);
 /// file is missing or escapes.
 std::string resolve(const std::string& base_dir, const std::string& location, const std::string& where);
 
+/// Checks a location that save is about to write the external data of the model file
+/// `model_path` to: check_relative(), a file name (not a folder), a folder that stays inside the
+/// model's folder once symbolic links are followed (load would refuse data outside it), and a
+/// file other than the model file itself (both are renamed into place: the second would replace
+/// the first). Throws ExternalDataError naming `where`; writes nothing.
+void check_save_location(const std::string& model_path, const std::string& location, const std::string& where);
+
 /// Maps each external file once per load.
 class MapCache {
  public:

@@ -293,7 +293,7 @@ SaveResult save_model(const Model& model, const std::string& path, const SaveOpt
   if (model_path.filename().empty()) throw ArgumentError("'" + path + "' names a folder, not a model file");
   const std::string location = options.location.empty() ? model_path.filename().string() + ".data" : options.location;
   try {
-    external::check_relative(location, "'" + path + "'");
+    external::check_save_location(path, location, "'" + path + "'");
   } catch (const ExternalDataError& e) {
     // Here the location is an option of this call, not something read from a model.
     throw ArgumentError(e.what());

@@ -1,43 +1,26 @@
 #include "util/file_map.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "tether/error.h"
+#include "util/regular_file.h"
 
 namespace tether::util {
 
-namespace {
-struct Fd {
-  int fd;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-}  // namespace
-
 std::shared_ptr<const FileMap> FileMap::open(const std::string& path) {
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) {
-    int err = errno;
-    if (err == ENOENT || err == ENOTDIR)
-      throw ModelNotFoundError("'" + path + "': no such file");
-    throw ModelError("'" + path + "': cannot open: " + std::strerror(err));
-  }
-  struct stat st {};
-  if (::fstat(f.fd, &st) != 0) throw ModelError("'" + path + "': cannot stat: " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) throw ModelError("'" + path + "': not a regular file");
+  ReadableFile file(path);
+  if (file.missing()) throw ModelNotFoundError(file.error());
+  if (!file.ok()) throw ModelError(file.error());
 
   std::shared_ptr<FileMap> map(new FileMap());
   map->path_ = path;
-  map->size_ = static_cast<int64_t>(st.st_size);
+  map->size_ = file.size();
   if (map->size_ == 0) return map;
-  void* p = ::mmap(nullptr, static_cast<size_t>(map->size_), PROT_READ, MAP_PRIVATE, f.fd, 0);
+  void* p = ::mmap(nullptr, static_cast<size_t>(map->size_), PROT_READ, MAP_PRIVATE, file.fd(), 0);
   if (p == MAP_FAILED) throw ModelError("'" + path + "': cannot map: " + std::strerror(errno));
   map->data_ = static_cast<std::byte*>(p);
   return map;

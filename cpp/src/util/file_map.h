@@ -12,8 +12,9 @@ namespace tether::util {
 /// mapping hold a shared_ptr to it, so the mapping lives as long as any of them.
 class FileMap {
  public:
-  /// Maps `path`. Throws ModelNotFoundError when the file does not exist,
-  /// ModelError when it cannot be opened or mapped (a folder, no permission).
+  /// Maps `path`. Throws ModelNotFoundError when the file does not exist, ModelError when it
+  /// cannot be opened or mapped (no permission) or is not a regular file (a folder, a FIFO, a
+  /// device: refused before anything is read, see ReadableFile, so that a FIFO never blocks).
   static std::shared_ptr<const FileMap> open(const std::string& path);
 
   ~FileMap();

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from tether import _core
+from tether._regular_file import open_regular
 from tether.parity._types import InputSpec
 
 _SIGNATURE_PREFIX = re.compile(r"^serving_default_")
@@ -79,8 +80,8 @@ class LiteRTRunner:
             self.path: str | None = None
         else:
             self.path = os.fspath(path_or_bytes)
-            if not os.path.exists(self.path):
-                raise _core.ArgumentError(f"TFLite model '{self.path}' does not exist")
+            # The interpreter reads the path itself: a FIFO or device there would block it.
+            open_regular(self.path, what="TFLite model").close()
             source = {"model_path": self.path}
         self.interpreter = _interpreter_class()(**source, num_threads=threads)
         self.interpreter.allocate_tensors()

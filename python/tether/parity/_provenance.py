@@ -9,7 +9,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from tether import _core
 from tether._model import Model
+from tether._regular_file import open_regular
 
 _SCOPES = "pkg.torch.onnx.name_scopes"
 _CLASSES = "pkg.torch.onnx.class_hierarchy"
@@ -107,7 +109,8 @@ def node_origins(model: Model) -> dict[str, NodeOrigin]:
     import onnx
 
     if model.path and os.path.isfile(model.path):
-        proto = onnx.load(model.path, load_external_data=False)
+        with open_regular(model.path, what="model file", error=_core.ModelError) as f:
+            proto = onnx.load(f, load_external_data=False)
     else:
         proto = onnx.load_from_string(model.to_bytes())
     out = {}

@@ -4,13 +4,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine/vulkan/device.h"
 #include "engine/vulkan/shaders.h"
+#include "tether/error.h"
+#include "util/atomic_file.h"
+#include "util/regular_file.h"
 
 namespace tether::engine::vulkan {
 
@@ -24,6 +25,10 @@ struct FileHeader {
   uint64_t checksum;  // FNV-1a of that data
   uint64_t shaders;   // hash of the embedded shaders of the tether build that wrote it
 };
+
+// Far above what a driver makes of tether's shaders, far below what would strain memory: a
+// larger file is not read at all.
+constexpr int64_t kMaxFileBytes = int64_t{64} << 20;
 
 uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
   const auto* p = static_cast<const uint8_t*>(data);
@@ -101,12 +106,29 @@ PipelineCacheFile::PipelineCacheFile(const PhysicalDevice& device) : shaders_(sh
   std::snprintf(name, sizeof name, "%04x-%04x-%08x-", p.vendorID, p.deviceID, p.driverVersion);
   path_ = folder + "/pipelines-" + name + hex(p.pipelineCacheUUID, VK_UUID_SIZE) + ".bin";
 
-  std::ifstream f(path_, std::ios::binary);
-  if (!f) {
+  util::ReadableFile f(path_);
+  if (f.missing()) {
     load_note_ = "none yet at " + path_;
     return;
   }
-  const std::vector<char> file((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (!f.ok()) {
+    // Something that is not a regular file (a folder, a FIFO, a device) is not tether's to
+    // replace: it is left as it is and the cache is neither read nor written.
+    skip_save_ = f.not_regular();
+    load_note_ = f.error() + (skip_save_ ? "; ignored and left in place: pipelines are built anew by each process"
+                                         : "; ignored, it will be replaced");
+    return;
+  }
+  if (f.size() > kMaxFileBytes) {
+    load_note_ = path_ + " ignored: it holds " + bytes_text(f.size()) + ", over the " + bytes_text(kMaxFileBytes) +
+                 " a pipeline cache may take; it will be replaced";
+    return;
+  }
+  std::vector<char> file(static_cast<size_t>(f.size()));
+  if (!f.read_at(file.data(), f.size(), 0)) {
+    load_note_ = f.error() + "; ignored, it will be replaced";
+    return;
+  }
   FileHeader h{};
   const char* why = nullptr;
   if (file.size() < sizeof h) {
@@ -130,28 +152,34 @@ PipelineCacheFile::PipelineCacheFile(const PhysicalDevice& device) : shaders_(sh
 
 void PipelineCacheFile::save(const std::vector<uint8_t>& data) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (path_.empty() || data == on_disk_) return;  // the driver added nothing: no write
+  if (path_.empty() || skip_save_ || data == on_disk_) return;  // nothing new, or not tether's file to replace
+  if (static_cast<int64_t>(sizeof(FileHeader) + data.size()) > kMaxFileBytes) {
+    save_note_ = "not written: " + bytes_text(static_cast<int64_t>(data.size())) + " is over the " +
+                 bytes_text(kMaxFileBytes) + " a pipeline cache may take; pipelines are built anew by each process";
+    return;
+  }
   const std::string folder = path_.substr(0, path_.rfind('/'));
-  const std::string tmp = path_ + ".tmp" + std::to_string(::getpid());
-  auto fail = [&](const char* doing, const std::string& what) {
-    save_note_ = "not written: " + std::string(doing) + " " + what + " failed (" + std::strerror(errno) +
+  if (!make_folders(folder)) {
+    save_note_ = "not written: making " + folder + " failed (" + std::strerror(errno) +
                  "); pipelines are built anew by each process";
-    std::remove(tmp.c_str());
-  };
-  if (!make_folders(folder)) return fail("making", folder);
+    return;
+  }
   FileHeader h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.bytes = data.size();
   h.checksum = fnv1a(data.data(), data.size());
   h.shaders = shaders_;
-  {
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (f == nullptr) return fail("opening", tmp);
-    const bool ok = std::fwrite(&h, sizeof h, 1, f) == 1 &&
-                    (data.empty() || std::fwrite(data.data(), data.size(), 1, f) == 1);
-    if (std::fclose(f) != 0 || !ok) return fail("writing", tmp);
+  try {
+    // A temporary file of a fresh name (never one that exists, so never a FIFO or a link
+    // planted there) renamed over the path: a reader sees the old file or the whole new one.
+    util::AtomicFile out(path_);
+    out.write(&h, sizeof h);
+    out.write(data.data(), static_cast<int64_t>(data.size()));
+    out.commit();
+  } catch (const WriteError& e) {
+    save_note_ = std::string("not written: ") + e.what() + "; pipelines are built anew by each process";
+    return;
   }
-  if (std::rename(tmp.c_str(), path_.c_str()) != 0) return fail("renaming", tmp + " to " + path_);
   on_disk_ = data;
   save_note_ = "wrote " + bytes_text(static_cast<int64_t>(data.size())) + " to " + path_;
 }

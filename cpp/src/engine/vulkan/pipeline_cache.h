@@ -1,8 +1,10 @@
 // The Vulkan pipeline cache on disk: what a device's driver made of tether's shaders, kept in a
 // file per device and driver so that a later process builds its pipelines from it (a second
 // compile of a model is fast). A file that is missing, corrupt, from another device, driver or
-// tether build, or a folder that cannot be written, never fails a compile: the cache is then
-// started empty or not saved, and note() says so for the compile report.
+// tether build, over 64 MiB (its size is checked before anything is read), or a folder that
+// cannot be written, never fails a compile: the cache is then started empty or not saved, and
+// note() says so for the compile report. A path that holds something other than a regular file
+// (a folder, a FIFO, a device, a link to one) is never opened for reading nor replaced.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +48,7 @@ class PipelineCacheFile {
   uint64_t shaders_ = 0;     // the hash of tether's embedded shaders
   mutable std::mutex mutex_;
   std::string load_note_, save_note_;
+  bool skip_save_ = false;  // the path holds something that is not a regular file: left alone
 };
 
 }  // namespace tether::engine::vulkan
