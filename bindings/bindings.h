@@ -25,9 +25,10 @@ void register_quant_methods(pyb::module_& m);
 /// arrays. Throws ArgumentError for types numpy lacks.
 pyb::object tensor_to_numpy(const ir::Tensor& t, bool writeable = false);
 /// A tensor borrowing the bytes of `value` (a numpy array, made C-contiguous first when it is
-/// not), which is appended to `keep`: the tensor is valid while `keep` holds it. `what` names
-/// the value in errors ("input 'x'"). Throws ArgumentError for a non-array or a dtype tether
-/// lacks.
+/// not, and converted to native byte order when it is byte-swapped, e.g. '>f4'), which is
+/// appended to `keep`: the tensor is valid while `keep` holds it. `what` names the value in
+/// errors ("input 'x'"). Throws ArgumentError for a non-array or a dtype tether lacks
+/// (structured and object arrays included).
 ir::Tensor borrow_numpy(const pyb::handle& value, const std::string& what, std::vector<pyb::array>& keep);
 /// Named numpy inputs borrowed as tensors; the arrays stay referenced here, so the GIL may be
 /// released while the tensors are read.

@@ -99,8 +99,13 @@ ir::DType numpy_dtype(const pyb::dtype& dt, const std::string& what) {
 ir::Tensor borrow_numpy(const pyb::handle& value, const std::string& what, std::vector<pyb::array>& keep) {
   pyb::array arr = pyb::array::ensure(value);
   if (!arr) throw ArgumentError(what + " is not an array");
-  if (!(arr.flags() & pyb::array::c_style)) arr = pyb::module_::import("numpy").attr("ascontiguousarray")(arr);
   const ir::DType dt = numpy_dtype(arr.dtype(), what);
+  // Kernels read values in the machine's byte order: a byte-swapped array ('>f4' on x86-64) is
+  // converted here, where every numpy array enters, into a native C-contiguous copy.
+  if (!arr.dtype().attr("isnative").cast<bool>())
+    arr = arr.attr("astype")(arr.dtype().attr("newbyteorder")("="), pyb::arg("order") = "C");
+  else if (!(arr.flags() & pyb::array::c_style))
+    arr = pyb::module_::import("numpy").attr("ascontiguousarray")(arr);
   std::vector<int64_t> dims(arr.shape(), arr.shape() + arr.ndim());
   const auto nbytes = static_cast<int64_t>(arr.nbytes());
   ir::Tensor t = ir::Tensor::from_buffer(dt, dims, ir::Buffer::borrow(arr.data(), nbytes, nullptr));

@@ -360,8 +360,10 @@ struct CalibratorOptions {
 /// Observes tensors of a float model batch by batch on the CPU engine.
 class Calibrator {
  public:
-  /// Compiles `model` so that each of `tensors` (value name, channel axis) stays computed.
-  /// Throws ArgumentError for a name that is no float32 value of the model.
+  /// Compiles `model` so that each of `tensors` (value name, channel axis: >= 0, or -1 for
+  /// none) stays computed. Throws ArgumentError for a name that is no float32 value of the
+  /// model, or a channel axis below -1 or not below the tensor's rank (checked here where the
+  /// rank is known, else at the first batch).
   Calibrator(const ir::Model& model, const std::vector<std::pair<std::string, int>>& tensors,
              const CalibratorOptions& options);
   ~Calibrator();
@@ -413,9 +415,10 @@ class Calibrator {
 std::string write_tensorrt_cache(const std::map<std::string, float>& scales,
                                  const std::string& header = "TRT-8601-EntropyCalibration2");
 /// Parses a TensorRT calibration cache (the header is checked, not returned; blank lines are
-/// skipped; 1 to 8 hex digits of either case are accepted). Throws ParseError naming the line
-/// number and text of a missing header, a line without ": ", an empty name, a value that is
-/// not hex or not a finite non-negative float, or a name that appears twice.
+/// skipped; lines end at "\n", "\r\n" or a lone "\r"; 1 to 8 hex digits of either case are
+/// accepted). Throws ParseError naming the line number and text of a missing header, a line
+/// that is not valid UTF-8, a line without ": ", an empty name, a value that is not hex or
+/// not a finite non-negative float, or a name that appears twice.
 std::map<std::string, float> read_tensorrt_cache(const std::string& text);
 
 /// ncnn's int8 table as ncnn2table writes it: per quantized layer, "<layer>_param_0" followed by
@@ -430,12 +433,13 @@ struct NcnnTable {
 /// written in the shortest form that reads back as the same float (ncnn2table prints "%f",
 /// which drops digits; ncnn's reader accepts both). Throws ArgumentError for a layer name that
 /// is empty, holds white space or "_param_" (ncnn would split it or take it for a weight
-/// line), or is longer than ncnn's 255-character keys allow, and for a layer without weight
-/// scales.
+/// line), or is longer than ncnn's 255-character keys allow, for a layer without weight
+/// scales, and for a NaN, zero or negative scale.
 std::string write_ncnn_table(const NcnnTable& table);
 /// Parses an ncnn table (fields separated by spaces or tabs, blank lines skipped). Throws
-/// ParseError naming the line number and text of a line with no scale, a field that is not a
-/// number, an input line with more than one scale, a "_param_N" line other than "_param_0"
+/// ParseError naming the line number and text of a line that is not valid UTF-8, a line with
+/// no scale, a field that is not a number, a NaN, zero, negative or -inf scale or one past
+/// float32's range (+inf is read: ncnn2table writes it for an all-zero channel), an input line with more than one scale, a "_param_N" line other than "_param_0"
 /// (ncnn's MultiHeadAttention entries), or a layer that appears twice.
 NcnnTable read_ncnn_table(const std::string& text);
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string_view>
 
 #include "tether/engine.h"
@@ -38,6 +39,18 @@ int64_t batch_samples(const Batch& batch, int64_t batch_index) {
   if (n <= 0)
     throw ArgumentError("calibration batch " + std::to_string(batch_index) + (n < 0 ? " has no inputs" : " has no samples"));
   return n;
+}
+
+// Statistics keep per-channel extremes only along an axis the tensor has: any other axis
+// would silently track nothing, so it is refused (-1 asks for no channels).
+// `rank` is nullopt where it is not known yet.
+void check_channel_axis(const std::string& name, int axis, std::optional<size_t> rank) {
+  if (axis == -1) return;
+  const std::string what = "cannot track the channels of '" + name + "' along axis " + std::to_string(axis);
+  if (axis < -1) throw ArgumentError(what + ": a channel axis is 0 or more (-1 tracks no channels)");
+  if (rank && static_cast<size_t>(axis) >= *rank)
+    throw ArgumentError(what + ": it has rank " + std::to_string(*rank) +
+                        (*rank == 0 ? " (no axes)" : " (axes 0 to " + std::to_string(*rank - 1) + ")"));
 }
 
 // Sample i of a batch, borrowing the batch's memory.
@@ -218,6 +231,8 @@ struct Calibrator::Impl {
     std::string first_bad;
     session->run_observe(batch, names, [&](const engine::ObservedValue& v) {
       TensorStats& s = *slots[v.index];
+      // A rank unknown when compiling is known now.
+      check_channel_axis(v.name, s.channel_axis, v.dims.size());
       const int64_t before = s.nonfinite;
       observe(s, static_cast<const float*>(v.data), v.dims);
       if (s.nonfinite != before && first_bad.empty()) first_bad = v.name;
@@ -241,6 +256,8 @@ Calibrator::Calibrator(const ir::Model& model, const std::vector<std::pair<std::
                           ", calibration observes float32 values");
     if (v->producer() == nullptr && !v->is_input())
       throw ArgumentError("cannot observe '" + name + "': it is a constant, not a value computed from the inputs");
+    const ir::Shape& shape = v->type().shape();
+    check_channel_axis(name, axis, shape.has_rank() ? std::optional<size_t>(shape.rank()) : std::nullopt);
   }
   impl_->options = options;
   for (const auto& [name, axis] : tensors) {

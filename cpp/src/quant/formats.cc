@@ -10,23 +10,23 @@
 #include <cstdio>
 
 #include "tether/quant.h"
+#include "util/utf8.h"
 
 namespace tether::quant {
 
 namespace {
 
-// Lines of `text` without their '\n' (and a '\r' before it); no empty last line for a
-// trailing newline.
+// Lines of `text` without their line ends: "\n", "\r\n" or a lone "\r" (files passed through
+// old Mac tools; neither format allows a '\r' inside an entry). No empty last line for a
+// trailing line end.
 std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> lines;
   size_t begin = 0;
   while (begin < text.size()) {
-    size_t end = text.find('\n', begin);
+    size_t end = text.find_first_of("\r\n", begin);
     if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(begin, end - begin);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    lines.push_back(std::move(line));
-    begin = end + 1;
+    lines.push_back(text.substr(begin, end - begin));
+    begin = end + (text.compare(end, 2, "\r\n") == 0 ? 2 : 1);
   }
   return lines;
 }
@@ -40,6 +40,11 @@ std::string quoted_line(const std::string& line) {
 
 [[noreturn]] void parse_error(const char* file, size_t index, const std::string& line, const std::string& why) {
   throw ParseError(std::string(file) + " line " + std::to_string(index + 1) + " " + quoted_line(line) + ": " + why);
+}
+
+// Names come back to Python as str, and both toolchains write UTF-8 (ASCII in practice).
+void check_utf8_line(const char* file, size_t index, const std::string& line) {
+  if (!util::is_valid_utf8(line)) parse_error(file, index, line, "the line is not valid UTF-8");
 }
 
 std::string float_text(float v) {
@@ -75,12 +80,37 @@ void check_ncnn_layer(const std::string& layer) {
     throw ArgumentError(what + " is longer than ncnn's keys (255 characters with '_param_0')");
 }
 
+// A scale of an ncnn table is 127 / max|x|: positive, and +inf where ncnn2table divided by
+// the 0 of an all-zero channel or blob (tables it writes hold "inf" then). NaN, zero and
+// negative scales mean nothing to ncnn and would poison, zero or flip every value.
+bool ncnn_scale_ok(float v) { return v > 0.0f; }
+
+// The writer refuses what the reader would.
+void check_ncnn_scale(const std::string& layer, float scale) {
+  if (!ncnn_scale_ok(scale))
+    throw ArgumentError(std::string(kNcnn) + ": layer '" + layer + "' has scale " + float_text(scale) +
+                        ", expected a positive float (127 / max|x|)");
+}
+
 // The shortest text that reads back as the same float (ncnn2table prints "%f", which drops
 // digits; ncnn's reader takes any form sscanf("%f") accepts).
 std::string shortest(float v) {
   char buf[64];
   const auto res = std::to_chars(buf, buf + sizeof buf, v);
   return std::string(buf, res.ptr);
+}
+
+// One scale field of line `index`, as a float32; a ParseError naming the line otherwise.
+float ncnn_scale(size_t index, const std::string& line, const std::string& token) {
+  float v = 0;
+  const auto res = std::from_chars(token.data(), token.data() + token.size(), v);
+  if (res.ec == std::errc::result_out_of_range)
+    parse_error(kNcnn, index, line, "the scale " + quoted_line(token) + " is out of float32's range");
+  if (res.ec != std::errc() || res.ptr != token.data() + token.size())
+    parse_error(kNcnn, index, line, quoted_line(token) + " is not a number");
+  if (!ncnn_scale_ok(v))
+    parse_error(kNcnn, index, line, "the scale " + float_text(v) + " is not positive (ncnn scales are 127 / max|x|)");
+  return v;
 }
 
 std::vector<std::string> tokens(const std::string& line) {
@@ -120,10 +150,12 @@ std::map<std::string, float> read_tensorrt_cache(const std::string& text) {
   const std::vector<std::string> lines = split_lines(text);
   if (lines.empty() || lines[0].rfind("TRT-", 0) != 0)
     parse_error(kTrt, 0, lines.empty() ? "" : lines[0], "expected a header like 'TRT-8601-EntropyCalibration2'");
+  check_utf8_line(kTrt, 0, lines[0]);
   std::map<std::string, float> scales;
   for (size_t i = 1; i < lines.size(); ++i) {
     const std::string& line = lines[i];
     if (blank(line)) continue;
+    check_utf8_line(kTrt, i, line);
     // The value holds no ": ", so the last one separates it from a name that may hold some.
     const size_t sep = line.rfind(": ");
     if (sep == std::string::npos) parse_error(kTrt, i, line, "expected '<tensor name>: <8 hex digits>'");
@@ -148,6 +180,7 @@ std::string write_ncnn_table(const NcnnTable& table) {
     if (scales.empty()) throw ArgumentError(std::string(kNcnn) + ": layer '" + layer + "' has no weight scales");
     out += layer + kWeightSuffix;
     for (float s : scales) {
+      check_ncnn_scale(layer, s);
       out += ' ';
       out += shortest(s);
     }
@@ -155,6 +188,7 @@ std::string write_ncnn_table(const NcnnTable& table) {
   }
   for (const auto& [layer, scale] : table.input_scales) {
     check_ncnn_layer(layer);
+    check_ncnn_scale(layer, scale);
     out += layer;
     out += ' ';
     out += shortest(scale);
@@ -171,15 +205,10 @@ NcnnTable read_ncnn_table(const std::string& text) {
     const std::string& line = lines[i];
     const std::vector<std::string> t = tokens(line);
     if (t.empty()) continue;
+    check_utf8_line(kNcnn, i, line);
     if (t.size() == 1) parse_error(kNcnn, i, line, "expected a name followed by scales");
     std::vector<float> values;
-    for (size_t k = 1; k < t.size(); ++k) {
-      float v = 0;
-      const auto res = std::from_chars(t[k].data(), t[k].data() + t[k].size(), v);
-      if (res.ec != std::errc() || res.ptr != t[k].data() + t[k].size())
-        parse_error(kNcnn, i, line, "'" + t[k] + "' is not a number");
-      values.push_back(v);
-    }
+    for (size_t k = 1; k < t.size(); ++k) values.push_back(ncnn_scale(i, line, t[k]));
     const std::string& key = t[0];
     const size_t mark = key.find("_param_");
     if (mark == std::string::npos) {

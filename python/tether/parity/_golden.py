@@ -21,10 +21,13 @@ import uuid
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
+from tether import _core
+from tether._regular_file import open_regular
+from tether.parity._inputs import native_byte_order
 from tether.parity._types import InputSpec
 
 _FORMAT = "tether.golden"
@@ -63,7 +66,8 @@ class GoldenBundle:
 
 
 def _checked(arrays: dict[str, Any], where: str) -> _Arrays:
-    out = {name: np.asarray(value) for name, value in arrays.items()}
+    # Native byte order on disk and in memory: stored inputs then match feeds bit for bit.
+    out = {name: native_byte_order(value) for name, value in arrays.items()}
     for name, arr in out.items():
         if not isinstance(name, str) or not name:
             raise GoldenError(f"{where}: tensor names must be non-empty strings, got {name!r}")
@@ -78,7 +82,8 @@ def _describe(arrays: _Arrays) -> list[dict[str, Any]]:
 
 def _is_bundle(path: Path) -> bool:
     try:
-        return json.loads((path / _INDEX).read_text(encoding="utf-8")).get("format") == _FORMAT
+        with open_regular(path / _INDEX, what="golden bundle index", error=GoldenError) as f:
+            return json.loads(f.read().decode("utf-8")).get("format") == _FORMAT
     except (OSError, ValueError, AttributeError):
         return False
 
@@ -153,10 +158,13 @@ def _read_index(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     index = path / _INDEX
     if not path.is_dir():
         raise GoldenError(f"{path}: no golden bundle directory here")
-    if not index.is_file():
+    if not index.exists():
         raise GoldenError(f"{index}: missing; expected the bundle index written by save_golden")
     try:
-        doc = json.loads(index.read_text(encoding="utf-8"))
+        with open_regular(index, what="golden bundle index", error=GoldenError) as f:
+            doc = json.loads(f.read().decode("utf-8"))
+    except GoldenError:
+        raise
     except (OSError, ValueError) as e:
         raise GoldenError(f"{index}: not readable JSON: {e}") from e
     if not isinstance(doc, dict) or doc.get("format") != _FORMAT:
@@ -176,18 +184,24 @@ def _load_sample(file: Path, entry: dict[str, Any]) -> _Sample:
                   for side, key in (("in", "inputs"), ("out", "outputs")) for t in entry[key]}
     except (KeyError, TypeError) as e:
         raise GoldenError(f"{file}: its entry in {_INDEX} is malformed: {e!r}") from e
-    if not file.is_file():
+    if not file.exists():
         raise GoldenError(f"{file}: missing; {_INDEX} lists {len(wanted)} tensors in it")
-    if not zipfile.is_zipfile(file):
-        raise GoldenError(f"{file}: not an npz (zip) file")
+    with open_regular(file, what="golden sample file", error=GoldenError) as f:
+        if not zipfile.is_zipfile(f):
+            raise GoldenError(f"{file}: not an npz (zip) file")
+        f.seek(0)
+        return _read_sample(f, file, wanted)
+
+
+def _read_sample(f: BinaryIO, file: Path, wanted: dict[str, tuple[int, str, str]]) -> _Sample:
     sample: _Sample = ({}, {})
     key = ""
     try:
-        with np.load(file, allow_pickle=False) as z:
+        with np.load(f, allow_pickle=False) as z:
             if set(z.files) != set(wanted):
                 raise GoldenError(f"{file}: holds {sorted(z.files)}, expected {sorted(wanted)} as listed in {_INDEX}")
             for key, (side, name, stated) in wanted.items():
-                a = z[key]
+                a = native_byte_order(z[key])  # a bundle written elsewhere may hold '>f4'
                 if (found := f"{a.dtype.name}{list(a.shape)}") != stated:
                     raise GoldenError(f"{file}: '{key}' is {found}, expected {stated} as listed in {_INDEX}")
                 sample[side][name] = a
@@ -202,7 +216,8 @@ def load_golden(path: str | os.PathLike[str]) -> GoldenBundle:
     """Read and validate a bundle written by :func:`save_golden`.
 
     Raises:
-        GoldenError: the directory, index or a sample file is missing; the format name or version
+        GoldenError: the directory, index or a sample file is missing or is not a regular file (a
+            FIFO or device is refused before any read); the format name or version
             is wrong; a sample's names, dtypes or shapes disagree with the index; an array needs pickle.
 
     Example:
@@ -233,7 +248,7 @@ def model_sha256(model: str | os.PathLike[str] | bytes) -> str:
     path = Path(model)
     extras = sorted(p for p in path.parent.iterdir() if p.name.startswith(path.name + ".") and p.is_file())
     for p in [path, *extras]:
-        with open(p, "rb") as f:
+        with open_regular(p, what="model file", error=_core.ModelError) as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
     return h.hexdigest()
@@ -269,7 +284,7 @@ def write_onnx_test_dir(
             if names is not None and (set(names) != set(arrays) or len(names) != len(arrays)):
                 raise GoldenError(f"sample {k} {prefix}s: has {sorted(arrays)}, expected exactly {names}")
             for i, name in enumerate(list(arrays) if names is None else names):
-                tensor = numpy_helper.from_array(np.asarray(arrays[name]), name)
+                tensor = numpy_helper.from_array(native_byte_order(arrays[name]), name)
                 (data_set / f"{prefix}_{i}.pb").write_bytes(tensor.SerializeToString())
     return directory
 
@@ -290,7 +305,8 @@ def _read_tensors(data_set: Path, prefix: str) -> _Arrays:
     for i, file in enumerate(_numbered(data_set, rf"{prefix}_(\d+)\.pb", f"{prefix} files")):
         tensor = onnx.TensorProto()
         try:
-            tensor.ParseFromString(file.read_bytes())
+            with open_regular(file, what="ONNX test data file", error=GoldenError) as f:
+                tensor.ParseFromString(f.read())
             arr = numpy_helper.to_array(tensor)
         except (DecodeError, ValueError, TypeError) as e:
             raise GoldenError(f"{file}: not a readable TensorProto: {e}") from e
@@ -378,7 +394,7 @@ class GoldenRunner:
         Raises:
             GoldenError: no sample matches; the message names the differing input of the closest one.
         """
-        feeds = {n: np.asarray(a) for n, a in feeds.items()}
+        feeds = {n: native_byte_order(a) for n, a in feeds.items()}
         best: tuple[int, int, str] | None = None  # (number of differing inputs, sample, first difference)
         for k, (inputs, outputs) in enumerate(self.bundle.samples):
             names = [*inputs, *(n for n in feeds if n not in inputs)]

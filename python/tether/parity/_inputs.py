@@ -10,9 +10,23 @@ from typing import Any
 import numpy as np
 
 from tether import _core
+from tether._regular_file import open_regular
 from tether.parity._types import InputSpec
 
 Feeds = dict[str, np.ndarray]
+
+
+def native_byte_order(array: Any) -> np.ndarray:
+    """``array`` as a numpy array in the machine's byte order: itself when it already is, else a
+    converted copy (same values and dtype kind), so that every runner reads the values a
+    byte-swapped array such as ``'>f4'`` holds.
+
+    Example:
+        >>> native_byte_order(np.array([1.5], ">f4")).dtype == np.float32
+        True
+    """
+    a = np.asarray(array)
+    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
 
 
 def generate_inputs(specs: Sequence[InputSpec], *, seed: int = 0, batches: int = 1,
@@ -157,7 +171,8 @@ def iter_feeds(data: Any, specs: Sequence[InputSpec] | None = None) -> Iterator[
 
     ``data`` may be one array (a single-input model), a dict of arrays, a path to a ``.npz``
     file (one batch, keyed by input name), a list of arrays matched to the inputs in order, or
-    any iterable of those (each item one batch). Arrays are not copied.
+    any iterable of those (each item one batch). Arrays are not copied, except byte-swapped
+    ones (``'>f4'`` on a little-endian machine), which are converted to native byte order.
 
     Example:
         >>> spec = InputSpec("x", np.dtype("float32"), (2,))
@@ -167,13 +182,13 @@ def iter_feeds(data: Any, specs: Sequence[InputSpec] | None = None) -> Iterator[
     names = [s.name for s in specs or []]
     if isinstance(data, str | os.PathLike):
         path = os.fspath(data)
-        yield load_npz(path)
+        yield {k: native_byte_order(v) for k, v in load_npz(path).items()}
         return
     if isinstance(data, np.ndarray):
         yield _one(data, names)
         return
     if isinstance(data, Mapping):
-        yield {str(k): np.asarray(v) for k, v in data.items()}
+        yield {str(k): native_byte_order(v) for k, v in data.items()}
         return
     if isinstance(data, tuple) and all(isinstance(a, np.ndarray) for a in data):
         yield _positional(list(data), names)
@@ -190,9 +205,9 @@ def iter_feeds(data: Any, specs: Sequence[InputSpec] | None = None) -> Iterator[
         if isinstance(item, np.ndarray):
             yield _one(item, names)
         elif isinstance(item, Mapping):
-            yield {str(k): np.asarray(v) for k, v in item.items()}
+            yield {str(k): native_byte_order(v) for k, v in item.items()}
         elif isinstance(item, tuple | list):
-            yield _positional([np.asarray(a) for a in item], names)
+            yield _positional(list(item), names)
         else:
             raise _core.ArgumentError(f"a batch of type {type(item).__name__} is not understood: give an array, a "
                                       "dict of arrays or a tuple of arrays")
@@ -200,7 +215,8 @@ def iter_feeds(data: Any, specs: Sequence[InputSpec] | None = None) -> Iterator[
 
 def load_npz(path: str | os.PathLike[str]) -> Feeds:
     """The arrays of an ``.npz`` file by key, read in full; ArgumentError naming the file when it
-    does not exist, is not an npz archive or holds something other than plain arrays.
+    does not exist, is not a regular file (a folder, a FIFO, a device: refused before any read),
+    is not an npz archive or holds something other than plain arrays.
 
     Example:
         >>> load_npz("/etc/hostname")                          # doctest: +SKIP
@@ -208,27 +224,25 @@ def load_npz(path: str | os.PathLike[str]) -> Feeds:
         tether.ArgumentError: input file '/etc/hostname' is not an .npz archive of arrays (...)
     """
     path = os.fspath(path)
-    if not os.path.exists(path):
-        raise _core.ArgumentError(f"input file '{path}' does not exist")
-    if os.path.isdir(path):
-        raise _core.ArgumentError(f"input file '{path}' is a directory, not an .npz file")
-    if not zipfile.is_zipfile(path):
-        raise _core.ArgumentError(f"input file '{path}' is not an .npz archive of arrays (np.savez writes one)")
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            return {k: npz[k] for k in npz.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        raise _core.ArgumentError(f"input file '{path}' is not a readable .npz of plain arrays: {e}") from None
+    with open_regular(path, what="input file") as f:
+        if not zipfile.is_zipfile(f):
+            raise _core.ArgumentError(f"input file '{path}' is not an .npz archive of arrays (np.savez writes one)")
+        f.seek(0)
+        try:
+            with np.load(f, allow_pickle=False) as npz:
+                return {k: npz[k] for k in npz.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+            raise _core.ArgumentError(f"input file '{path}' is not a readable .npz of plain arrays: {e}") from None
 
 
 def _one(array: np.ndarray, names: list[str]) -> Feeds:
     if len(names) != 1:
         raise _core.ArgumentError(f"one array was given, but the model takes {len(names)} inputs {names}: "
                                   "give a dict of arrays by input name")
-    return {names[0]: array}
+    return {names[0]: native_byte_order(array)}
 
 
 def _positional(arrays: list[np.ndarray], names: list[str]) -> Feeds:
     if len(arrays) != len(names):
         raise _core.ArgumentError(f"{len(arrays)} arrays were given, but the model takes {len(names)} inputs {names}")
-    return dict(zip(names, arrays, strict=True))
+    return {n: native_byte_order(a) for n, a in zip(names, arrays, strict=True)}

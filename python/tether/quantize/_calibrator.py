@@ -25,6 +25,43 @@ def _default_batch(model: Model) -> int:
     return shape[0] if shape and isinstance(shape[0], int) and shape[0] > 0 else 32
 
 
+def _channel_axis(name: str, axis: Any, shape: tuple[Any, ...] | None) -> int:
+    """``axis`` of tensor ``name`` as the core takes it: in ``[0, rank)``, or -1 for None (no
+    channels tracked). An axis outside the tensor's rank would leave its channels untracked
+    without a word, so it is refused."""
+    if axis is None:
+        return -1
+    if isinstance(axis, bool) or not isinstance(axis, int | np.integer):
+        raise _core.ArgumentError(f"tensor '{name}': channel axis {axis!r} is not an int (or None for no channels)")
+    axis = int(axis)
+    if shape is None:
+        if axis < 0 or axis > np.iinfo(np.int32).max:
+            raise _core.ArgumentError(f"tensor '{name}' has an unknown rank, so channel axis {axis} cannot be "
+                                      "checked or counted from the end; give an axis from 0 up")
+        return axis
+    rank = len(shape)
+    if not -rank <= axis < rank:
+        valid = f"axes {-rank} to {rank - 1}" if rank else "no axes"
+        raise _core.ArgumentError(f"tensor '{name}' has rank {rank}, so it has no channel axis {axis} ({valid})")
+    return axis % rank
+
+
+def _observed(model: Model, tensors: Sequence[Any]) -> list[tuple[str, int]]:
+    """``tensors`` (names, or ``(name, channel_axis)`` pairs) as the core's (name, axis) pairs."""
+    types = model.value_types()
+    out = []
+    for t in tensors:
+        if isinstance(t, str):
+            out.append((t, -1))
+            continue
+        if not isinstance(t, tuple | list) or len(t) != 2 or not isinstance(t[0], str):
+            raise _core.ArgumentError(f"tensors: {t!r} is neither a name nor a (name, channel_axis) pair")
+        info = types.get(t[0])
+        # A name the model lacks is left to the core, whose error says so.
+        out.append((t[0], -1 if info is None else _channel_axis(t[0], t[1], info.shape)))
+    return out
+
+
 def iter_batches(data: Any, model: Model, batch_size: int | None = None) -> Iterator[Feeds]:
     """Calibration data as a stream of feeds, each a batch along axis 0 of every input.
 
@@ -77,8 +114,9 @@ class Calibrator:
 
     ``model``: a prepared float model (see :func:`tether.quantize.prepare`) or anything
     :func:`tether.load` takes. ``tensors``: value names, or ``(name, channel_axis)`` pairs
-    (channels along that axis are tracked to report dead ones); by default every tensor the
-    ``profile``'s plan quantizes.
+    (channels along that axis are tracked to report dead ones; a negative axis counts from the
+    end, ``None`` tracks none; an axis the tensor does not have raises ArgumentError); by default
+    every tensor the ``profile``'s plan quantizes.
 
     Example:
         >>> cal = tt.quantize.Calibrator("model.onnx")          # doctest: +SKIP
@@ -96,10 +134,7 @@ class Calibrator:
         self.model = prepare(source)
         self.options = make_options(profile, options)
         self.plan = plan(self.model, self.options)
-        if tensors is None:
-            observed = self.plan.observed()
-        else:
-            observed = [(t, -1) if isinstance(t, str) else (str(t[0]), int(t[1])) for t in tensors]
+        observed = self.plan.observed() if tensors is None else _observed(self.model, tensors)
         self._core = _core.Calibrator(self.model._core, observed, bins, 0 if threads is None else int(threads),
                                       skip_nonfinite)
         self.bins = bins

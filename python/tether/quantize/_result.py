@@ -15,6 +15,19 @@ from tether.quantize._evaluate import LayerSensitivity
 from tether.quantize._summary import QuantizationSummary
 
 
+def _ncnn_scale(absmax: float) -> float:
+    """ncnn's scale 127 / absmax in float32; 1 where that is not a finite positive float (an
+    all-zero channel, or one so small that 127 / absmax overflows), as for tether's own scales.
+
+    Example:
+        >>> _ncnn_scale(0.5), _ncnn_scale(0.0), _ncnn_scale(1e-45)
+        (254.0, 1.0, 1.0)
+    """
+    with np.errstate(over="ignore", divide="ignore"):
+        scale = np.float32(127) / np.float32(absmax) if absmax > 0 else np.float32(1)
+    return float(scale) if np.isfinite(scale) and scale > 0 else 1.0
+
+
 @dataclass
 class QuantParams:
     """Scale and zero point of one tensor: scalars per tensor, vectors along ``axis``."""
@@ -103,10 +116,9 @@ class QuantizeResult:
             axis = p.weight_axis if p.weight_axis >= 0 else None
             absmax = (np.abs(w).max(axis=tuple(d for d in range(w.ndim) if d != axis)) if axis is not None
                       else np.abs(w).max(keepdims=True))
-            weights[p.node] = [float(np.float32(127) / a) if a > 0 else 1.0 for a in np.atleast_1d(absmax)]
+            weights[p.node] = [_ncnn_scale(a) for a in np.atleast_1d(absmax)]
             lo, hi, _ = self.ranges[p.inputs[0]]
-            threshold = max(abs(lo), abs(hi))
-            inputs[p.node] = float(np.float32(127) / np.float32(threshold)) if threshold > 0 else 1.0
+            inputs[p.node] = _ncnn_scale(max(abs(lo), abs(hi)))
         return weights, inputs
 
     def write_ncnn_table(self, path: str | os.PathLike[str]) -> None:
