@@ -140,16 +140,21 @@ def compile(  # noqa: A001 - the public name mirrors the lifecycle: load, compil
     ``device``: ``"cpu"``; ``"vulkan"`` (the first discrete GPU, else an integrated, virtual or
     CPU Vulkan device) or ``"vulkan:N"`` (device N of :func:`devices`). On Vulkan, nodes the
     Vulkan backend lacks run on the CPU in the same session, their inputs and outputs copied
-    between host and device once per run; ``Session.report`` lists each such node and why.
-    ``strict=True`` raises UnsupportedError naming those nodes instead.
+    between host and device once per run; ``Session.report`` lists each such node and why
+    (a node whose Vulkan kernel cannot take its shapes, known at compile, is one; with shapes
+    known only at run, the plan for shapes the kernel refuses runs it on the CPU).
+    ``strict=True`` raises UnsupportedError naming those nodes instead (at compile, or at the
+    run whose shapes the kernel refuses).
     ``threads``: threads per run on the CPU (default: one per physical core). ``optimize``:
     apply the graph passes first. ``profile``: time every kernel (see :meth:`Session.profile`).
     ``keep``: value names the passes must leave computed (never fused into another kernel),
     for tools that observe intermediates. ``max_memory``: bytes one run may take for its
-    intermediates, outputs and scratch on the CPU (default: the machine's physical memory); a
-    run that would need more, because of its input shapes or of sizes computed from data
-    (ConstantOfShape, Expand, Tile, Range, Resize, ...), raises MemoryLimitError naming the
-    node, value, shape and bytes before allocating anything. ``precision``: ``"fp32"``, or on a
+    intermediates, outputs and scratch, on every device (default: the machine's physical
+    memory); on Vulkan it counts host and device memory together (the device arena, staging,
+    the host memory of CPU-fallback nodes, the outputs). A run that would need more, because of
+    its input shapes or of sizes computed from data (ConstantOfShape, Expand, Tile, Range,
+    Resize, ...), raises MemoryLimitError naming the node, value, shape and bytes before
+    allocating anything. ``precision``: ``"fp32"``, or on a
     Vulkan device whose ``fp16_storage`` is true (see :func:`devices`) ``"fp16"``: float tensors
     and float weights are kept as float16 in device memory (half the bytes), arithmetic stays
     float32; expect relative errors around 1e-3 against float32.

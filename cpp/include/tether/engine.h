@@ -40,8 +40,8 @@ struct CompileOptions {
   /// On a Vulkan device: refuse (UnsupportedError naming them) nodes the Vulkan backend cannot
   /// run, instead of running them on the CPU in the same session. No effect on "cpu".
   bool strict = false;
-  /// Bytes one run may take for its intermediates, outputs and scratch (CPU engine): a run
-  /// whose plan needs more, or whose single value would, raises MemoryLimitError naming the
+  /// Bytes one run may take for its intermediates, outputs and scratch, host and device
+  /// memory together (every device): a run whose plan needs more, or whose single value would, raises MemoryLimitError naming the
   /// node, value, shape and bytes before allocating anything. 0: the machine's physical memory.
   int64_t max_memory = 0;
   /// "fp32" (the default), or on a Vulkan device "fp16": float tensors and float weights kept

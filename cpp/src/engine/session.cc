@@ -225,7 +225,7 @@ CpuSession::CpuSession(const ir::Model& model, const CompileOptions& options, st
     : model_(model.clone()),
       pool_(std::move(pool)),
       profile_(options.profile),
-      max_memory_(options.max_memory > 0 ? options.max_memory : physical_memory()) {
+      max_memory_(memory_limit(options)) {
   std::ostringstream report;
   report << prepare_model(model_, options, cpu_backend());
   index_values();
@@ -407,18 +407,11 @@ void CpuSession::check_memory(const Plan& plan, int begin) const {
     for (int o : step.outputs) {
       if (o < 0) continue;
       const auto i = static_cast<size_t>(o);
-      const ir::DType dtype = values_[i].value->type().dtype();
-      const std::optional<int64_t> n = ir::checked_num_elements(plan.dims[i]);
-      const std::optional<int64_t> bytes = n ? ir::storage_bytes(dtype, *n) : std::nullopt;
-      if (!bytes || *bytes > max_memory_)
-        throw MemoryLimitError(step.node->describe() + ": output '" + values_[i].value->name() + "' of shape " +
-                               dims_text(plan.dims[i]) + " (" + std::string(ir::dtype_name(dtype)) + ") would take " +
-                               (bytes ? std::to_string(*bytes) + " bytes" : std::string("more bytes than int64 counts")) +
-                               "; a run of this session may take " + std::to_string(max_memory_) +
-                               " bytes (compile's max_memory)");
-      if (values_[i].slot == Slot::kOutput) outputs += *bytes;
-      if (*bytes > largest) {
-        largest = *bytes;
+      const int64_t bytes = checked_value_bytes(*step.node, values_[i].value->name(), values_[i].value->type().dtype(),
+                                                plan.dims[i], max_memory_);
+      if (values_[i].slot == Slot::kOutput) outputs += bytes;
+      if (bytes > largest) {
+        largest = bytes;
         largest_value = i;
         largest_step = &step;
       }

@@ -29,6 +29,15 @@ std::string dims_text(const std::vector<int64_t>& dims);
 /// Bytes of physical memory of this machine (a session's default max_memory).
 int64_t physical_memory();
 
+/// The bytes one run of a session compiled with `options` may take: max_memory, or this
+/// machine's physical memory when it is 0.
+int64_t memory_limit(const CompileOptions& options);
+
+/// Bytes of output `value` (of `dtype` and `dims`) of `node`. Throws MemoryLimitError naming
+/// the node, value, shape and bytes when past `limit` or past what int64 counts.
+int64_t checked_value_bytes(const ir::Node& node, const std::string& value, ir::DType dtype,
+                            const std::vector<int64_t>& dims, int64_t limit);
+
 std::string prepare_model(ir::Model& model, const CompileOptions& options, const Backend& backend,
                           const passes::OptimizeOptions& passes = {});
 

@@ -5,6 +5,7 @@
 #include <limits>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -36,6 +37,21 @@ int64_t physical_memory() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), size = ::sysconf(_SC_PAGE_SIZE);
   if (pages <= 0 || size <= 0) return std::numeric_limits<int64_t>::max();
   return static_cast<int64_t>(pages) * static_cast<int64_t>(size);
+}
+
+int64_t memory_limit(const CompileOptions& options) {
+  return options.max_memory > 0 ? options.max_memory : physical_memory();
+}
+
+int64_t checked_value_bytes(const ir::Node& node, const std::string& value, ir::DType dtype, const Dims& dims, int64_t limit) {
+  const std::optional<int64_t> n = ir::checked_num_elements(dims);
+  const std::optional<int64_t> bytes = n ? ir::storage_bytes(dtype, *n) : std::nullopt;
+  if (!bytes || *bytes > limit)
+    throw MemoryLimitError(node.describe() + ": output '" + value + "' of shape " + dims_text(dims) + " (" +
+                           std::string(ir::dtype_name(dtype)) + ") would take " +
+                           (bytes ? std::to_string(*bytes) + " bytes" : std::string("more bytes than int64 counts")) +
+                           "; a run of this session may take " + std::to_string(limit) + " bytes (compile's max_memory)");
+  return *bytes;
 }
 
 std::string prepare_model(ir::Model& model, const CompileOptions& options, const Backend& backend,

@@ -35,6 +35,35 @@ std::pair<uint32_t, uint32_t> Recorder::grid(int64_t n, uint32_t local) const {
 
 namespace {
 
+// Takes a kernel's commands and keeps none: what GpuKernel::refuses records into.
+class ProbeRecorder final : public Recorder {
+ public:
+  explicit ProbeRecorder(const Device& device) : device_(device) {}
+  const Device& device() const override { return device_; }
+  void dispatch(const Pipeline&, const std::vector<Range>&, const void*, size_t, uint32_t, uint32_t, uint32_t) override {}
+  void copy(const Range&, const Range&) override {}
+  Range weight(int) const override { return Range{}; }
+  Range unused() const override { return Range{}; }
+  Range table(const void*, int64_t) override { return Range{}; }
+
+ private:
+  const Device& device_;
+};
+
+}  // namespace
+
+std::string GpuKernel::refuses(const Device& device, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const {
+  ProbeRecorder probe(device);
+  try {
+    record(probe, in, out);
+  } catch (const UnsupportedError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+namespace {
+
 struct Named {
   const char* name;
   UnaryOp op;

@@ -108,6 +108,11 @@ class GpuKernel : public Kernel {
   /// an omitted input, or one not read on the device, has an empty range. Throws
   /// UnsupportedError naming the node when these shapes exceed what the kernel handles.
   virtual void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const = 0;
+  /// Why the kernel cannot run these shapes, "" when it can: record() into a recorder that keeps
+  /// nothing, and the message of the UnsupportedError it throws. Ranges may be empty. Other
+  /// errors propagate. The session asks at compile (static shapes) and for every plan, and
+  /// runs a node whose kernel refuses its shapes on the CPU.
+  std::string refuses(const Device& device, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const;
 
   void run(const RunContext&, const std::vector<View>&, std::vector<View>&) const final {
     throw InternalError("a Vulkan kernel is recorded by a Vulkan session; it never runs on host memory");

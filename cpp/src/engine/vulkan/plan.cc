@@ -2,6 +2,7 @@
 // arena, weight buffer, host arena, the caller's tensors), what crosses between host and
 // device, and the recorded command buffers.
 #include <algorithm>
+#include <new>
 
 #include "engine/planner.h"
 #include "engine/session.h"
@@ -17,6 +18,11 @@ int64_t value_bytes(const ValueEntry& e, const Dims& dims) {
 }
 
 int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+// Value i (entry e) is read on the host in this plan: by a CPU step, as a model output, or captured.
+bool needed_on_host(const Plan& plan, const ValueEntry& e, size_t i) {
+  return plan.cpu_reads[i] || e.output >= 0 || plan.capture[i];
+}
 
 }  // namespace
 
@@ -50,8 +56,11 @@ std::unique_ptr<Plan> VulkanSession::make_plan(const std::vector<const ir::Tenso
       plan->dims[i] = *sizes;
     }
   }
+  // Each value within the limit before any size is added up or handed to a kernel.
+  check_values(*plan);
+  place_steps(*plan);
   for (int s = 0; s < static_cast<int>(steps_.size()); ++s) {
-    const bool gpu = steps_[static_cast<size_t>(s)].gpu != nullptr;
+    const bool gpu = plan->on_gpu[static_cast<size_t>(s)] != 0;
     if (plan->segments.empty() || plan->segments.back().gpu != gpu) plan->segments.push_back(Segment{gpu, s, s});
     plan->segments.back().end = s + 1;
   }
@@ -59,12 +68,123 @@ std::unique_ptr<Plan> VulkanSession::make_plan(const std::vector<const ir::Tenso
   if (capture)
     for (size_t i = 0; i < values_.size(); ++i) {
       const ValueEntry& e = values_[i];
-      plan->capture[i] = e.producer >= 0 && steps_[static_cast<size_t>(e.producer)].gpu != nullptr && e.output < 0;
+      plan->capture[i] = e.producer >= 0 && plan->on_gpu[static_cast<size_t>(e.producer)] && e.output < 0;
     }
-  place_on_device(*plan);
   place_on_host(*plan);
+  place_on_device(*plan);  // checks the whole against the limit, then allocates on the device
+  try {
+    plan->host = ir::Buffer::allocate(plan->host_bytes + plan->scratch_bytes + 64);
+  } catch (const std::bad_alloc&) {
+    throw MemoryLimitError("the host arena of a plan (" + std::to_string(plan->host_bytes + plan->scratch_bytes) +
+                           " bytes for values of CPU nodes and their scratch) could not be allocated: the process did not "
+                           "get the memory (the machine's, or an address-space limit), though within the session's " +
+                           std::to_string(max_memory_) + " bytes (compile's max_memory)");
+  }
   record(*plan);
   return plan;
+}
+
+// Every value a step writes fits the session's limit (and int64), before the arenas add the
+// sizes up: a size computed from data (ConstantOfShape of [1e12]) is a MemoryLimitError
+// naming its node, not a failed allocation.
+void VulkanSession::check_values(const Plan& plan) const {
+  for (const Step& step : steps_)
+    for (int o : step.outputs)
+      if (o >= 0) {
+        const ir::Value& v = *values_[static_cast<size_t>(o)].value;
+        checked_value_bytes(*step.node, v.name(), v.type().dtype(), plan.dims[static_cast<size_t>(o)], max_memory_);
+      }
+}
+
+// A run may take max_memory bytes in all, host and device memory alike: the device arena, the
+// staging buffer, the host arena with the CPU kernels' scratch, the outputs and captured
+// values it returns. Checked before the plan allocates any of them.
+void VulkanSession::check_total(const Plan& plan) const {
+  int64_t returned = 0, largest = -1;
+  size_t largest_value = 0;
+  for (size_t i = 0; i < values_.size(); ++i) {
+    const ValueEntry& e = values_[i];
+    if (e.producer < 0) continue;
+    const int64_t bytes = value_bytes(e, plan.dims[i]);
+    if (e.output >= 0 || plan.capture[i]) returned += bytes;
+    if (bytes > largest) {
+      largest = bytes;
+      largest_value = i;
+    }
+  }
+  const int64_t total = plan.arena_bytes + plan.staging_bytes + plan.host_bytes + plan.scratch_bytes + returned;
+  if (total <= max_memory_ || largest < 0) return;
+  const ValueEntry& big = values_[largest_value];
+  throw MemoryLimitError("a run with these input shapes would take " + std::to_string(total) + " bytes (device arena " +
+                         std::to_string(plan.arena_bytes) + ", staging " + std::to_string(plan.staging_bytes) +
+                         ", host arena and scratch " + std::to_string(plan.host_bytes + plan.scratch_bytes) +
+                         ", outputs " + std::to_string(returned) + "; the largest value, output '" + big.value->name() +
+                         "' of " + steps_[static_cast<size_t>(big.producer)].node->describe() + ", " +
+                         dims_text(plan.dims[largest_value]) + ": " + std::to_string(largest) +
+                         " bytes); a run of this session may take " + std::to_string(max_memory_) +
+                         " bytes (compile's max_memory), host and device memory together");
+}
+
+// Which steps run on Vulkan for these shapes: each Vulkan kernel is asked whether it takes
+// them (a broadcast that does not merge to the dims a shader indexes, a grid past what one
+// dispatch covers); a node it refuses runs on the CPU in this plan (strict: an error).
+void VulkanSession::place_steps(Plan& plan) const {
+  plan.on_gpu.assign(steps_.size(), 0);
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const Step& step = steps_[s];
+    if (step.gpu == nullptr) continue;
+    std::vector<GpuTensor> ins, outs;
+    bool empty = true;
+    for (int in : step.inputs) {
+      GpuTensor t;
+      if (in >= 0) {
+        t.dtype = values_[static_cast<size_t>(in)].value->type().dtype();
+        t.dims = plan.dims[static_cast<size_t>(in)];
+      }
+      ins.push_back(std::move(t));
+    }
+    for (int o : step.outputs) {
+      GpuTensor t;
+      if (o >= 0) {
+        t.dtype = values_[static_cast<size_t>(o)].value->type().dtype();
+        t.dims = plan.dims[static_cast<size_t>(o)];
+        empty = empty && t.numel() == 0;
+      }
+      outs.push_back(std::move(t));
+    }
+    const std::string why = empty ? std::string() : step.gpu->refuses(*device_, ins, outs);
+    if (why.empty()) {
+      plan.on_gpu[s] = 1;
+      continue;
+    }
+    if (strict_)
+      throw UnsupportedError("strict: the Vulkan backend cannot run " + why + " (for these input shapes; without strict "
+                             "the node runs on the cpu)");
+    if (step.fallback == nullptr) step.fallback = cpu_fallback(*step.node, why);
+  }
+  plan.cpu_reads.assign(values_.size(), 0);
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    if (plan.on_gpu[s] || steps_[s].dims_only) continue;
+    for (int in : steps_[s].inputs)
+      if (in >= 0) plan.cpu_reads[static_cast<size_t>(in)] = 1;
+  }
+}
+
+// The CPU kernel of a node whose Vulkan kernel refused a plan's shapes (`why`).
+std::unique_ptr<Kernel> VulkanSession::cpu_fallback(const ir::Node& node, const std::string& why) const {
+  const NodeInit made = kernel_init(node, model_, pool_, [&](const ir::Value* in) -> const ir::Tensor* {
+    const ValueEntry& e = values_[static_cast<size_t>(index_.at(in))];
+    return e.is_constant ? e.constant : nullptr;
+  });
+  std::string why_cpu = cpu_backend().supports(made.init);
+  std::unique_ptr<Kernel> kernel;
+  if (why_cpu.empty()) {
+    kernel = cpu_backend().create(made.init);
+    if (kernel->allocates_outputs()) why_cpu = "the cpu kernel sizes its outputs from data";
+  }
+  if (!why_cpu.empty())
+    throw UnsupportedError(why + "; nor can the cpu (" + why_cpu + ")");
+  return kernel;
 }
 
 // Device ranges: constants read on the device are in the weight buffer; values Vulkan steps
@@ -75,15 +195,13 @@ void VulkanSession::place_on_device(Plan& plan) const {
   std::vector<int> seg_of(steps_.size());
   for (size_t g = 0; g < plan.segments.size(); ++g)
     for (int s = plan.segments[g].begin; s < plan.segments[g].end; ++s) seg_of[static_cast<size_t>(s)] = static_cast<int>(g);
-  auto gpu_written = [&](size_t i) {
-    return values_[i].producer >= 0 && steps_[static_cast<size_t>(values_[i].producer)].gpu != nullptr;
-  };
-  auto host_needed = [&](size_t i) { return values_[i].cpu_reads || values_[i].output >= 0 || plan.capture[i]; };
+  auto gpu_written = [&](size_t i) { return values_[i].producer >= 0 && plan.on_gpu[static_cast<size_t>(values_[i].producer)]; };
+  auto host_needed = [&](size_t i) { return needed_on_host(plan, values_[i], i); };
 
   std::vector<int> first(n, -1), last(n, -1), upload_seg(n, -1), alias(n, -1);
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& step = steps_[s];
-    if (step.gpu == nullptr) continue;
+    if (!plan.on_gpu[s]) continue;
     for (size_t k = 0; k < step.inputs.size(); ++k) {
       const int in = step.inputs[k];
       if (in < 0 || !step.gpu->reads_on_device(k)) continue;
@@ -102,8 +220,9 @@ void VulkanSession::place_on_device(Plan& plan) const {
   for (size_t i = 0; i < n; ++i)
     if (gpu_written(i) && host_needed(i))
       last[i] = std::max(last[i], plan.segments[static_cast<size_t>(seg_of[static_cast<size_t>(values_[i].producer)])].end - 1);
-  for (const Step& step : steps_) {
-    if (step.gpu == nullptr || !step.gpu->is_view()) continue;
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const Step& step = steps_[s];
+    if (!plan.on_gpu[s] || !step.gpu->is_view()) continue;
     int root = step.inputs[0];
     while (alias[static_cast<size_t>(root)] >= 0) root = alias[static_cast<size_t>(root)];
     const auto out = static_cast<size_t>(step.outputs[0]);
@@ -131,6 +250,8 @@ void VulkanSession::place_on_device(Plan& plan) const {
   const ArenaPlan arena = plan_arena(lifetimes, align);
   plan.arena_bytes = arena.arena_bytes;
   plan.intermediate_bytes = arena.sum_bytes;
+  const int64_t staging = plan_transfers(plan, upload_seg);
+  check_total(plan);
   plan.arena = device_->buffer(arena.arena_bytes, Memory::kDevice, "the device arena of a plan");
   for (size_t k = 0; k < placed.size(); ++k) {
     plan.dev[placed[k]].buffer = plan.arena.handle();
@@ -148,8 +269,15 @@ void VulkanSession::place_on_device(Plan& plan) const {
     plan.dev[i].buffer = r.buffer;
     plan.dev[i].offset = r.offset;
   }
+  if (staging > 0) plan.staging = device_->buffer(staging, Memory::kStaging, "the staging buffer of a plan");
+}
 
-  // Transfers through one staging buffer, each in a region of its own.
+// Transfers through one staging buffer, each in a region of its own: uploads of host values
+// at the start of the segment `upload_seg` names, downloads of what the host needs at the end
+// of the segment writing it. Returns the staging buffer's bytes (also in plan.staging_bytes).
+int64_t VulkanSession::plan_transfers(Plan& plan, const std::vector<int>& upload_seg) const {
+  const size_t n = values_.size();
+  auto host_needed = [&](size_t i) { return needed_on_host(plan, values_[i], i); };
   int64_t staging = 0;
   for (size_t g = 0; g < plan.segments.size(); ++g) {
     Segment& seg = plan.segments[g];
@@ -167,7 +295,7 @@ void VulkanSession::place_on_device(Plan& plan) const {
         }
   }
   plan.staging_bytes = staging;
-  if (staging > 0) plan.staging = device_->buffer(staging, Memory::kStaging, "the staging buffer of a plan");
+  return staging;
 }
 
 // Host memory: values CPU steps write (graph outputs aside: the caller's tensors) and values
@@ -182,8 +310,8 @@ void VulkanSession::place_on_host(Plan& plan) const {
   for (size_t i = 0; i < n; ++i) {
     const ValueEntry& e = values_[i];
     if (e.producer < 0 || e.output >= 0 || plan.capture[i]) continue;
-    const bool gpu = steps_[static_cast<size_t>(e.producer)].gpu != nullptr;
-    if (gpu && !e.cpu_reads) continue;  // lives on the device only
+    const bool gpu = plan.on_gpu[static_cast<size_t>(e.producer)] != 0;
+    if (gpu && !plan.cpu_reads[i]) continue;  // lives on the device only
     first[i] = gpu ? seg_end[static_cast<size_t>(e.producer)] : e.producer;
     last[i] = first[i];
   }
@@ -208,8 +336,9 @@ void VulkanSession::place_on_host(Plan& plan) const {
   const ArenaPlan arena = plan_arena(lifetimes);
   for (size_t k = 0; k < placed.size(); ++k) plan.host_offset[placed[k]] = arena.offsets[k];
   plan.host_bytes = arena.arena_bytes;
-  for (const Step& step : steps_) {
-    if (step.gpu != nullptr) continue;
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const Step& step = steps_[s];
+    if (plan.on_gpu[s]) continue;
     std::vector<View> ins, outs;
     for (int in : step.inputs)
       ins.push_back(in >= 0 ? View{values_[static_cast<size_t>(in)].value->type().dtype(), plan.dims[static_cast<size_t>(in)], nullptr}
@@ -217,9 +346,9 @@ void VulkanSession::place_on_host(Plan& plan) const {
     for (int o : step.outputs)
       outs.push_back(o >= 0 ? View{values_[static_cast<size_t>(o)].value->type().dtype(), plan.dims[static_cast<size_t>(o)], nullptr}
                             : View{});
-    plan.scratch_bytes = std::max(plan.scratch_bytes, step.kernel->scratch_bytes(ins, outs));
+    const Kernel& kernel = step.gpu != nullptr ? *step.fallback : *step.kernel;
+    plan.scratch_bytes = std::max(plan.scratch_bytes, kernel.scratch_bytes(ins, outs));
   }
-  plan.host = ir::Buffer::allocate(plan.host_bytes + plan.scratch_bytes + 64);
 }
 
 void VulkanSession::record(Plan& plan) const {

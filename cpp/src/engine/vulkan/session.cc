@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <new>
+#include <optional>
 #include <queue>
 #include <sstream>
 
@@ -37,6 +39,46 @@ struct OneShot {
     if (fence != VK_NULL_HANDLE) device.api().vkDestroyFence(device.handle(), fence, nullptr);
   }
 };
+
+// Prepares a Vulkan kernel and, when inference gave every tensor of its node static dims, asks
+// it whether it takes them: "" when it does (or cannot tell yet: plans ask again), else why
+// not, with what it added to the weight buffer taken back.
+std::string prepare_for_shapes(GpuKernel& kernel, Gpu& gpu, const KernelInit& init) {
+  const size_t weights = gpu.weights.size();
+  kernel.prepare(gpu);
+  std::vector<GpuTensor> ins, outs;
+  auto add = [](std::vector<GpuTensor>& to, const ir::ValueType* type) {
+    GpuTensor t;
+    if (type != nullptr) {
+      const std::optional<std::vector<int64_t>> dims = type->shape().static_sizes();
+      if (!dims) return false;
+      t.dtype = type->dtype();
+      t.dims = *dims;
+    }
+    to.push_back(std::move(t));
+    return true;
+  };
+  for (size_t k = 0; k < init.node.inputs().size(); ++k)
+    if (!add(ins, init.node.input(k) != nullptr && k < init.input_types.size() ? &init.input_types[k] : nullptr)) return "";
+  bool empty = true;
+  for (size_t k = 0; k < init.node.outputs().size(); ++k) {
+    if (!add(outs, init.node.output(k) != nullptr && k < init.output_types.size() ? &init.output_types[k] : nullptr)) return "";
+    empty = empty && (init.node.output(k) == nullptr || outs.back().numel() == 0);
+  }
+  std::string why;
+  try {
+    if (!empty) why = kernel.refuses(gpu.device, ins, outs);
+  } catch (const Error&) {
+    return "";  // a fault of the data (an index out of range): each run with these shapes reports it
+  }
+  if (!why.empty()) {
+    gpu.weights.resize(weights);
+    const std::string own = init.node.describe() + ": ";
+    if (why.compare(0, own.size(), own) == 0) why.erase(0, own.size());
+    why = "for its shapes: " + why;
+  }
+  return why;
+}
 
 void to_half(const float* src, int64_t n, std::byte* dst) {
   for (int64_t k = 0; k < n; ++k) {
@@ -79,7 +121,12 @@ bool VulkanSession::half(size_t i) const {
 }
 
 VulkanSession::VulkanSession(const ir::Model& model, const CompileOptions& options, std::shared_ptr<Device> device)
-    : device_(std::move(device)), model_(model.clone()), profile_(options.profile), fp16_(options.precision == "fp16") {
+    : device_(std::move(device)),
+      model_(model.clone()),
+      profile_(options.profile),
+      strict_(options.strict),
+      max_memory_(memory_limit(options)),
+      fp16_(options.precision == "fp16") {
   if (fp16_ && !device_->physical().storage16)
     throw UnsupportedError("precision 'fp16': Vulkan device " + device_->physical().info.device + " '" + device_->name() +
                            "' does not support 16-bit storage buffers (storageBuffer16BitAccess), which tether's "
@@ -200,6 +247,12 @@ void VulkanSession::create_steps(const CompileOptions& options) {
       if (producer >= 0 && steps_[static_cast<size_t>(producer)].gpu == nullptr)
         why = "its data is computed on the CPU, where the view stays";
     }
+    std::unique_ptr<Kernel> vulkan_kernel;
+    if (why.empty()) {
+      vulkan_kernel = vulkan_backend().create(init);
+      why = prepare_for_shapes(static_cast<GpuKernel&>(*vulkan_kernel), gpu, init);
+      if (!why.empty()) vulkan_kernel.reset();
+    }
     const std::string why_cpu = why.empty() ? "" : cpu_backend().supports(init);
     if (!why_cpu.empty()) {
       unsupported.push_back(n->describe() + ": " + why_cpu + " (vulkan: " + why + ")");
@@ -207,10 +260,10 @@ void VulkanSession::create_steps(const CompileOptions& options) {
     }
     Step& step = steps_.emplace_back();
     step.node = n;
+    step.dims_only = reads_dims_only(*n);
     if (why.empty()) {
-      step.kernel = vulkan_backend().create(init);
+      step.kernel = std::move(vulkan_kernel);
       step.gpu = static_cast<GpuKernel*>(step.kernel.get());
-      step.gpu->prepare(gpu);
     } else {
       step.kernel = cpu_backend().create(init);
       step.why_cpu = why;
@@ -452,6 +505,22 @@ std::vector<ir::Tensor> VulkanSession::run_plan(const std::vector<std::pair<std:
   std::vector<void*> data(n, nullptr);
   std::byte* host = plan.host->mutable_data();
   auto storage = [](ir::Tensor& t) { return t.nbytes() == 0 ? static_cast<void*>(kEmpty) : t.mutable_raw_data(); };
+  // Within max_memory (the plan checked), yet the process may not get the memory (an
+  // address-space limit, other processes): a typed error naming the value, not a bad_alloc.
+  auto fresh = [&](size_t i) {
+    try {
+      return ir::Tensor::zeros(values_[i].value->type().dtype(), plan.dims[i]);
+    } catch (const std::bad_alloc&) {
+      const ir::Node& node = *steps_[static_cast<size_t>(values_[i].producer)].node;
+      const ir::DType dtype = values_[i].value->type().dtype();
+      throw MemoryLimitError(node.describe() + ": output '" + values_[i].value->name() + "' of shape " +
+                             dims_text(plan.dims[i]) + " (" + std::string(ir::dtype_name(dtype)) + ", " +
+                             std::to_string(ir::storage_bytes(dtype, ir::checked_num_elements(plan.dims[i]).value_or(0)).value_or(0)) +
+                             " bytes) could not be allocated: the process did not get the memory "
+                             "(the machine's, or an address-space limit), though within the session's " +
+                             std::to_string(max_memory_) + " bytes (compile's max_memory)");
+    }
+  };
   for (size_t i = 0; i < n; ++i) {
     const ValueEntry& e = values_[i];
     if (e.input >= 0) {
@@ -459,12 +528,11 @@ std::vector<ir::Tensor> VulkanSession::run_plan(const std::vector<std::pair<std:
     } else if (e.is_constant) {
       data[i] = e.constant->nbytes() == 0 ? static_cast<void*>(kEmpty) : const_cast<void*>(e.constant->raw_data());
     } else if (e.producer >= 0) {
-      const ir::DType dt = e.value->type().dtype();
       if (e.output >= 0) {
-        outputs[static_cast<size_t>(e.output)] = ir::Tensor::zeros(dt, plan.dims[i]);
+        outputs[static_cast<size_t>(e.output)] = fresh(i);
         data[i] = storage(outputs[static_cast<size_t>(e.output)]);
       } else if (plan.capture[i]) {
-        captures[i] = ir::Tensor::zeros(dt, plan.dims[i]);
+        captures[i] = fresh(i);
         data[i] = storage(captures[i]);
       } else if (plan.host_offset[i] >= 0) {
         data[i] = host + plan.host_offset[i];
@@ -489,7 +557,7 @@ std::vector<ir::Tensor> VulkanSession::run_plan(const std::vector<std::pair<std:
           outs.push_back(o >= 0 ? View{values_[i].value->type().dtype(), plan.dims[i], data[i]} : View{});
         }
         const auto s0 = std::chrono::steady_clock::now();
-        step.kernel->run(ctx, ins, outs);
+        (step.gpu != nullptr ? *step.fallback : *step.kernel).run(ctx, ins, outs);
         if (profile_) {
           ++step_runs_[static_cast<size_t>(s)];
           step_ns_[static_cast<size_t>(s)] +=
@@ -595,7 +663,8 @@ std::vector<NodeProfile> VulkanSession::profile() const {
         out.push_back({"vulkan: " + std::to_string(end - s) + " kernels from " + step.node->name(), "vulkan:segment",
                        it->second.first, static_cast<double>(it->second.second) * 1e-9});
       }
-    if (step.gpu == nullptr || (gpu_timestamps_ && !step.gpu->is_view()))
+    // A Vulkan step some plan ran on the CPU (shapes its kernel refused) has wall time too.
+    if (step.gpu == nullptr || step.fallback != nullptr || (gpu_timestamps_ && !step.gpu->is_view()))
       out.push_back({step.node->name(), qualified_op(*step.node), step_runs_[s], static_cast<double>(step_ns_[s]) * 1e-9});
   }
   return out;

@@ -49,7 +49,10 @@ struct Step {
   std::vector<int> inputs;   ///< value index, -1 when omitted
   std::vector<int> outputs;  ///< value index, -1 when omitted
   std::string why_cpu;       ///< a CPU step: why the Vulkan backend does not run it
+  /// A Vulkan step's CPU kernel, for plans whose shapes the Vulkan kernel refuses (made on first need).
+  mutable std::unique_ptr<Kernel> fallback;
   bool shapes_only = false;  ///< a CPU step computing on shapes alone (Shape, integer ops on its results)
+  bool dims_only = false;    ///< reads its inputs' dims, never their data (Shape, Size)
 };
 
 /// A copy between a value's host memory and its device range, through the staging buffer.
@@ -74,7 +77,8 @@ struct Segment {
   std::vector<int> stamp_steps;
 };
 
-/// Everything fixed for one set of input shapes: every value's dims and places, the device
+/// Everything fixed for one set of input shapes: every value's dims and places, the backend of
+/// each step (a Vulkan kernel refusing these shapes leaves its node to the CPU), the device
 /// arena, staging and host memory, and the recorded command buffers with their descriptor
 /// sets. Made once, replayed by every run with these shapes.
 struct Plan {
@@ -85,6 +89,8 @@ struct Plan {
 
   std::shared_ptr<Device> device;
   std::vector<Dims> dims;             ///< per value
+  std::vector<char> on_gpu;           ///< per step: on the Vulkan backend in this plan (its kernel takes these shapes)
+  std::vector<char> cpu_reads;        ///< per value: a CPU step of this plan reads its data
   std::vector<Range> dev;             ///< per value: its device range (empty buffer when none)
   std::vector<int64_t> host_offset;   ///< per value: offset in the host arena, or -1
   std::vector<bool> capture;          ///< per value: written on the device into a tensor of its own (run_capture)
@@ -131,8 +137,13 @@ class VulkanSession final : public Session {
                                    const OnValue* on_value, const std::vector<int>* watch_inputs = nullptr) const;
   Plan& plan_for(const std::vector<const ir::Tensor*>& bound, bool capture) const;
   std::unique_ptr<Plan> make_plan(const std::vector<const ir::Tensor*>& bound, bool capture) const;
+  void place_steps(Plan& plan) const;
+  std::unique_ptr<Kernel> cpu_fallback(const ir::Node& node, const std::string& why) const;
   void place_on_device(Plan& plan) const;
+  int64_t plan_transfers(Plan& plan, const std::vector<int>& upload_seg) const;
   void place_on_host(Plan& plan) const;
+  void check_values(const Plan& plan) const;
+  void check_total(const Plan& plan) const;
   void record(Plan& plan) const;
 
   std::shared_ptr<Device> device_;
@@ -147,6 +158,8 @@ class VulkanSession final : public Session {
   std::shared_ptr<util::ThreadPool> pool_;
   std::string report_;
   bool profile_ = false;
+  bool strict_ = false;      // a node the Vulkan backend cannot run is an error, never a CPU step
+  int64_t max_memory_ = 0;   // bytes one run may take, host and device together (CompileOptions::max_memory)
   bool fp16_ = false;  // precision "fp16": float values and weights stored as float16 on the device
   /// Whether value i is stored as float16 on the device (a float32 value under precision fp16).
   bool half(size_t i) const;
