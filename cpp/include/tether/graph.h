@@ -16,7 +16,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <list>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -67,7 +70,8 @@ class Value {
   const std::vector<Use>& uses() const { return uses_; }
 
   bool is_input() const { return is_input_; }
-  bool is_output() const;
+  /// True when this value's own graph lists it among its outputs.
+  bool is_output() const { return output_slots_ > 0; }
   bool has_initializer() const { return initializer_.has_value(); }
   /// The constant value. Precondition: has_initializer() (else InternalError).
   const Tensor& initializer() const;
@@ -96,6 +100,9 @@ class Value {
   Node* producer_ = nullptr;
   size_t producer_index_ = 0;
   std::vector<Use> uses_;
+  std::list<std::unique_ptr<Value>>::iterator self_;  // where the graph holds it: removal is O(1)
+  std::list<Value*>::iterator listed_at_;              // its entry among the (sparse) initializers
+  size_t output_slots_ = 0;                            // entries of graph_->outputs() that are this
   bool is_input_ = false;
   bool declared_ = false;
   std::optional<Tensor> initializer_;
@@ -164,6 +171,8 @@ class Node {
   Node(Graph* graph, std::string op_type, std::string domain, std::string name)
       : graph_(graph), op_type_(std::move(op_type)), domain_(std::move(domain)), name_(std::move(name)) {}
   void detach_input(size_t i);
+  size_t attr_position(std::string_view name) const;
+  void note_graph_attributes();
 
   Graph* graph_;
   std::string op_type_;
@@ -173,9 +182,16 @@ class Node {
   std::vector<Value*> inputs_;
   std::vector<Value*> outputs_;
   std::vector<Attribute> attributes_;
+  // Attribute positions by name, kept once a node has more attributes than a scan finds
+  // quickly, so that reading or setting n attributes takes time linear in n.
+  std::unordered_map<std::string, size_t> attr_index_;
+  bool holds_graphs_ = false;  // some attribute holds a graph: listed in graph_->holders_
   std::string doc_string_;
   Metadata metadata_;
   std::vector<std::string> device_configurations_;
+  std::list<std::unique_ptr<Node>>::iterator self_;  // where the graph holds it
+  uint64_t order_ = 0;                               // increases along the stored order
+  mutable size_t position_ = 0;                      // index in the stored order, when fresh
 };
 
 /// ONNX quantization annotation of a tensor: names of its scale and zero-point tensors.
@@ -258,6 +274,15 @@ class Graph {
   /// Nodes in their stored order.
   std::vector<Node*> nodes() const;
   size_t num_nodes() const { return nodes_.size(); }
+  /// The node stored right after `node` (a node of this graph), or nullptr for the last one.
+  Node* next_node(const Node* node) const;
+  /// True when node `a` is stored before node `b` (both nodes of this graph); constant time.
+  bool stored_before(const Node* a, const Node* b) const;
+
+  /// True when a graph held by a node of this graph (at any depth) lists `value` among its
+  /// outputs: ONNX lets a branch return an enclosing graph's value directly, with no node
+  /// reading it. Costs time in the number of such nodes, not in the size of this graph.
+  bool returned_by_subgraph(const Value* value) const;
 
   /// Nodes in a topological order: stable (it keeps the stored order wherever that order
   /// is valid). Counts uses inside subgraphs as dependencies of the node holding them.
@@ -274,19 +299,30 @@ class Graph {
   friend class Node;
   Value* new_value(std::string name, ValueType type);
   bool is_visible(const Value* value) const;
+  void check_visible(const Node& reader, const Value* value) const;
+  void replace_nested_outputs(Value* from, Value* to);
+  void assign_order(std::list<std::unique_ptr<Node>>::iterator at);
+  void renumber();
+  size_t position_of(const Node& node) const;
 
   std::string name_;
   std::string doc_string_;
   Metadata metadata_;
   std::vector<TensorAnnotation> quant_annotations_;
   Graph* parent_ = nullptr;
-  std::vector<std::unique_ptr<Node>> nodes_;
-  std::vector<std::unique_ptr<Value>> values_;
+  // Lists, so that rewrites insert and remove nodes and values in constant time each.
+  std::list<std::unique_ptr<Node>> nodes_;
+  std::list<std::unique_ptr<Value>> values_;
+  std::vector<Node*> holders_;  // nodes with graph attributes, so subgraph scans skip the rest
+  // Node::position_ is fresh while positions_fresh_; describe() renumbers lazily, under a lock
+  // since it is a const call.
+  mutable std::mutex positions_mutex_;
+  mutable bool positions_fresh_ = true;
   std::unordered_map<std::string, Value*> by_name_;
   std::vector<Value*> inputs_;
   std::vector<Value*> outputs_;
-  std::vector<Value*> initializers_;
-  std::vector<Value*> sparse_initializers_;
+  std::list<Value*> initializers_;
+  std::list<Value*> sparse_initializers_;
 };
 
 /// A deep copy of `graph` (a top-level graph: nothing in it may read enclosing graphs).

@@ -101,9 +101,14 @@ std::optional<std::vector<ir::Tensor>> evaluate(const ir::Node& n, int64_t opset
 int fold_constants(ir::Model& model) {
   ir::Graph& g = model.graph();
   const int64_t opset = model.opset("") > 0 ? model.opset("") : 1;
-  const std::unordered_map<std::string, ir::Shape> shapes = inferred_shapes(model);
+  // Inference on a copy of the model is the costly part, and only Shape and Size read it.
+  const std::vector<ir::Node*> order = g.topological_order();
+  const bool reads_shapes =
+      std::any_of(order.begin(), order.end(), [](const ir::Node* n) { return is_onnx(*n, "Shape") || is_onnx(*n, "Size"); });
+  const std::unordered_map<std::string, ir::Shape> shapes =
+      reads_shapes ? inferred_shapes(model) : std::unordered_map<std::string, ir::Shape>{};
   int folded = 0;
-  for (ir::Node* n : g.topological_order()) {
+  for (ir::Node* n : order) {
     if (is_onnx(*n, "Constant")) {
       if (n->attr("sparse_value") != nullptr || n->output(0) == nullptr) continue;
       replace_with_constants(g, n, {engine::constant_node_value(*n)});

@@ -150,9 +150,7 @@ int fuse_gelu(ir::Model& model) {
     std::optional<Match> m = match(*out);
     if (!m || m->x->type().dtype() != ir::DType::kFloat32) continue;
     std::vector<ir::Node*> chain = m->chain;
-    const std::vector<ir::Node*> order = g.nodes();
-    auto at = [&](const ir::Node* n) { return std::find(order.begin(), order.end(), n) - order.begin(); };
-    std::sort(chain.begin(), chain.end(), [&](const ir::Node* a, const ir::Node* b) { return at(a) < at(b); });
+    std::sort(chain.begin(), chain.end(), [&](const ir::Node* a, const ir::Node* b) { return g.stored_before(a, b); });
     chain.push_back(out);
     replace_chain(g, chain, "Gelu", onnx_gelu ? "" : "ai.tether", {m->x},
                   {ir::Attribute::s("approximate", m->tanh ? "tanh" : "none")});

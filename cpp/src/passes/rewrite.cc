@@ -7,30 +7,6 @@
 
 namespace tether::passes {
 
-namespace {
-
-bool returns_value(const ir::Graph& g, const ir::Value& v);
-
-bool node_subgraphs_return(const ir::Node& n, const ir::Value& v) {
-  for (const ir::Attribute& a : n.attributes()) {
-    if (a.kind() == ir::AttrKind::kGraph && returns_value(*a.as_graph(), v)) return true;
-    if (a.kind() == ir::AttrKind::kGraphs)
-      for (const auto& sub : a.as_graphs())
-        if (returns_value(*sub, v)) return true;
-  }
-  return false;
-}
-
-bool returns_value(const ir::Graph& g, const ir::Value& v) {
-  const auto& outs = g.outputs();
-  if (std::find(outs.begin(), outs.end(), &v) != outs.end()) return true;
-  for (const ir::Node* n : g.nodes())
-    if (node_subgraphs_return(*n, v)) return true;
-  return false;
-}
-
-}  // namespace
-
 bool is_onnx(const ir::Node& n, const char* op) {
   return n.op_type() == op && (n.domain().empty() || n.domain() == "ai.onnx");
 }
@@ -53,10 +29,7 @@ bool is_kept(const ir::Value& v) {
 }
 
 bool is_any_output(const ir::Value& v) {
-  if (v.is_output() || is_kept(v)) return true;
-  for (const ir::Node* n : v.graph()->nodes())
-    if (node_subgraphs_return(*n, v)) return true;
-  return false;
+  return v.is_output() || is_kept(v) || v.graph()->returned_by_subgraph(&v);
 }
 
 bool only_reader(const ir::Value& v, const ir::Node& reader) {
@@ -105,13 +78,8 @@ ir::Node* replace_chain(ir::Graph& g, const std::vector<ir::Node*>& chain, std::
   const std::string name = last->name();
 
   // Where the new node goes: where the last node was (the next node that survives).
-  const std::vector<ir::Node*> order = g.nodes();
-  ir::Node* before = nullptr;
-  for (auto it = std::find(order.begin(), order.end(), last) + 1; it != order.end(); ++it)
-    if (std::find(chain.begin(), chain.end(), *it) == chain.end()) {
-      before = *it;
-      break;
-    }
+  ir::Node* before = g.next_node(last);
+  while (before != nullptr && std::find(chain.begin(), chain.end(), before) != chain.end()) before = g.next_node(before);
 
   std::vector<std::string> out_names;
   std::vector<ir::ValueType> out_types;
