@@ -18,6 +18,11 @@
 // integer values small, with now and then an extreme (INT64_MIN, INT64_MAX, 2^40, -2^31).
 // Sessions have a memory limit of 256 MiB, so a size computed from data must be refused
 // with MemoryLimitError before it is allocated.
+// A model may name its inputs' run-time shapes in metadata_props["tether.fuzz.shapes"], as
+// "x:2,65536;idx:2,3=0" (name:dims, then "=v" to fill every element with v instead of
+// generated values): the shape-contract cases of contracts.py give inputs of symbolic dims
+// the exact shapes that break a relation between them (a 64k-wide dim, indices wider than data).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -25,7 +30,10 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <map>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <typeinfo>
 #include <utility>
 #include <vector>
@@ -125,14 +133,92 @@ uint16_t to_half(float f) {
   return static_cast<uint16_t>(sign | (static_cast<uint32_t>(exp) << 10) | (mant >> 13));
 }
 
+// A feed shape named by the model: its dims, and the value of every element when given.
+struct FeedSpec {
+  std::vector<int64_t> dims;
+  std::optional<double> fill;
+};
+
+constexpr const char* kShapesKey = "tether.fuzz.shapes";
+
+// Parses "x:2,65536;idx:2,3=0"; entries that do not parse are left out (the model bytes may
+// be mutated, and the metadata with them).
+std::map<std::string, FeedSpec> feed_specs(const tether::ir::Metadata& metadata) {
+  std::map<std::string, FeedSpec> specs;
+  for (const auto& [key, value] : metadata) {
+    if (key != kShapesKey) continue;
+    size_t start = 0;
+    while (start <= value.size()) {
+      const size_t end = std::min(value.find(';', start), value.size());
+      const std::string entry = value.substr(start, end - start);
+      start = end + 1;
+      const size_t colon = entry.rfind(':');
+      if (colon == std::string::npos || colon == 0) continue;
+      FeedSpec spec;
+      std::string dims = entry.substr(colon + 1);
+      if (const size_t eq = dims.find('='); eq != std::string::npos) {
+        char* stop = nullptr;
+        const double v = std::strtod(dims.c_str() + eq + 1, &stop);
+        if (stop != dims.c_str() + eq + 1 && std::isfinite(v)) spec.fill = v;
+        dims.resize(eq);
+      }
+      bool ok = true;
+      for (size_t p = 0; p < dims.size() && ok;) {
+        const size_t comma = std::min(dims.find(',', p), dims.size());
+        char* stop = nullptr;
+        const long long d = std::strtoll(dims.c_str() + p, &stop, 10);
+        ok = stop == dims.c_str() + comma && d >= 0 && d <= (int64_t{1} << 20);
+        spec.dims.push_back(d);
+        p = comma + 1;
+      }
+      if (ok) specs[entry.substr(0, colon)] = std::move(spec);
+    }
+  }
+  return specs;
+}
+
+// Sets every element of `t` to `v` (converted to its dtype; false for dtypes without generated values).
+bool fill_with(tether::ir::Tensor& t, double v) {
+  const int64_t n = t.num_elements();
+  auto put = [&](auto* p) {
+    using T = std::remove_pointer_t<decltype(p)>;
+    const double lo = static_cast<double>(std::numeric_limits<T>::lowest());
+    const double hi = static_cast<double>(std::numeric_limits<T>::max());
+    // Clamped first: a double at or past an integer type's range does not convert (UB).
+    const T x = v <= lo ? std::numeric_limits<T>::lowest() : v >= hi ? std::numeric_limits<T>::max() : static_cast<T>(v);
+    for (int64_t i = 0; i < n; ++i) p[i] = x;
+  };
+  switch (t.dtype()) {
+    case DType::kFloat32: put(t.mutable_data<float>()); return true;
+    case DType::kFloat64: put(t.mutable_data<double>()); return true;
+    case DType::kInt64: put(t.mutable_data<int64_t>()); return true;
+    case DType::kInt32: put(t.mutable_data<int32_t>()); return true;
+    case DType::kInt16: put(t.mutable_data<int16_t>()); return true;
+    case DType::kInt8: put(t.mutable_data<int8_t>()); return true;
+    case DType::kUInt8: put(t.mutable_data<uint8_t>()); return true;
+    case DType::kUInt16: put(t.mutable_data<uint16_t>()); return true;
+    case DType::kUInt32: put(t.mutable_data<uint32_t>()); return true;
+    case DType::kUInt64: put(t.mutable_data<uint64_t>()); return true;
+    case DType::kBool: {
+      bool* p = t.mutable_data<bool>();
+      for (int64_t i = 0; i < n; ++i) p[i] = v != 0.0;
+      return true;
+    }
+    default: return false;
+  }
+}
+
 // Inputs for `info`, or false when the model's inputs cannot be made (too large, a dtype
-// without generated values).
-bool make_inputs(const std::vector<tether::engine::TensorInfo>& info, Rng& rng,
-                 std::vector<std::pair<std::string, tether::ir::Tensor>>& inputs) {
+// without generated values). An input named in `specs` gets its shape (and fill) from there.
+bool make_inputs(const std::vector<tether::engine::TensorInfo>& info, const std::map<std::string, FeedSpec>& specs,
+                 Rng& rng, std::vector<std::pair<std::string, tether::ir::Tensor>>& inputs) {
   int64_t total = 0;
   for (const auto& in : info) {
     std::vector<int64_t> dims;
-    if (!in.shape.has_rank()) {
+    const auto spec = specs.find(in.name);
+    if (spec != specs.end()) {
+      dims = spec->second.dims;
+    } else if (!in.shape.has_rank()) {
       for (size_t r = rng.below(4); r > 0; --r) dims.push_back(static_cast<int64_t>(rng.below(4)));
     } else {
       for (size_t d = 0; d < in.shape.rank(); ++d) {
@@ -141,16 +227,23 @@ bool make_inputs(const std::vector<tether::engine::TensorInfo>& info, Rng& rng,
         dims.push_back(dim.is_known() ? dim.value() : kSizes[rng.below(5)]);
       }
     }
+    // A named shape may be wider: a 64k dim is what some contract cases are about.
+    const int64_t limit = spec != specs.end() ? int64_t{1} << 20 : int64_t{1} << 18;
     int64_t n = 1;
     for (int64_t d : dims) {
       if (d < 0 || d > (int64_t{1} << 20)) return false;
       n *= d;
-      if (n > (int64_t{1} << 18)) return false;
+      if (n > limit) return false;
     }
     total += n;
-    if (total > (int64_t{1} << 18)) return false;
+    if (total > limit) return false;
     if (in.dtype == DType::kString || tether::ir::dtype_bits(in.dtype) == 0) return false;  // no values to make
     tether::ir::Tensor t = tether::ir::Tensor::zeros(in.dtype, dims);
+    if (spec != specs.end() && spec->second.fill) {
+      if (!fill_with(t, *spec->second.fill)) return false;
+      inputs.emplace_back(in.name, std::move(t));
+      continue;
+    }
     switch (in.dtype) {
       case DType::kFloat32: {
         float* p = t.mutable_data<float>();
@@ -207,7 +300,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::unique_ptr<tether::engine::Session> session;
   if (!expect_typed_errors_only("compile", [&] { session = tether::engine::compile(model, options); })) return 0;
   std::vector<std::pair<std::string, tether::ir::Tensor>> inputs;
-  if (!make_inputs(session->inputs(), rng, inputs)) return 0;
+  if (!make_inputs(session->inputs(), feed_specs(model.metadata), rng, inputs)) return 0;
   std::vector<tether::ir::Tensor> first, second;
   if (!expect_typed_errors_only("run", [&] { first = session->run(inputs); })) return 0;
   expect_typed_errors_only("second run", [&] { second = session->run(inputs); });

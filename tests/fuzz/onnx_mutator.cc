@@ -6,6 +6,13 @@
 // the wrong kind, dims and dtypes changed, inputs rewired, nodes copied or dropped. Half of
 // the time, and whenever the input is not a ModelProto, it leaves the work to libFuzzer's
 // byte mutations, so both kinds of input keep evolving.
+//
+// One mutation breaks a shape contract: it looks the node's op up in the relations of
+// contract_relations.inc (written by contracts.py --emit-cpp from its table, the one source
+// of truth) and breaks one, resizing a dim of an initializer or of a declared input, the
+// length of a shape tensor or of an ints attribute, or the value of an int attribute bounded
+// by a dim. Value and attribute mutations alone seldom change two inputs' shapes apart.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -51,6 +58,50 @@ const char* const kStrings[] = {"NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID", "
 const char* const kDimParams[] = {"N", "batch", "2*N", "N*N", "(a + b)", "999999999999999999*N", "N*M*K", "",
                                   "0", "-1", "N*N*N*N*N*N*N*N"};
 
+// A relation the ONNX spec states between an op's inputs (or an input and an attribute).
+struct ContractRelation {
+  const char* op;
+  const char* kind;
+  char target;  // 'i' a dim of an input, 's' a scalar input, 'v' a 1-D input's length, '@' an ints attribute's length, '#' an int attribute
+  int input;
+  int tied;  // changed alike (-1: none)
+  int dim;   // negative: from the end; kDimOffAxis, kDimAxis
+  const char* attr;
+};
+constexpr int kDimOffAxis = 1000;
+constexpr int kDimAxis = 1001;
+const ContractRelation kRelations[] = {
+#include "contract_relations.inc"
+};
+
+enum Variant { kLarger, kSmaller, kWide, kZero, kRankUp, kRankDown, kEmpty, kOne, kVariants };
+constexpr int64_t kWideDim = 65536;
+constexpr int64_t kMaxInitializerElements = 1 << 16;
+
+// Bytes per element of the dtypes whose initializers the contract mutation resizes; 0 for others.
+size_t element_size(int32_t data_type) {
+  switch (data_type) {
+    case 2: case 3: case 9: return 1;                 // uint8, int8, bool
+    case 4: case 5: case 10: case 16: return 2;       // uint16, int16, float16, bfloat16
+    case 1: case 6: case 12: return 4;                // float, int32, uint32
+    case 7: case 11: case 13: return 8;               // int64, double, uint64
+    default: return 0;
+  }
+}
+
+// A tensor's values as raw little-endian bytes, whatever field holds them.
+std::string raw_values(const pb::TensorProto& t, size_t esize) {
+  if (!t.raw_data().empty()) return t.raw_data();
+  std::string out;
+  auto put = [&](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); };
+  for (float v : t.float_data()) put(&v, 4);
+  for (int64_t v : t.int64_data()) put(&v, 8);
+  for (double v : t.double_data()) put(&v, 8);
+  for (uint64_t v : t.uint64_data()) put(&v, esize == 4 ? 4 : 8);
+  for (int32_t v : t.int32_data()) put(&v, std::min<size_t>(esize, 4));  // narrow types keep their low bytes
+  return out;
+}
+
 class Mutator {
  public:
   explicit Mutator(unsigned seed) : rng_(seed) {}
@@ -60,7 +111,7 @@ class Mutator {
     collect_graphs(m);
     if (graphs_.empty()) return;
     pb::GraphProto& g = *graphs_[pick(graphs_.size())];
-    switch (pick(13)) {
+    switch (pick(14)) {
       case 0: if (auto* n = node(g)) n->set_op_type(kOps[pick(std::size(kOps))]); break;
       case 1: if (auto* n = node(g)) extreme_attribute(*n); break;
       case 2: if (auto* n = node(g)) add_attribute(*n, g); break;
@@ -73,6 +124,7 @@ class Mutator {
       case 9: if (m.opset_import_size() > 0) m.mutable_opset_import(0)->set_version(pick_of({1, 7, 9, 10, 11, 13, 17, 18, 20, 22})); break;
       case 10: if (auto* n = node(g)) n->add_output(fresh_name()); break;
       case 11: if (auto* n = node(g)) n->add_input(pick(4) == 0 ? std::string() : any_name(g)); break;
+      case 12: if (auto* n = node(g)) break_contract(*n, g); break;
       default: if (auto* n = node(g); n && n->output_size() > 0) g.add_output()->set_name(n->output(pick(n->output_size()))); break;
     }
   }
@@ -221,6 +273,134 @@ class Mutator {
       return;
     }
     n.set_input(pick(n.input_size()), pick(5) == 0 ? std::string() : any_name(g));
+  }
+
+  // ---- shape contracts ----------------------------------------------------------------------
+  void break_contract(pb::NodeProto& n, pb::GraphProto& g) {
+    std::vector<const ContractRelation*> rows;
+    for (const auto& r : kRelations)
+      if (n.op_type() == r.op) rows.push_back(&r);
+    if (rows.empty()) return;
+    const ContractRelation& r = *rows[pick(rows.size())];
+    const auto v = static_cast<Variant>(pick(kVariants));
+    if (r.target == '@' || r.target == '#') {
+      pb::AttributeProto* a = nullptr;
+      for (auto& x : *n.mutable_attribute())
+        if (x.name() == r.attr) a = &x;
+      if (a == nullptr) {
+        a = n.add_attribute();
+        a->set_name(r.attr);
+        a->set_type(r.target == '@' ? pb::AttributeProto::INTS : pb::AttributeProto::INT);
+        if (r.target == '@')
+          for (int k = 0; k < 2; ++k) a->add_ints(1);
+      }
+      if (r.target == '@') resize_ints(*a, v);
+      else a->set_i(pick_of({a->i() + 1, a->i() - 1, kWideDim, 0, 1, -kWideDim}));
+      return;
+    }
+    int64_t axis = 0;
+    for (const auto& x : n.attribute())
+      if (x.name() == "axis") axis = x.i();
+    for (int idx : {r.input, r.tied})
+      if (idx >= 0 && idx < n.input_size() && !n.input(idx).empty()) resize_input(g, n.input(idx), r, v, axis);
+  }
+
+  void resize_ints(pb::AttributeProto& a, Variant v) {
+    a.set_type(pb::AttributeProto::INTS);
+    switch (v) {
+      case kLarger: case kRankUp: a.add_ints(a.name() == "pads" || a.name() == "output_padding" ? 0 : 1); break;
+      case kSmaller: case kRankDown: if (a.ints_size() > 0) a.mutable_ints()->RemoveLast(); break;
+      case kWide: if (a.ints_size() > 0) a.set_ints(0, kWideDim); else a.add_ints(kWideDim); break;
+      case kZero: case kEmpty: a.clear_ints(); break;
+      default: while (a.ints_size() > 1) a.mutable_ints()->RemoveLast();
+    }
+  }
+
+  // The dims `r` and `v` make of `dims`; false when the variant does not apply.
+  bool new_dims(std::vector<int64_t>& dims, const ContractRelation& r, Variant v, int64_t axis) {
+    const auto rank = static_cast<int64_t>(dims.size());
+    if (r.target == 's') {
+      static const std::vector<int64_t> kShapes[kVariants] = {{2}, {2}, {kWideDim}, {0}, {1, 1}, {2}, {0}, {1}};
+      dims = kShapes[v];
+      return true;
+    }
+    if (r.target == 'v') {
+      if (rank != 1) return false;
+      switch (v) {
+        case kLarger: ++dims[0]; return true;
+        case kSmaller: if (dims[0] == 0) return false; --dims[0]; return true;
+        case kZero: case kEmpty: dims[0] = 0; return true;
+        case kRankUp: dims.insert(dims.begin(), 1); return true;
+        case kRankDown: if (dims[0] != 1) return false; dims.clear(); return true;
+        default: dims[0] = 1; return true;
+      }
+    }
+    if (rank == 0) return false;
+    if (axis < 0) axis += rank;
+    int64_t d = r.dim == kDimAxis ? axis : r.dim == kDimOffAxis ? (axis == 0 ? 1 : 0) : r.dim < 0 ? rank + r.dim : r.dim;
+    if (d < 0 || d >= rank) return false;
+    switch (v) {
+      case kLarger: ++dims[d]; break;
+      case kSmaller: if (dims[d] <= 1) return false; --dims[d]; break;
+      case kWide: dims[d] = kWideDim; break;
+      case kZero: dims[d] = 0; break;
+      case kRankUp: dims.insert(dims.begin(), 2); break;
+      case kRankDown: dims.erase(dims.begin()); break;
+      case kEmpty: dims = {0}; break;
+      default: dims[d] = 1;
+    }
+    return true;
+  }
+
+  void resize_input(pb::GraphProto& g, const std::string& name, const ContractRelation& r, Variant v, int64_t axis) {
+    for (auto& t : *g.mutable_initializer()) {
+      if (t.name() != name) continue;
+      std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+      if (!new_dims(dims, r, v, axis)) return;
+      resize_initializer(t, dims, r.target == 'v' && v == kWide);
+      return;
+    }
+    for (auto& in : *g.mutable_input()) {
+      if (in.name() != name || !in.type().has_tensor_type() || !in.type().tensor_type().has_shape()) continue;
+      auto& shape = *in.mutable_type()->mutable_tensor_type()->mutable_shape();
+      std::vector<int64_t> dims;
+      for (const auto& d : shape.dim()) dims.push_back(d.has_dim_value() ? d.dim_value() : 3);
+      if (!new_dims(dims, r, v, axis)) return;
+      shape.clear_dim();
+      for (int64_t d : dims) shape.add_dim()->set_dim_value(d);
+      return;
+    }
+  }
+
+  // Gives `t` the dims `dims`, its values repeated to fill them (indices stay in range);
+  // `wide_value` sets the first value to 65536 instead (a shape tensor's entry).
+  void resize_initializer(pb::TensorProto& t, const std::vector<int64_t>& dims, bool wide_value) {
+    const size_t esize = element_size(t.data_type());
+    if (esize == 0) return;
+    int64_t n = 1;
+    for (int64_t d : dims) {
+      if (d < 0 || d > kMaxInitializerElements) return;
+      n *= d;
+      if (n > kMaxInitializerElements) return;
+    }
+    const std::string old = raw_values(t, esize);
+    std::string raw(static_cast<size_t>(n) * esize, '\0');
+    const size_t old_n = old.size() / esize;
+    for (int64_t i = 0; i < n && old_n > 0; ++i)
+      std::memcpy(&raw[static_cast<size_t>(i) * esize], &old[(static_cast<size_t>(i) % old_n) * esize], esize);
+    if (wide_value && n > 0) {
+      if (t.data_type() == 7) std::memcpy(&raw[0], &kWideDim, 8);
+      else if (t.data_type() == 6) { const int32_t w = kWideDim; std::memcpy(&raw[0], &w, 4); }
+      else if (t.data_type() == 1) { const float w = kWideDim; std::memcpy(&raw[0], &w, 4); }
+    }
+    t.clear_float_data();
+    t.clear_int32_data();
+    t.clear_int64_data();
+    t.clear_double_data();
+    t.clear_uint64_data();
+    t.clear_dims();
+    for (int64_t d : dims) t.add_dims(d);
+    t.set_raw_data(raw);
   }
 
   void duplicate(const pb::NodeProto& n, pb::GraphProto& g) {

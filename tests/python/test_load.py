@@ -145,6 +145,19 @@ def deep(layers: int, width: int = 32) -> bytes:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10).SerializeToString()
 
 
+@pytest.fixture
+def sigint_raises():
+    """Python's own SIGINT handler (KeyboardInterrupt) for the test's length. A job started in
+    the background of a script (`make test &`, `nohup`) inherits SIGINT ignored, and Python
+    then installs no handler of its own; the test installs it and puts back what was there."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers can only be installed from the main thread")
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+@pytest.mark.usefixtures("sigint_raises")
 def test_ctrl_c_stops_a_long_run_between_kernels_and_the_session_stays_usable():
     sess = tt.compile(deep(64), threads=2, profile=True)
     x = np.random.default_rng(1).standard_normal((64, 32, 32, 32)).astype(np.float32)
@@ -170,6 +183,7 @@ def test_ctrl_c_stops_a_long_run_between_kernels_and_the_session_stays_usable():
     assert errors == []
 
 
+@pytest.mark.usefixtures("sigint_raises")
 def test_ctrl_c_between_short_runs_leaves_the_session_usable():
     sess = tt.compile(cnn(), threads=2)
     x = inputs(1, batch=4)[0]

@@ -435,9 +435,16 @@ void Reader::graph(const pb::GraphProto& p, Graph& g, const std::string& where,
     g.quantization_annotations().push_back({qa.tensor_name(), metadata_of(qa.quant_parameter_tensor_names())});
 }
 
-std::vector<OpsetImport> opsets_of(const google::protobuf::RepeatedPtrField<pb::OperatorSetIdProto>& ps) {
+// Operator sets are numbered from 1; a version below that selects no op of any domain.
+std::vector<OpsetImport> opsets_of(const google::protobuf::RepeatedPtrField<pb::OperatorSetIdProto>& ps,
+                                   const std::string& where) {
   std::vector<OpsetImport> out;
-  for (const auto& o : ps) out.push_back({o.domain(), o.version()});
+  for (const auto& o : ps) {
+    if (o.version() < 1)
+      throw ModelError(where + ": opset_import of domain '" + o.domain() + "' has version " + std::to_string(o.version()) +
+                       "; opset versions start at 1");
+    out.push_back({o.domain(), o.version()});
+  }
   return out;
 }
 
@@ -449,7 +456,7 @@ Function Reader::function(const pb::FunctionProto& p) {
   f.overload = p.overload();
   f.attribute_names.assign(p.attribute().begin(), p.attribute().end());
   for (const auto& a : p.attribute_proto()) f.attribute_defaults.push_back(attribute(a, f.body.get(), where));
-  f.opset_imports = opsets_of(p.opset_import());
+  f.opset_imports = opsets_of(p.opset_import(), where);
   f.doc_string = p.doc_string();
   f.metadata = metadata_of(p.metadata_props());
   Graph& body = *f.body;
@@ -484,7 +491,7 @@ Model Reader::read() {
   m.model_version = mp.model_version();
   m.doc_string = mp.doc_string();
   m.metadata = metadata_of(mp.metadata_props());
-  m.opset_imports = opsets_of(mp.opset_import());
+  m.opset_imports = opsets_of(mp.opset_import(), label_);
   m.training_info.assign(mp.training_info().begin(), mp.training_info().end());
   m.device_configurations.assign(mp.configuration().begin(), mp.configuration().end());
   graph(mp.graph(), m.graph(), label_ + ": graph '" + mp.graph().name() + "'", &split.initializer);

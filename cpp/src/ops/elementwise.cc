@@ -180,6 +180,9 @@ void identity(InferContext& ctx) {
 }
 
 void dropout(InferContext& ctx) {
+  // The kernel reads the first element of each.
+  ctx.require_one_value(1, "input 'ratio'");
+  ctx.require_one_value(2, "input 'training_mode'");
   same_as_input(ctx);
   ctx.set_output(1, DType::kBool, ctx.input_shape(0));
 }
@@ -211,6 +214,8 @@ void along_axis(InferContext& ctx) {
 // MeanVarianceNormalization over `axes` (default [0, 2, 3]), each within X's rank.
 void mean_variance(InferContext& ctx) {
   const Shape& x = ctx.input_shape(0);
+  // An empty list is not the default: it would normalise over nothing.
+  if (ctx.has_attr("axes") && ctx.attr_ints("axes").empty()) ctx.fail("axes is empty; it must name at least one axis");
   if (x.has_rank())
     ctx.distinct_axes(ctx.attr_ints("axes", {0, 2, 3}), x.rank());
   same_as_input(ctx);
@@ -249,14 +254,22 @@ void celu(InferContext& ctx) {
   same_as_input(ctx);
 }
 
+// Clip's bounds (opset 11 on) are scalars: the kernel reads one value of each.
+void clip(InferContext& ctx) {
+  ctx.require_one_value(1, "min");
+  ctx.require_one_value(2, "max");
+  same_as_input(ctx);
+}
+
 void register_elementwise(Registry& r) {
   for (const char* op : {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Gelu", "Softplus",
                          "Softsign", "Elu", "Selu", "Mish", "ThresholdedRelu", "Shrink", "Sqrt", "Exp", "Log",
                          "Neg", "Abs", "Reciprocal", "Erf", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Tan",
-                         "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Clip", "BitwiseNot",
+                         "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "BitwiseNot",
                          "ReverseSequence", "Swish"})
     r.add(op, same_as_input);
   r.add("Celu", celu);
+  r.add("Clip", clip);
   for (const char* op : {"Softmax", "LogSoftmax", "Hardmax", "LpNormalization"}) r.add(op, along_axis);
   r.add("MeanVarianceNormalization", mean_variance);
   r.add("Trilu", trilu);

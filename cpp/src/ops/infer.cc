@@ -583,10 +583,18 @@ void infer_graph(ir::Graph& g, InferState& state, const InferenceOptions& option
 
 }  // namespace
 
+// The newest ONNX opset of the schemas arity.inc was generated from (onnx 1.23.2). A later
+// opset may change what an op computes, so a model that asks for one is refused rather than
+// run with the semantics of an older version.
+constexpr int64_t kNewestOpset = 28;
+
 InferenceReport infer_shapes(ir::Model& model, const InferenceOptions& options) {
   InferState state;
   state.opset = model.opset("");
   if (state.opset < 0) state.opset = 1;
+  if (state.opset > kNewestOpset)
+    throw ModelError("the model imports ONNX opset " + std::to_string(state.opset) + "; tether knows opsets 1 to " +
+                           std::to_string(kNewestOpset));
   for (const auto& [name, tensor] : options.input_values) {
     const ir::Value* v = model.graph().find(name);
     if (v == nullptr || !v->is_input()) throw ArgumentError("input_values: '" + name + "' is not a graph input");

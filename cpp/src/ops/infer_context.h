@@ -1,6 +1,7 @@
 // What an op's shape-inference rule sees and sets: InferContext, and the rule registry.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -101,6 +102,18 @@ class InferContext {
 
   /// Throws ShapeError naming the node: "<op 'name'>: <why>".
   [[noreturn]] void fail(const std::string& why) const;
+  /// fail()s when optional input `i` is present with a known shape of other than one element
+  /// (a scalar operand: Clip's bounds, Pad's constant_value). Kernels read its first element,
+  /// which an empty tensor does not have.
+  void require_one_value(size_t i, std::string_view what) const {
+    if (i >= num_inputs() || !has_input(i)) return;
+    const Shape& s = input_shape(i);
+    const auto sizes = s.has_rank() ? s.static_sizes() : std::nullopt;
+    if (!sizes) return;
+    // One element exactly when every dim is 1 (a scalar has none).
+    const bool one = std::all_of(sizes->begin(), sizes->end(), [](int64_t d) { return d == 1; });
+    if (!one) fail(std::string(what) + " must hold one value (a scalar), got shape " + s.to_string());
+  }
   /// Normalises an axis in [-rank, rank) to [0, rank); fail()s when out of range.
   size_t axis(int64_t axis, size_t rank, std::string_view what = "axis") const;
   /// Each of `axes` through axis(), in order; fail()s naming the axis when one repeats.

@@ -40,7 +40,37 @@ void matmul(InferContext& ctx) {
   ctx.set_output(0, ctx.input_dtype(0), matmul_shape(ctx, ctx.input_shape(0), ctx.input_shape(1)));
 }
 
+// MatMulInteger's zero point of operand `op` (input `i`): a scalar, one value per row of a
+// (column of b) as a 1-D tensor, or the operand's shape with its contracted dim 1.
+void check_zero_point(const InferContext& ctx, size_t i, size_t op, const char* name) {
+  if (i >= ctx.num_inputs() || !ctx.has_input(i)) return;
+  const Shape& z = ctx.input_shape(i);
+  const Shape& x = ctx.input_shape(op);
+  if (!z.has_rank() || !x.has_rank() || x.rank() == 0) return;
+  const bool row = op == 0;  // a's zero point goes per row, b's per column
+  std::vector<Dim> want = x.dims();
+  if (z.rank() >= 2 && x.rank() < 2)
+    ctx.fail(std::string("input '") + name + "' has shape " + z.to_string() + ", expected a scalar or a 1-D tensor");
+  if (z.rank() <= 1) {
+    const Dim n = z.rank() == 0 ? Dim(1) : z[0];
+    const Dim per = x.rank() >= 2 ? x[row ? x.rank() - 2 : x.rank() - 1] : Dim(1);  // a vector is one row (column)
+    if (n.is_known() && n.value() != 1 && per.is_known() && n.value() != per.value())
+      ctx.fail(std::string("input '") + name + "' has " + n.to_string() + " values, expected 1 or " + per.to_string() +
+               (row ? " (one per row of A)" : " (one per column of B)"));
+    return;
+  }
+  want[row ? x.rank() - 1 : x.rank() - 2] = Dim(1);
+  bool ok = z.rank() == want.size();
+  for (size_t d = 0; ok && d < want.size(); ++d)
+    ok = !(z[d].is_known() && want[d].is_known() && z[d].value() != want[d].value());
+  if (!ok)
+    ctx.fail(std::string("input '") + name + "' has shape " + z.to_string() + ", expected a scalar, a 1-D tensor or " +
+             Shape(want).to_string());
+}
+
 void matmul_integer(InferContext& ctx) {
+  check_zero_point(ctx, 2, 0, "a_zero_point");
+  check_zero_point(ctx, 3, 1, "b_zero_point");
   ctx.set_output(0, DType::kInt32, matmul_shape(ctx, ctx.input_shape(0), ctx.input_shape(1)));
 }
 
@@ -81,7 +111,10 @@ void gemm(InferContext& ctx) {
     ctx.fail("inner dims of Gemm differ: A is " + a.to_string() + (ta ? " (transA)" : "") + " and B is " +
              b.to_string() + (tb ? " (transB)" : "") + " (" + ka.to_string() + " vs " + kb.to_string() + ")");
   Shape out({m, n});
-  if (ctx.has_input(2) && ctx.input_type(2).is_tensor()) broadcast_shapes(ctx, {out, ctx.input_shape(2)});
+  // C broadcasts to (M, N) one way only: a C of more dims, or wider, would make the kernel
+  // read past it.
+  if (ctx.has_input(2) && ctx.input_type(2).is_tensor())
+    check_unidirectional(ctx, ctx.input_shape(2), out, "input 'C' (Gemm's bias)");
   ctx.set_output(0, dt, out);
 }
 

@@ -55,7 +55,13 @@ std::optional<int64_t> int_fill(const ir::Attribute* value) {
 void constant_of_shape(InferContext& ctx) {
   DType dt = DType::kFloat32;
   const ir::Attribute* value = ctx.node().attr("value");
-  if (value != nullptr) dt = value->as_tensor().dtype();
+  if (value != nullptr) {
+    const ir::Tensor& t = value->as_tensor();
+    // The fill is "a one-element tensor": an empty one has no value to fill with.
+    if (t.num_elements() != 1)
+      ctx.fail("value must hold one element, got a tensor of " + std::to_string(t.num_elements()));
+    dt = t.dtype();
+  }
   if (auto v = ctx.input_values(0)) {
     std::vector<Dim> dims;
     for (const SymInt& e : *v) {

@@ -15,7 +15,8 @@ int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
 std::vector<int64_t> attr_or(const InferContext& ctx, const char* name, size_t n, int64_t fill) {
   std::vector<int64_t> v = ctx.attr_ints(name);
-  if (v.empty()) v.assign(n, fill);
+  // Only an absent attribute takes the default: an empty list is a list of the wrong length.
+  if (v.empty() && !ctx.has_attr(name)) v.assign(n, fill);
   if (v.size() != n) ctx.fail(std::string("attribute '") + name + "' has " + std::to_string(v.size()) +
                               " entries, expected " + std::to_string(n));
   return v;
@@ -110,7 +111,7 @@ void conv(InferContext& ctx) {
   // neither gives has an unknown output size, but strides, pads and the rest are still checked.
   std::vector<int64_t> kernel = ctx.attr_ints("kernel_shape");
   std::vector<bool> known(k, true);
-  if (!kernel.empty() && kernel.size() != k)
+  if (kernel.size() != k && (!kernel.empty() || ctx.has_attr("kernel_shape")))
     ctx.fail("kernel_shape has " + std::to_string(kernel.size()) + " entries for " + std::to_string(k) + " spatial axes");
   if (kernel.empty()) {
     for (size_t i = 0; i < k; ++i) {
@@ -172,7 +173,7 @@ void conv_transpose(InferContext& ctx) {
   }
   std::vector<Dim> out{x[0], channels};
   std::vector<int64_t> kernel = ctx.attr_ints("kernel_shape");
-  if (!kernel.empty() && kernel.size() != k)
+  if (kernel.size() != k && (!kernel.empty() || ctx.has_attr("kernel_shape")))
     ctx.fail("kernel_shape has " + std::to_string(kernel.size()) + " entries for " + std::to_string(k) + " spatial axes");
   for (int64_t v : kernel)
     if (v < 1) ctx.fail("kernel sizes must be >= 1, kernel_shape has " + std::to_string(v));
@@ -184,13 +185,6 @@ void conv_transpose(InferContext& ctx) {
                  ", the weight " + w.to_string() + " has " + w[i + 2].to_string());
   if (kernel.empty() && w.has_rank() && w.rank() == x.rank())
     for (size_t i = 0; i < k; ++i) kernel.push_back(w[i + 2].is_known() ? w[i + 2].value() : -1);
-  const std::vector<int64_t> output_shape = ctx.attr_ints("output_shape");
-  if (!output_shape.empty()) {
-    if (output_shape.size() != k) ctx.fail("output_shape has " + std::to_string(output_shape.size()) + " entries, expected " + std::to_string(k));
-    for (int64_t v : output_shape) out.push_back(ctx.dim(v, "an entry of output_shape"));
-    ctx.set_output(0, ctx.input_dtype(0), output_layout(std::move(out), last));
-    return;
-  }
   const auto strides = attr_or(ctx, "strides", k, 1);
   const auto dilations = attr_or(ctx, "dilations", k, 1);
   const auto pads = attr_or(ctx, "pads", 2 * k, 0);
@@ -200,6 +194,18 @@ void conv_transpose(InferContext& ctx) {
     const std::string axis = " on spatial axis " + std::to_string(i) + " is ";
     if (strides[i] < 1) ctx.fail("the stride" + axis + std::to_string(strides[i]) + "; strides must be >= 1");
     if (dilations[i] < 1) ctx.fail("the dilation" + axis + std::to_string(dilations[i]) + "; dilations must be >= 1");
+    // output_padding adds to one side what a stride or dilation leaves out; more would be
+    // output no input reaches (onnxruntime and PyTorch refuse it too).
+    if (out_pad[i] < 0 || (out_pad[i] >= strides[i] && out_pad[i] >= dilations[i]))
+      ctx.fail("the output padding" + axis + std::to_string(out_pad[i]) + "; it must be >= 0 and smaller than the stride (" +
+               std::to_string(strides[i]) + ") or the dilation (" + std::to_string(dilations[i]) + ")");
+  }
+  const std::vector<int64_t> output_shape = ctx.attr_ints("output_shape");
+  if (!output_shape.empty()) {
+    if (output_shape.size() != k) ctx.fail("output_shape has " + std::to_string(output_shape.size()) + " entries, expected " + std::to_string(k));
+    for (int64_t v : output_shape) out.push_back(ctx.dim(v, "an entry of output_shape"));
+    ctx.set_output(0, ctx.input_dtype(0), output_layout(std::move(out), last));
+    return;
   }
   for (size_t i = 0; i < k; ++i) {
     const Dim& in = x[i + 2];
@@ -243,6 +249,13 @@ void pool(InferContext& ctx) {
     ctx.fail("kernel_shape has " + std::to_string(kernel.size()) + " entries for " + std::to_string(x.rank() - 2) +
              " spatial axes");
   Window win = window(ctx, kernel);
+  // A pad as long as the kernel would make windows wholly of padding, which have no value to
+  // pool (onnxruntime refuses them too).
+  for (size_t i = 0; i < kernel.size() && win.auto_pad == "NOTSET"; ++i)
+    for (const int64_t p : {win.pads[i], win.pads[i + kernel.size()]})
+      if (p >= kernel[i])
+        ctx.fail("a pad of " + std::to_string(p) + " on spatial axis " + std::to_string(i) +
+                 " is not smaller than the kernel size " + std::to_string(kernel[i]));
   std::vector<Dim> out{x[0], x[1]};
   for (size_t i = 0; i < kernel.size(); ++i) out.push_back(window_out(ctx, win, i, x[i + 2]));
   Shape shape = output_layout(std::move(out), last);
@@ -359,6 +372,16 @@ void resize(InferContext& ctx) {
   std::vector<Dim> out = x.dims();
   const Shape rank_only{std::vector<Dim>(rank)};
   const bool is_upsample = ctx.node().op_type() == "Upsample";
+  // The crop box is 1-D, and tf_crop_and_resize reads one start and one end per resized axis:
+  // an empty roi is not the whole image there.
+  if (!is_upsample && ctx.opset() >= 11 && ctx.num_inputs() > 1 && ctx.has_input(1)) {
+    const Shape& roi = ctx.input_shape(1);
+    if (roi.has_rank() && roi.rank() != 1) ctx.fail("input 'roi' must be 1-D, got shape " + roi.to_string());
+    if (ctx.attr_string("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize" && roi.has_rank() &&
+        roi[0].is_known() && roi[0].value() != static_cast<int64_t>(2 * axes.size()))
+      ctx.fail("input 'roi' has " + roi[0].to_string() + " entries; tf_crop_and_resize needs " +
+               std::to_string(2 * axes.size()) + " (a start and an end per resized axis)");
+  }
   const auto scales = resize_scales(ctx, is_upsample);
   if (!scales) {  // computed at run time: only the rank is certain
     ctx.set_output(0, dt, rank_only);
@@ -673,7 +696,8 @@ void lrn(InferContext& ctx) {
 }
 
 // GroupNormalization(X, scale, bias): num_groups divides the channels; scale and bias hold one
-// value per group (opset 18) or per channel (opset 21).
+// value per group (opset 18) or per channel (opset 21), both the same way: the kernel reads
+// them with one index.
 void group_norm(InferContext& ctx) {
   const int64_t groups = ctx.attr_int("num_groups", 0);
   if (groups < 1) ctx.fail("num_groups is " + std::to_string(groups) + "; it must be >= 1");
@@ -685,12 +709,20 @@ void group_norm(InferContext& ctx) {
                " channels");
     for (size_t i = 1; i < 3 && i < ctx.num_inputs(); ++i) {
       const Shape& p = ctx.input_shape(i);
-      if (!p.has_rank() || p.rank() != 1 || !p[0].is_known() || !x[1].is_known()) continue;
+      if (p.has_rank() && p.rank() != 1)
+        ctx.fail(std::string(i == 1 ? "scale" : "bias") + " must be 1-D, got shape " + p.to_string());
+      if (!p.has_rank() || !p[0].is_known() || !x[1].is_known()) continue;
       const int64_t n = p[0].value();
       if (n != groups && n != x[1].value())
         ctx.fail(std::string(i == 1 ? "scale" : "bias") + " has " + std::to_string(n) + " values; it needs one per group (" +
                  std::to_string(groups) + ") or per channel (" + std::to_string(x[1].value()) + ")");
     }
+    const Shape& scale = ctx.input_shape(1);
+    const Shape& bias = ctx.input_shape(2);
+    if (scale.has_rank() && bias.has_rank() && scale.rank() == 1 && bias.rank() == 1 && scale[0].is_known() &&
+        bias[0].is_known() && scale[0].value() != bias[0].value())
+      ctx.fail("scale has " + scale[0].to_string() + " values and bias " + bias[0].to_string() +
+               "; both must hold one value per group or both one per channel");
   }
   ctx.set_output(0, ctx.input_type(0));
 }

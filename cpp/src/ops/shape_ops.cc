@@ -34,6 +34,15 @@ Dim sum(const std::vector<Dim>& dims) {
   return unit ? Dim(coeff) * *unit : Dim();
 }
 
+// fail()s when input `i` is present with a known rank other than 1: axes, starts, split
+// sizes and K are lists by the spec (a scalar or a matrix of them is refused by onnxruntime too).
+void require_vector(const InferContext& ctx, size_t i, const char* what, bool or_scalar = false) {
+  if (i >= ctx.num_inputs() || !ctx.has_input(i)) return;
+  const Shape& s = ctx.input_shape(i);
+  if (s.has_rank() && s.rank() != 1 && !(or_scalar && s.rank() == 0))
+    ctx.fail(std::string("input '") + what + "' must be 1-D" + (or_scalar ? " or a scalar" : "") + ", got shape " + s.to_string());
+}
+
 // Reads axes from an attribute (older opsets) or from input `index` (newer ones).
 std::optional<std::vector<int64_t>> axes_of(const InferContext& ctx, size_t index) {
   if (ctx.has_attr("axes")) return ctx.attr_ints("axes");
@@ -152,6 +161,7 @@ void transpose(InferContext& ctx) {
 void squeeze(InferContext& ctx) {
   const Shape& x = ctx.input_shape(0);
   const DType dt = ctx.input_dtype(0);
+  require_vector(ctx, 1, "axes");
   auto axes = axes_of(ctx, 1);
   if (!x.has_rank() || !axes) {
     ctx.set_output(0, dt, Shape());
@@ -183,6 +193,7 @@ void squeeze(InferContext& ctx) {
 void unsqueeze(InferContext& ctx) {
   const Shape& x = ctx.input_shape(0);
   const DType dt = ctx.input_dtype(0);
+  require_vector(ctx, 1, "axes", /*or_scalar=*/true);  // ONNX function bodies (AffineGrid) pass a scalar
   auto axes = axes_of(ctx, 1);
   if (!x.has_rank() || !axes) {
     ctx.set_output(0, dt, Shape());
@@ -254,12 +265,19 @@ void split(InferContext& ctx) {
   const DType dt = ctx.input_dtype(0);
   const size_t n = ctx.num_outputs();
   if (n == 0) ctx.fail("has no outputs; Split needs at least one");
+  require_vector(ctx, 1, "split");
   // Every output is a part; one left unnamed would shift where the later parts start.
   for (size_t i = 0; i < n; ++i)
     if (ctx.node().output(i) == nullptr) ctx.fail("output " + std::to_string(i) + " is empty; every part of a Split must be named");
   if (!x.has_rank()) {
     for (size_t i = 0; i < n; ++i) ctx.set_output(i, dt, Shape());
     return;
+  }
+  if (ctx.has_attr("num_outputs")) {
+    const int64_t want = ctx.attr_int("num_outputs", 0);
+    if (want != static_cast<int64_t>(n))
+      ctx.fail("num_outputs is " + std::to_string(want) + " but the node has " + std::to_string(n) + " outputs");
+    if (ctx.has_input(1)) ctx.fail("has both the split input and num_outputs; give one of them");
   }
   const size_t a = ctx.axis(ctx.attr_int("axis", 0), x.rank());
   std::optional<std::vector<int64_t>> sizes;
@@ -346,6 +364,7 @@ void slice(InferContext& ctx) {
     ends = ctx.attr_ints("ends");
     axes = ctx.has_attr("axes") ? std::optional(ctx.attr_ints("axes")) : std::nullopt;
   } else {
+    for (size_t i = 1; i <= 4; ++i) require_vector(ctx, i, i == 1 ? "starts" : i == 2 ? "ends" : i == 3 ? "axes" : "steps");
     starts = ctx.input_ints(1);
     ends = ctx.input_ints(2);
     if (ctx.has_input(3)) axes = ctx.input_ints(3);
@@ -427,6 +446,17 @@ void gather(InferContext& ctx) {
   }
 }
 
+// GatherElements and ScatterElements address data element by element: off the axis, the
+// indices may cover less of data than data has, never more (the kernels index data with the
+// indices' coordinates there).
+void check_indices_within_data(InferContext& ctx, const Shape& data, const Shape& idx, size_t axis) {
+  for (size_t k = 0; k < data.rank() && k < idx.rank(); ++k)
+    if (k != axis && data[k].is_known() && idx[k].is_known() && idx[k].value() > data[k].value())
+      ctx.fail("indices " + idx.to_string() + " are longer than data " + data.to_string() + " on axis " +
+               std::to_string(k) + " (" + idx[k].to_string() + " vs " + data[k].to_string() +
+               "); off the axis " + std::to_string(axis) + " they must not exceed data");
+}
+
 void gather_elements(InferContext& ctx) {
   const Shape& data = ctx.input_shape(0);
   const Shape& idx = ctx.input_shape(1);
@@ -435,7 +465,8 @@ void gather_elements(InferContext& ctx) {
     if (idx.rank() != data.rank())
       ctx.fail("indices have rank " + std::to_string(idx.rank()) + " and data " + std::to_string(data.rank()) +
                "; they must have the same rank");
-    ctx.axis(ctx.attr_int("axis", 0), data.rank());
+    const size_t axis = ctx.axis(ctx.attr_int("axis", 0), data.rank());
+    check_indices_within_data(ctx, data, idx, axis);
   }
   ctx.set_output(0, ctx.input_dtype(0), idx);
 }
@@ -486,7 +517,9 @@ void scatter_elements(InferContext& ctx) {
       if (s->has_rank() && s->rank() != data.rank())
         ctx.fail(std::string(s == &idx ? "indices " : "updates ") + s->to_string() + " must have data's rank " +
                  std::to_string(data.rank()));
-    ctx.axis(ctx.attr_int("axis", 0), data.rank());
+    const size_t axis = ctx.axis(ctx.attr_int("axis", 0), data.rank());
+    for (const Shape* s : {&idx, &upd})
+      if (s->has_rank()) check_indices_within_data(ctx, data, *s, axis);
   }
   same_as_input(ctx);
 }
@@ -548,6 +581,7 @@ void tile(InferContext& ctx) {
 void pad(InferContext& ctx) {
   const Shape& x = ctx.input_shape(0);
   const DType dt = ctx.input_dtype(0);
+  ctx.require_one_value(2, "constant_value");
   if (!x.has_rank()) {
     ctx.set_output(0, dt, Shape());
     return;
@@ -598,6 +632,10 @@ void topk(InferContext& ctx) {
     return;
   }
   const size_t a = ctx.axis(ctx.attr_int("axis", -1), x.rank());
+  if (!ctx.has_attr("k")) {  // K is a 1-D tensor of one value
+    require_vector(ctx, 1, "K");
+    ctx.require_one_value(1, "input 'K'");
+  }
   Dim k;
   if (ctx.has_attr("k")) {
     k = ctx.dim(ctx.attr_int("k", 0), "attribute 'k'");

@@ -85,7 +85,14 @@ void max_roi_pool(InferContext& ctx) {
 }
 
 // How many boxes survive depends on the scores: only the (index triple) width is known.
-void non_max_suppression(InferContext& ctx) { ctx.set_output(0, DType::kInt64, Shape({Dim(), Dim(3)})); }
+void non_max_suppression(InferContext& ctx) {
+  // Each of these is one value by the spec; an empty one was read as 0 when fed at run time
+  // but as absent when constant.
+  ctx.require_one_value(2, "input 'max_output_boxes_per_class'");
+  ctx.require_one_value(3, "input 'iou_threshold'");
+  ctx.require_one_value(4, "input 'score_threshold'");
+  ctx.set_output(0, DType::kInt64, Shape({Dim(), Dim(3)}));
+}
 
 void max_unpool(InferContext& ctx) {
   const Shape& x = ctx.input_shape(0);

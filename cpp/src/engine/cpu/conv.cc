@@ -758,8 +758,14 @@ class ConvKernel final : public Kernel {
   // 2-D, one group, constant weights, a kernel wider than 1x1: the direct path. (A 1x1
   // convolution's im2col matrix is the input itself, or a fraction of it when strided; packing
   // its panels costs less than reading B's rows in place once many row tiles reuse them.)
+  // The direct path copies the padded input as stride x stride phase planes, each rounded up
+  // to whole strides: about the input's size while a stride is at most the kernel (every
+  // input pixel is read), but stride^2 per channel past it (a stride of 20000 on an 8 x 8
+  // input would take 1.6 GB a channel). Those convolutions read few pixels and take the
+  // im2col path, whose scratch follows the output.
   bool use_direct(const View& x, const View&, const ConvGeometry& g) const {
-    return x.rank() == 4 && g.group == 1 && !packed_w_.empty() && g.kernel[0] * g.kernel[1] > 1;
+    return x.rank() == 4 && g.group == 1 && !packed_w_.empty() && g.kernel[0] * g.kernel[1] > 1 &&
+           g.strides[0] <= g.kernel[0] && g.strides[1] <= g.kernel[1];
   }
 
   // Narrow output rows are too short to vectorise along: those planes run channels last

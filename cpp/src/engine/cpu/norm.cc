@@ -166,6 +166,8 @@ std::unique_ptr<Kernel> group_norm(const KernelInit& init) {
     const int64_t per_group = c / groups;
     // Opset 18 gives scale and bias per group, opset 21 per channel.
     const bool per_channel = in[1].numel() == c;
+    TETHER_CHECK(in[2].numel() == in[1].numel() && (per_channel || in[1].numel() == groups),
+                 "GroupNormalization: scale and bias differ in length");
     const float *scale = in[1].as<float>(), *bias = in[2].as<float>();
     normalize_rows(ctx, x.as<float>(), out[0].as<float>(), x.dims[0] * groups, per_group * spatial, eps,
                    [&](int64_t r, int64_t i, float v) {

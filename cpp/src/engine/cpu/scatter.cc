@@ -173,6 +173,8 @@ std::unique_ptr<Kernel> scatter_elements_kernel(const KernelInit& init) {
     const std::vector<int64_t> idx = int_values(in[1]);
     const std::vector<int64_t> ds = strides_of(data.dims);
     const auto& id = in[1].dims;
+    for (size_t d = 0; d < id.size(); ++d)
+      TETHER_CHECK(d == a || id[d] <= data.dims[d], "ScatterElements: indices are longer than data off the axis");
     if (y.data != data.data) std::memcpy(y.data, data.data, static_cast<size_t>(data.numel()) * elem_bytes(data.dtype));
     dispatch_scatter(red, data.dtype, [&](auto zero) {
       using T = decltype(zero);

@@ -407,6 +407,9 @@ std::unique_ptr<Kernel> gather_elements_kernel(const KernelInit& init) {
     const std::vector<int64_t> xs = strides_of(x.dims);
     const auto& id = in[1].dims;
     const size_t size = elem_bytes(x.dtype);
+    TETHER_CHECK(id.size() == x.rank(), "GatherElements: indices and data differ in rank");
+    for (size_t d = 0; d < id.size(); ++d)
+      TETHER_CHECK(d == a || id[d] <= x.dims[d], "GatherElements: indices are longer than data off the axis");
     for (int64_t o = 0; o < static_cast<int64_t>(idx.size()); ++o) {
       int64_t rem = o, src = 0;
       for (size_t d = id.size(); d-- > 0;) {
