@@ -24,6 +24,61 @@ if "TETHER_CACHE_DIR" not in os.environ:
     atexit.register(shutil.rmtree, os.environ["TETHER_CACHE_DIR"], True)
 
 
+
+def _exact_onnxruntime() -> None:
+    """onnxruntime as an exact oracle on every x86-64 CPU. Without AVX-512 VNNI or AVX-VNNI, its
+    uint8 x int8 products (MatMulInteger, QLinearConv, QLinearMatMul, QGemm) sum pairs in int16
+    with saturation (vpmaddubsw) and give wrong integers for full-range inputs; its
+    session.x64quantprecision option makes them exact. Every session the tests open, and every
+    one tether's onnxruntime runners open inside a test, gets that option."""
+    import onnxruntime as ort
+
+    base = ort.InferenceSession
+    if getattr(base, "_tether_exact", False):
+        return
+
+    class ExactInferenceSession(base):  # type: ignore[misc, valid-type]
+        _tether_exact = True
+
+        def __init__(self, path_or_bytes, sess_options=None, *args, **kwargs):
+            so = sess_options if sess_options is not None else ort.SessionOptions()
+            try:
+                so.get_session_config_entry("session.x64quantprecision")
+            except RuntimeError:  # not set: onnxruntime raises rather than return a default
+                so.add_session_config_entry("session.x64quantprecision", "1")
+            super().__init__(path_or_bytes, so, *args, **kwargs)
+
+    ort.InferenceSession = ExactInferenceSession
+
+
+_exact_onnxruntime()
+
+
+def _ort_u8s8_is_exact() -> bool:
+    """Whether onnxruntime's uint8 x int8 MatMulInteger is exact on this CPU: on x86-64 without
+    VNNI it sums pairs of products in int16 with saturation, even with x64quantprecision."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(2)
+    a = rng.integers(0, 256, (2, 37, 70)).astype(np.uint8)
+    b = rng.integers(-128, 128, (70, 45)).astype(np.int8)
+    a_zp, b_zp = np.array(100, np.uint8), rng.integers(-128, 128, (45,)).astype(np.int8)
+    consts = [numpy_helper.from_array(b, "b"), numpy_helper.from_array(b_zp, "bz")]
+    graph = helper.make_graph([helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])], "probe",
+                              [helper.make_tensor_value_info("a", TensorProto.UINT8, [2, 37, 70]),
+                               helper.make_tensor_value_info("az", TensorProto.UINT8, [])],
+                              [helper.make_empty_tensor_value_info("y")], consts)
+    blob = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10).SerializeToString()
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    got = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"]).run(None, {"a": a, "az": a_zp})[0]
+    return bool(np.array_equal(got, (a.astype(np.int64) - 100) @ (b.astype(np.int64) - b_zp.astype(np.int64))))
+
+
+ORT_U8S8_EXACT = _ort_u8s8_is_exact()
+
+
 @dataclass(frozen=True)
 class Exported:
     name: str
