@@ -39,7 +39,7 @@ def refused_by_both(blob: bytes, feeds: dict, match: str) -> None:
 
 def agrees_with_ort(blob: bytes, feeds: dict) -> None:
     got = tt.compile(blob).run(feeds)
-    for name, want in zip(got, ort_run(blob, feeds)):
+    for name, want in zip(got, ort_run(blob, feeds), strict=True):
         np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6)
 
 
