@@ -12,7 +12,9 @@ import onnxruntime as ort
 import pytest
 import tether as tt
 import torch
+from conftest import ORT_U8S8_EXACT
 from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 
 class _Net(torch.nn.Module):
@@ -225,7 +227,10 @@ def test_dynamic_matmul_chain_fuses_and_equals_the_unfused_nodes(tmp_path, act, 
             np.testing.assert_allclose(got, plain, rtol=1e-6, atol=1e-6)
         else:
             np.testing.assert_array_equal(got, plain)
-    want = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    if ORT_U8S8_EXACT:
+        want = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    else:  # onnxruntime's uint8 x int8 kernel saturates on this CPU: the ONNX reference decides
+        want = ReferenceEvaluator(onnx.load(str(dst))).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * float(np.abs(want).max()))
 
 

@@ -497,7 +497,8 @@ def test_ms_qgemm_equals_numpy_and_onnxruntime(trans_b, per_column, output, bias
         want = (sums.astype(np.float32) * scale).astype(np.float32)
     got = run_tether(model, {"a": a}, 2)
     np.testing.assert_array_equal(got, want)
-    np.testing.assert_array_equal(got, run_ort(model, {"a": a}))
+    if ORT_U8S8_EXACT:  # else onnxruntime's uint8 x int8 kernel saturates; numpy above is the oracle
+        np.testing.assert_array_equal(got, run_ort(model, {"a": a}))
 
 
 @pytest.mark.parametrize("dtype", [U8, I8])

@@ -69,8 +69,10 @@ void check_zero_point(const InferContext& ctx, size_t i, size_t op, const char* 
 }
 
 void matmul_integer(InferContext& ctx) {
-  check_zero_point(ctx, 2, 0, "a_zero_point");
-  check_zero_point(ctx, 3, 1, "b_zero_point");
+  // ai.tether's MatMulIntegerToFloat shares this rule, with a scale before its zero points.
+  const size_t zp = ctx.node().domain() == "ai.tether" ? 3 : 2;
+  check_zero_point(ctx, zp, 0, "a_zero_point");
+  check_zero_point(ctx, zp + 1, 1, "b_zero_point");
   ctx.set_output(0, DType::kInt32, matmul_shape(ctx, ctx.input_shape(0), ctx.input_shape(1)));
 }
 
