@@ -1,8 +1,11 @@
 // Conv and FusedConv (bias, a residual summand and an activation fused), 1-D and 2-D, NCHW:
-// 1x1 convolutions with unit strides and no padding as a GEMM per image (shaders/gemm.comp),
-// the others by the direct convolution of shaders/conv2d.comp (groups, depthwise, dilations,
-// strides, pads), each invocation 4 pixels of a row for up to 8 output channels. ConvTranspose by shaders/conv_transpose2d.comp. Pads, auto_pad and the
-// output sizes of ConvTranspose resolve as on the CPU engine (its conv_geometry).
+// 1x1 convolutions with unit strides and no padding as a GEMM per image (matmul.h); on GPUs
+// (gpu_kernels) the others with at least kGemmChannels output channels per group as an
+// implicit GEMM (shaders/conv_gemm.comp); the rest, and all on lavapipe, by the direct
+// convolution of shaders/conv2d.comp (groups, depthwise, dilations, strides, pads), each
+// invocation 4 pixels of a row for up to 8 output channels. ConvTranspose by
+// shaders/conv_transpose2d.comp. Pads, auto_pad and the output sizes of ConvTranspose resolve
+// as on the CPU engine (its conv_geometry).
 #include <algorithm>
 
 #include "engine/cpu/cpu.h"
@@ -79,6 +82,10 @@ uint32_t channel_block(const KernelInit& init) {
   return 1;
 }
 
+// Output channels per group from which an implicit GEMM pays on a GPU: its tiles are at least
+// 32 channels tall, and a depthwise convolution (one channel per group) would fill 1/32 of them.
+constexpr int64_t kGemmChannels = 8;
+
 class ConvKernel final : public GpuKernel {
  public:
   explicit ConvKernel(const KernelInit& init)
@@ -99,6 +106,12 @@ class ConvKernel final : public GpuKernel {
       spec.push_back(has_sum_ ? 1 : 0);
       spec.push_back(block_);
       pipeline_ = &gpu.pipeline("conv2d", 5, sizeof(ConvPush), spec);
+      if (gpu_kernels(gpu.device)) {
+        std::vector<uint32_t> tiled = act_.spec();
+        tiled.push_back(has_bias_ ? 1 : 0);
+        tiled.push_back(has_sum_ ? 1 : 0);
+        tiled_ = tiled_pipelines(gpu, "conv_gemm", 5, sizeof(ConvPush), tiled);
+      }
     }
   }
 
@@ -130,9 +143,13 @@ class ConvKernel final : public GpuKernel {
     }
     ConvPush p = conv_push(node_, x, w, y, false);
     if (p.n == 0) return;  // an empty output
+    const std::vector<Range> bindings{x.range, w.range, bias, sum, y.range};
+    if (p.M / p.G >= kGemmChannels &&
+        record_tiled(rec, tiled_, bindings, &p, sizeof p, p.M / p.G, int64_t{p.OH} * p.OW, x.dims[0] * p.G))
+      return;
     // An invocation per kPixels pixels of a row and block of output channels.
     p.n = p.n / p.OW * ((p.OW + kPixels - 1) / kPixels) / block_;
-    dispatch_1d(rec, *pipeline_, {x.range, w.range, bias, sum, y.range}, &p, sizeof p, p.n);
+    dispatch_1d(rec, *pipeline_, bindings, &p, sizeof p, p.n);
   }
 
  private:
@@ -141,6 +158,7 @@ class ConvKernel final : public GpuKernel {
   uint32_t block_;
   Activation act_;
   const Pipeline* pipeline_ = nullptr;  // conv2d.comp
+  TiledPipelines tiled_{};              // conv_gemm.comp, on GPUs
   GemmPipeline gemm_;                   // a 1x1 convolution
 };
 

@@ -1,10 +1,12 @@
 // Gemm, MatMul (batched, numpy broadcasting of the batch dims) and the fused FusedGemm and
-// FusedMatMul, on the tiled GEMM of shaders/gemm.comp; also the GEMM conv.cc uses for 1x1
-// convolutions.
+// FusedMatMul: on GPUs by the shared-memory tiles of shaders/gemm_tiled.comp, on lavapipe by
+// the vec4 forms, else by shaders/gemm.comp; also the GEMM conv.cc uses for 1x1 convolutions.
 #include "engine/vulkan/matmul.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <numeric>
 
@@ -25,9 +27,19 @@ constexpr uint32_t kBlock = 4;
 constexpr uint32_t kVecRows = 8, kVecCols = 8, kVecGroup = 64;
 constexpr uint32_t kNtRows = 4, kNtCols = 4;
 
-// A device whose invocations are lanes of a CPU's vector registers: loads cost per
-// instruction there, which the vec4 GEMM saves.
-bool cpu_device(const Device& device) { return device.physical().properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU; }
+// The tiles of gemm_tiled.glsl, largest first: rows, columns, step along K, and outputs per
+// invocation along rows and columns (a workgroup has (bm / tm) (bn / tn) invocations).
+struct Tile {
+  uint32_t bm, bn, bk, tm, tn;
+  uint32_t invocations() const { return (bm / tm) * (bn / tn); }
+};
+constexpr Tile kTiles[] = {{128, 128, 8, 8, 8}, {64, 64, 16, 4, 4}, {32, 32, 16, 4, 4}};
+static_assert(std::size(kTiles) == std::tuple_size_v<TiledPipelines>);
+
+// Workgroups a product should give the device to keep it busy: a larger tile is taken only
+// when it still makes this many. A GPU has tens to about 150 compute units, each running
+// several workgroups at once; a product too small for that takes smaller tiles instead.
+constexpr int64_t kFillGroups = 256;
 
 // The vec4 GEMM reads A's and B's rows and writes C's as whole vec4s: K, N, the row strides and
 // the batch strides multiples of 4, neither operand transposed, each range 16-byte aligned.
@@ -48,6 +60,54 @@ bool vec4_fits(const GemmPush& p, bool nt, const std::vector<int64_t>& a_bs, con
 
 }  // namespace
 
+bool gpu_kernels(const Device& device) {
+  const char* force = std::getenv("TETHER_VULKAN_KERNELS");
+  if (force != nullptr && *force != '\0') {
+    const std::string v = force;
+    if (v == "gpu") return true;
+    if (v == "cpu") return false;
+    throw ArgumentError("TETHER_VULKAN_KERNELS is \"" + v + "\": expected \"gpu\", \"cpu\" or unset");
+  }
+  return device.physical().properties.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
+}
+
+TiledPipelines tiled_pipelines(Gpu& gpu, const std::string& shader, uint32_t bindings, uint32_t push_bytes,
+                               const std::vector<uint32_t>& spec) {
+  TiledPipelines out{};
+  for (size_t i = 0; i < out.size(); ++i) {
+    const Tile& t = kTiles[i];
+    if (t.invocations() > gpu.device.max_workgroup()) continue;
+    std::vector<uint32_t> s{t.invocations()};
+    s.insert(s.end(), spec.begin(), spec.end());
+    for (uint32_t v : {t.bm, t.bn, t.bk, t.tm, t.tn}) s.push_back(v);
+    out[i] = &gpu.pipeline(shader, bindings, push_bytes, s);
+  }
+  return out;
+}
+
+bool record_tiled(Recorder& rec, const TiledPipelines& p, const std::vector<Range>& bindings, const void* push,
+                  size_t push_bytes, int64_t m, int64_t n, int64_t batches) {
+  const VkPhysicalDeviceLimits& limits = rec.device().limits();
+  const Pipeline* pick = nullptr;
+  int64_t gx = 0, gy = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == nullptr) continue;
+    const int64_t x = (n + kTiles[i].bn - 1) / kTiles[i].bn, y = (m + kTiles[i].bm - 1) / kTiles[i].bm;
+    if (x > limits.maxComputeWorkGroupCount[0] || y > limits.maxComputeWorkGroupCount[1] ||
+        batches > limits.maxComputeWorkGroupCount[2])
+      continue;
+    pick = p[i];
+    gx = x;
+    gy = y;
+    if (x * y * batches >= kFillGroups) break;
+  }
+  if (pick == nullptr) return false;
+  if (m > 0 && n > 0 && batches > 0)
+    rec.dispatch(*pick, bindings, push, push_bytes, static_cast<uint32_t>(gx), static_cast<uint32_t>(gy),
+                 static_cast<uint32_t>(batches));
+  return true;
+}
+
 GemmPipeline gemm_pipeline(Gpu& gpu, const Activation& act, bool bias, bool sum) {
   const uint32_t ts = gemm_tile(gpu.device);
   std::vector<uint32_t> spec{ts};
@@ -60,7 +120,12 @@ GemmPipeline gemm_pipeline(Gpu& gpu, const Activation& act, bool bias, bool sum)
   out.one = &gpu.pipeline("gemm", 5, sizeof(GemmPush), spec);
   spec.push_back(kBlock);  // outputs per invocation along rows and columns
   out.blocked = &gpu.pipeline("gemm", 5, sizeof(GemmPush), spec);
-  if (cpu_device(gpu.device)) {
+  if (gpu_kernels(gpu.device)) {
+    std::vector<uint32_t> tiled = act.spec();
+    tiled.push_back(bias ? 1 : 0);
+    tiled.push_back(sum ? 1 : 0);
+    out.tiled = tiled_pipelines(gpu, "gemm_tiled", 5, sizeof(GemmPush), tiled);
+  } else {
     std::vector<uint32_t> vec{kVecGroup};
     for (uint32_t v : act.spec()) vec.push_back(v);
     vec.push_back(bias ? 1 : 0);
@@ -88,6 +153,7 @@ void record_gemm(Recorder& rec, const ir::Node& node, const GemmPipeline& pipeli
     push.a_bs[d] = d < pad ? 0 : static_cast<uint32_t>(sa[d - pad]);
     push.b_bs[d] = d < pad ? 0 : static_cast<uint32_t>(sb[d - pad]);
   }
+  if (record_tiled(rec, pipelines.tiled, {a, b, bias, sum, c}, &push, sizeof push, push.M, push.N, batches)) return;
   const VkPhysicalDeviceLimits& limits = rec.device().limits();
   for (const bool nt : {false, true}) {
     const Pipeline* vec = nt ? pipelines.vec4_nt : pipelines.vec4;

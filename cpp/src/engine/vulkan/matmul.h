@@ -1,7 +1,10 @@
-// The tiled GEMM (shaders/gemm.comp) as matmul.cc and conv.cc record it.
+// The GEMMs (shaders/gemm*.comp) as matmul.cc and conv.cc record them, and the choice between
+// kernels for GPUs and kernels for devices whose invocations are CPU vector lanes.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "engine/vulkan/kernel.h"
@@ -19,15 +22,38 @@ struct GemmPush {
   float alpha, beta;
 };
 
+/// Whether kernels take their forms for GPUs (shared-memory tiles, gemm_tiled.glsl) rather
+/// than those for a device that runs invocations as lanes of a CPU's vector registers
+/// (lavapipe), where every load is a loop over lanes and shared memory does not pay. By the
+/// device's type, unless TETHER_VULKAN_KERNELS is "gpu" or "cpu", which forces one form on any
+/// device (so that both run the op table on lavapipe). Read when a kernel is compiled.
+/// Example: `if (gpu_kernels(gpu.device)) tiles = tiled_pipelines(gpu, "conv_gemm", ...);`
+bool gpu_kernels(const Device& device);
+
+/// The pipelines of a shader built on gemm_tiled.glsl (gemm_tiled.comp, conv_gemm.comp), one
+/// per tile size (128, 64 and 32 square), with `spec` its constants 1-5 (the activation's
+/// three, then whether it adds a bias and a summand). Entries the device cannot run (fewer
+/// invocations per workgroup) are nullptr.
+using TiledPipelines = std::array<const Pipeline*, 3>;
+TiledPipelines tiled_pipelines(Gpu& gpu, const std::string& shader, uint32_t bindings, uint32_t push_bytes,
+                               const std::vector<uint32_t>& spec);
+
+/// Records one dispatch of a tiled shader over an M x N product per batch element (workgroup
+/// z is element z): the largest tile that still gives the device enough workgroups to fill
+/// it. False, recording nothing, when no tile fits the device's workgroup-count limits.
+bool record_tiled(Recorder& rec, const TiledPipelines& p, const std::vector<Range>& bindings, const void* push,
+                  size_t push_bytes, int64_t m, int64_t n, int64_t batches);
+
 /// The GEMM's pipelines with this activation, and a bias and a summand or not: one output
 /// per invocation, and 4 x 4 outputs per invocation for products large enough to fill its
-/// larger tiles; on a device that runs invocations as CPU vector lanes (lavapipe), also the
-/// vec4 form (shaders/gemm_vec4.comp) for products whose rows are whole vec4s.
+/// larger tiles; for GPUs (gpu_kernels), the shared-memory tiles of gemm_tiled.comp; else
+/// the vec4 form (shaders/gemm_vec4.comp) for products whose rows are whole vec4s.
 struct GemmPipeline {
   const Pipeline* one = nullptr;
   const Pipeline* blocked = nullptr;
   const Pipeline* vec4 = nullptr;     ///< nullptr on other devices
   const Pipeline* vec4_nt = nullptr;  ///< the vec4 form for a transposed B (gemm_vec4_nt.comp)
+  TiledPipelines tiled{};             ///< gemm_tiled.comp, where gpu_kernels(); else nullptr
 };
 GemmPipeline gemm_pipeline(Gpu& gpu, const Activation& act, bool bias, bool sum);
 

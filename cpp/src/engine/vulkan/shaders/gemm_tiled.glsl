@@ -1,0 +1,126 @@
+// The body of the GEMMs for GPUs (gemm_tiled.comp, conv_gemm.comp): C = act(A @ B + ...) with
+// A of M x K and B of K x N, where the including shader says how A and B are read and C
+// written. A workgroup of NT = (BM / TM) (BN / TN) invocations computes a BM x BN tile of C.
+// Per step of BK along K it stages a BM x BK slab of A and a BK x BN slab of B in shared
+// memory as vec4s, and each invocation keeps TM x TN outputs in registers: per k it reads
+// TM / 4 + TN / 4 vec4s from shared memory for TM TN multiply-adds. While a step computes,
+// the next step's slabs are already being read from memory into registers, so the loads'
+// latency hides behind arithmetic; one barrier before and one after the shared slabs change.
+//
+// The including shader defines, before this file:
+//   uint dim_m(), dim_n(), dim_k();
+//   void tile_setup(uint z);                 // for workgroup z of the dispatch's depth
+//   float load_a(uint m, uint k);            // in range (m < M, k < K)
+//   float load_b(uint k, uint n);            // in range
+//   bool a_k_contiguous(), b_n_contiguous(); // which way each operand's elements run in memory
+//   void store_c(uint m, uint n, float v);   // v = (A @ B)[m][n]; the epilogue
+layout(constant_id = 6) const uint BM = 64;  // tile rows
+layout(constant_id = 7) const uint BN = 64;  // tile columns
+layout(constant_id = 8) const uint BK = 16;  // step along K
+layout(constant_id = 9) const uint TM = 4;   // rows per invocation: 4 or 8
+layout(constant_id = 10) const uint TN = 4;  // columns per invocation: 4 or 8
+const uint kMaxT = 8;
+const uint kMaxLoads = 4;  // vec4s of A (and of B) an invocation reads per step: BM BK / (4 NT)
+
+// Rows of the slabs padded by one vec4, so that invocations storing neighbouring k (a
+// k-contiguous operand) hit different banks.
+const uint SA = BM / 4 + 1, SB = BN / 4 + 1;
+shared vec4 As[BK * SA];  // As[k SA + m / 4] holds A[m .. m + 3][k]
+shared vec4 Bs[BK * SB];  // Bs[k SB + n / 4] holds B[k][n .. n + 3]
+
+float a_at(uint m, uint k) { return m < dim_m() && k < dim_k() ? load_a(m, k) : 0.0; }
+float b_at(uint k, uint n) { return k < dim_k() && n < dim_n() ? load_b(k, n) : 0.0; }
+
+// Which vec4 of a slab the invocation's l-th load is: the slab's k and vec4 index along M (or
+// N). Neighbouring invocations take neighbouring elements in memory: along k for a
+// k-contiguous operand, along M (N) otherwise.
+void slab_a(uint v, out uint k, out uint m4) {
+  if (a_k_contiguous()) {
+    k = v % BK;
+    m4 = v / BK;
+  } else {
+    m4 = v % (BM / 4);
+    k = v / (BM / 4);
+  }
+}
+void slab_b(uint v, out uint k, out uint n4) {
+  if (b_n_contiguous()) {
+    n4 = v % (BN / 4);
+    k = v / (BN / 4);
+  } else {
+    k = v % BK;
+    n4 = v / BK;
+  }
+}
+
+void fetch(uint k0, uint row0, uint col0, inout vec4 ra[kMaxLoads], inout vec4 rb[kMaxLoads]) {
+  const uint t = gl_LocalInvocationID.x, nt = gl_WorkGroupSize.x;
+  for (uint l = 0; l < kMaxLoads; ++l) {
+    const uint v = t + l * nt;
+    uint k, i4;
+    if (v < BM * BK / 4) {
+      slab_a(v, k, i4);
+      const uint m = row0 + i4 * 4;
+      ra[l] = vec4(a_at(m, k0 + k), a_at(m + 1, k0 + k), a_at(m + 2, k0 + k), a_at(m + 3, k0 + k));
+    }
+    if (v < BN * BK / 4) {
+      slab_b(v, k, i4);
+      const uint n = col0 + i4 * 4;
+      rb[l] = vec4(b_at(k0 + k, n), b_at(k0 + k, n + 1), b_at(k0 + k, n + 2), b_at(k0 + k, n + 3));
+    }
+  }
+}
+
+void stash(const vec4 ra[kMaxLoads], const vec4 rb[kMaxLoads]) {
+  const uint t = gl_LocalInvocationID.x, nt = gl_WorkGroupSize.x;
+  for (uint l = 0; l < kMaxLoads; ++l) {
+    const uint v = t + l * nt;
+    uint k, i4;
+    if (v < BM * BK / 4) {
+      slab_a(v, k, i4);
+      As[k * SA + i4] = ra[l];
+    }
+    if (v < BN * BK / 4) {
+      slab_b(v, k, i4);
+      Bs[k * SB + i4] = rb[l];
+    }
+  }
+}
+
+void main() {
+  const uint t = gl_LocalInvocationID.x;
+  const uint tx = t % (BN / TN), ty = t / (BN / TN);
+  const uint row0 = gl_WorkGroupID.y * BM, col0 = gl_WorkGroupID.x * BN;
+  tile_setup(gl_WorkGroupID.z);
+  vec4 ra[kMaxLoads], rb[kMaxLoads];
+  fetch(0, row0, col0, ra, rb);
+  stash(ra, rb);
+  barrier();
+  vec4 acc[kMaxT][kMaxT / 4];
+  for (uint i = 0; i < TM; ++i)
+    for (uint j = 0; j < TN / 4; ++j) acc[i][j] = vec4(0.0);
+  const uint K = dim_k();
+  for (uint k0 = 0; k0 < K; k0 += BK) {
+    const bool more = k0 + BK < K;
+    if (more) fetch(k0 + BK, row0, col0, ra, rb);
+    for (uint k = 0; k < BK; ++k) {
+      vec4 av[kMaxT / 4], bv[kMaxT / 4];
+      for (uint i = 0; i < TM / 4; ++i) av[i] = As[k * SA + ty * (TM / 4) + i];
+      for (uint j = 0; j < TN / 4; ++j) bv[j] = Bs[k * SB + tx * (TN / 4) + j];
+      for (uint i = 0; i < TM; ++i)
+        for (uint j = 0; j < TN / 4; ++j) acc[i][j] += av[i / 4][i % 4] * bv[j];
+    }
+    barrier();
+    if (more) stash(ra, rb);
+    barrier();
+  }
+  for (uint i = 0; i < TM; ++i) {
+    const uint m = row0 + ty * TM + i;
+    if (m >= dim_m()) break;
+    for (uint j = 0; j < TN / 4; ++j)
+      for (uint e = 0; e < 4; ++e) {
+        const uint n = col0 + tx * TN + j * 4 + e;
+        if (n < dim_n()) store_c(m, n, acc[i][j][e]);
+      }
+  }
+}

@@ -1,0 +1,143 @@
+"""The Vulkan kernels for GPUs (shared-memory tiled GEMM, implicit-GEMM convolution) run here
+on lavapipe by TETHER_VULKAN_KERNELS=gpu, and those for CPU-lane devices by =cpu, so that both
+forms are tested on any machine: every GEMM and convolution case of the shared op table
+against the CPU engine, and products shaped to take each tile size and cross its edges against
+numpy and onnxruntime, under the validation layer."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import tether as tt
+from _onnx_oracle import run_ort
+from _op_cases import OpCase, op_cases
+from _vulkan import assert_close, requires_vulkan
+from onnx import helper as oh
+from onnx import numpy_helper
+
+pytestmark = [requires_vulkan, pytest.mark.usefixtures("vulkan_validation")]
+
+# The ops whose Vulkan kernels have a GPU form and a CPU-lane form.
+_TILED_OPS = {"Gemm", "MatMul", "Conv", "FusedGemm", "FusedMatMul", "FusedConv"}
+CASES = [c for c in op_cases() if {n.op_type for n in onnx.load_from_string(c.model).graph.node} & _TILED_OPS]
+
+
+@pytest.fixture(params=["gpu", "cpu"])
+def kernels(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("TETHER_VULKAN_KERNELS", request.param)
+    return request.param
+
+
+def _vulkan(model: bytes, **options: object) -> tt.Session:
+    sess = tt.compile(tt.load(model), device="vulkan", threads=1, strict=True, **options)
+    assert all(s["backend"] == "vulkan" for s in sess.steps())
+    return sess
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_op_table_gemm_and_conv_cases_match_the_cpu_engine_in_either_form(case: OpCase, kernels: str) -> None:
+    ours = _vulkan(case.model).run(case.feeds)
+    ref = tt.compile(tt.load(case.model), threads=1).run(case.feeds)
+    for name, want in ref.items():
+        assert_close(ours[name], want, case.rtol, f"{case.id} with {kernels} kernels, output {name}")
+
+
+def _model(nodes: list[onnx.NodeProto], inputs: dict[str, np.ndarray], consts: dict[str, np.ndarray]) -> bytes:
+    graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info(k, onnx.TensorProto.FLOAT, v.shape) for k, v in inputs.items()],
+                          [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)]).SerializeToString()
+
+
+def _rand(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.uniform(-1.0, 1.0, shape).astype(np.float32)
+
+
+# Batched products sized so that each tile size is the one chosen (the largest giving at least
+# 256 workgroups: 128 square, 64 and 32), each with ragged edges on M, N and K.
+_MATMULS = {
+    "tile128-ragged": (256, 130, 20, 131),
+    "tile64-ragged": (64, 70, 33, 66),
+    "tile32-k-past-steps": (2, 37, 129, 45),
+    "one-row": (1, 1, 300, 700),
+    "one-column": (3, 300, 17, 1),
+}
+
+
+@pytest.mark.parametrize("dims", list(_MATMULS.values()), ids=list(_MATMULS))
+def test_batched_matmul_of_every_tile_size_matches_numpy(dims: tuple[int, int, int, int], kernels: str) -> None:
+    b, m, k, n = dims
+    rng = np.random.default_rng(sum(dims))
+    a, w = _rand(rng, b, m, k), _rand(rng, b, k, n)
+    model = _model([oh.make_node("MatMul", ["a", "w"], ["y"])], {"a": a, "w": w}, {})
+    got = _vulkan(model).run({"a": a, "w": w})["y"]
+    assert_close(got, (a.astype(np.float64) @ w).astype(np.float32), 1e-4, f"MatMul {dims}")
+
+
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_gemm_with_transposes_bias_alpha_beta_matches_numpy(trans_a: int, trans_b: int, kernels: str) -> None:
+    rng = np.random.default_rng(trans_a * 2 + trans_b)
+    m, k, n = 97, 75, 133
+    a = _rand(rng, *((k, m) if trans_a else (m, k)))
+    w = _rand(rng, *((n, k) if trans_b else (k, n)))
+    c = _rand(rng, m, 1)
+    node = oh.make_node("Gemm", ["a", "w", "c"], ["y"], transA=trans_a, transB=trans_b, alpha=0.5, beta=-2.0)
+    got = _vulkan(_model([node], {"a": a}, {"w": w, "c": c})).run({"a": a})["y"]
+    want = 0.5 * ((a.T if trans_a else a).astype(np.float64) @ (w.T if trans_b else w)) - 2.0 * c
+    assert_close(got, want.astype(np.float32), 1e-4, f"Gemm transA={trans_a} transB={trans_b}")
+
+
+# Convolutions through the implicit GEMM (at least 8 output channels per group): batch, channels,
+# size, output channels, kernel, strides, pads, dilations, groups.
+_CONVS = {
+    "3x3-pad1-tile128": (64, 4, 10, 13, 130, 3, 1, 1, 1, 1),
+    "7x7-stride2-pad3": (1, 3, 33, 31, 64, 7, 2, 3, 1, 1),
+    "3x3-stride2-dilation2-groups2": (2, 8, 17, 9, 16, 3, 2, 2, 2, 2),
+    "5x5-no-pad-groups4": (1, 16, 12, 12, 32, 5, 1, 0, 1, 4),
+    "1x1-stride2": (2, 24, 9, 9, 40, 1, 2, 0, 1, 1),
+    "3x3-deep-k": (1, 200, 6, 6, 48, 3, 1, 1, 1, 1),
+}
+
+
+@pytest.mark.parametrize("dims", list(_CONVS.values()), ids=list(_CONVS))
+def test_implicit_gemm_convolution_matches_onnxruntime(dims: tuple[int, ...], kernels: str) -> None:
+    n, c, h, w, m, k, s, p, d, g = dims
+    rng = np.random.default_rng(sum(dims))
+    x, wt, b = _rand(rng, n, c, h, w), _rand(rng, m, c // g, k, k), _rand(rng, m)
+    node = oh.make_node("Conv", ["x", "w", "b"], ["y"], strides=[s, s], pads=[p] * 4, dilations=[d, d], group=g)
+    model = _model([node], {"x": x}, {"w": wt, "b": b})
+    got = _vulkan(model).run({"x": x})["y"]
+    assert_close(got, run_ort(model, {"x": x})[0], 1e-4, f"Conv {dims}")
+
+
+def test_fused_convolution_with_residual_and_relu_matches_onnxruntime(kernels: str) -> None:
+    rng = np.random.default_rng(7)
+    x, wt, b, r = _rand(rng, 2, 16, 14, 14), _rand(rng, 32, 16, 3, 3), _rand(rng, 32), _rand(rng, 2, 32, 14, 14)
+    nodes = [oh.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), oh.make_node("Add", ["c", "r"], ["s"]),
+             oh.make_node("Relu", ["s"], ["y"])]
+    model = _model(nodes, {"x": x, "r": r}, {"w": wt, "b": b})
+    sess = _vulkan(model)
+    assert "ai.tether:FusedConv" in [s["op_type"] for s in sess.steps()]
+    assert_close(sess.run({"x": x, "r": r})["y"], run_ort(model, {"x": x, "r": r})[0], 1e-4, "FusedConv")
+
+
+def test_float16_storage_in_the_gpu_form_within_1e_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TETHER_VULKAN_KERNELS", "gpu")
+    rng = np.random.default_rng(3)
+    x, wt = _rand(rng, 1, 32, 15, 15), _rand(rng, 64, 32, 3, 3)
+    a, w = _rand(rng, 3, 70, 96), _rand(rng, 96, 50)
+    conv = _model([oh.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], {"x": x}, {"w": wt})
+    mm = _model([oh.make_node("MatMul", ["a", "w"], ["y"])], {"a": a}, {"w": w})
+    for model, feeds in ((conv, {"x": x}), (mm, {"a": a})):
+        half = {k: v.astype(np.float16).astype(np.float32) for k, v in feeds.items()}
+        got = _vulkan(model, precision="fp16").run(half)["y"]
+        assert_close(got, run_ort(model, half)[0], 1e-2, "fp16 storage, GPU form")
+
+
+def test_an_unknown_kernel_form_is_an_argument_error_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TETHER_VULKAN_KERNELS", "tensor-cores")
+    model = _model([oh.make_node("MatMul", ["a", "w"], ["y"])], {"a": np.zeros((2, 3), np.float32)},
+                   {"w": np.zeros((3, 4), np.float32)})
+    with pytest.raises(tt.ArgumentError, match='TETHER_VULKAN_KERNELS is "tensor-cores"'):
+        tt.compile(tt.load(model), device="vulkan")
