@@ -1,8 +1,10 @@
-"""The Vulkan kernels for GPUs (shared-memory tiled GEMM, implicit-GEMM convolution) run here
-on lavapipe by TETHER_VULKAN_KERNELS=gpu, and those for CPU-lane devices by =cpu, so that both
-forms are tested on any machine: every GEMM and convolution case of the shared op table
-against the CPU engine, and products shaped to take each tile size and cross its edges against
-numpy and onnxruntime, under the validation layer."""
+"""The Vulkan kernels for GPUs (shared-memory tiled GEMM, implicit-GEMM convolution, a
+workgroup per row for Softmax and LayerNormalization) run here on lavapipe by
+TETHER_VULKAN_KERNELS=gpu, and those for CPU-lane devices by =cpu, so that both forms are
+tested on any machine: every case of the shared op table with such an op against the CPU
+engine; products shaped to take each tile size and cross its edges, and rows longer than a
+workgroup or more than a grid dimension holds, against numpy and onnxruntime; under the
+validation layer."""
 
 from __future__ import annotations
 
@@ -19,8 +21,9 @@ from onnx import numpy_helper
 pytestmark = [requires_vulkan, pytest.mark.usefixtures("vulkan_validation")]
 
 # The ops whose Vulkan kernels have a GPU form and a CPU-lane form.
-_TILED_OPS = {"Gemm", "MatMul", "Conv", "FusedGemm", "FusedMatMul", "FusedConv"}
-CASES = [c for c in op_cases() if {n.op_type for n in onnx.load_from_string(c.model).graph.node} & _TILED_OPS]
+_FORM_OPS = {"Gemm", "MatMul", "Conv", "FusedGemm", "FusedMatMul", "FusedConv", "Softmax", "LogSoftmax",
+             "LayerNormalization"}
+CASES = [c for c in op_cases() if {n.op_type for n in onnx.load_from_string(c.model).graph.node} & _FORM_OPS]
 
 
 @pytest.fixture(params=["gpu", "cpu"])
@@ -36,7 +39,7 @@ def _vulkan(model: bytes, **options: object) -> tt.Session:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_op_table_gemm_and_conv_cases_match_the_cpu_engine_in_either_form(case: OpCase, kernels: str) -> None:
+def test_op_table_cases_match_the_cpu_engine_in_either_form(case: OpCase, kernels: str) -> None:
     ours = _vulkan(case.model).run(case.feeds)
     ref = tt.compile(tt.load(case.model), threads=1).run(case.feeds)
     for name, want in ref.items():
@@ -141,3 +144,29 @@ def test_an_unknown_kernel_form_is_an_argument_error_naming_the_variable(monkeyp
                    {"w": np.zeros((3, 4), np.float32)})
     with pytest.raises(tt.ArgumentError, match='TETHER_VULKAN_KERNELS is "tensor-cores"'):
         tt.compile(tt.load(model), device="vulkan")
+
+
+# Rows longer than a workgroup (ragged), along a middle axis, and more rows than one grid
+# dimension holds (65535 workgroups).
+_ROWS = {"long-ragged-rows": ((3, 3001), -1), "middle-axis": ((4, 300, 5), 1), "66000-rows": ((66000, 3), -1)}
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("shape,axis", list(_ROWS.values()), ids=list(_ROWS))
+def test_softmax_rows_match_numpy(op: str, shape: tuple[int, ...], axis: int, kernels: str) -> None:
+    x = _rand(np.random.default_rng(len(shape)), *shape) * 8
+    got = _vulkan(_model([oh.make_node(op, ["x"], ["y"], axis=axis)], {"x": x}, {})).run({"x": x})["y"]
+    z = x.astype(np.float64) - x.max(axis=axis, keepdims=True)
+    log = z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
+    assert_close(got, (log if op == "LogSoftmax" else np.exp(log)).astype(np.float32), 1e-5, f"{op} {shape}")
+
+
+@pytest.mark.parametrize("shape", [(3, 3001), (66000, 3), (2, 5, 768)], ids=["long-ragged", "66000-rows", "bert-rows"])
+def test_layer_normalization_rows_match_numpy(shape: tuple[int, ...], kernels: str) -> None:
+    rng = np.random.default_rng(shape[-1])
+    x, scale, bias = _rand(rng, *shape) + 3.0, _rand(rng, shape[-1]), _rand(rng, shape[-1])
+    node = oh.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1, epsilon=1e-5)
+    got = _vulkan(_model([node], {"x": x}, {"s": scale, "b": bias})).run({"x": x})["y"]
+    x64 = x.astype(np.float64)
+    want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5) * scale + bias
+    assert_close(got, want.astype(np.float32), 1e-4, f"LayerNormalization {shape}")

@@ -2,6 +2,7 @@
 #include "engine/vulkan/ops.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace tether::engine::vulkan {
 
@@ -63,6 +64,24 @@ void dispatch_1d(Recorder& rec, const Pipeline& p, const std::vector<Range>& bin
                  int64_t n) {
   if (n <= 0) return;
   const auto [gx, gy] = rec.grid(n, kLocal);
+  rec.dispatch(p, bindings, push, push_bytes, gx, gy);
+}
+
+bool gpu_kernels(const Device& device) {
+  const char* force = std::getenv("TETHER_VULKAN_KERNELS");
+  if (force != nullptr && *force != '\0') {
+    const std::string v = force;
+    if (v == "gpu") return true;
+    if (v == "cpu") return false;
+    throw ArgumentError("TETHER_VULKAN_KERNELS is \"" + v + "\": expected \"gpu\", \"cpu\" or unset");
+  }
+  return device.physical().properties.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
+}
+
+void dispatch_rows(Recorder& rec, const Pipeline& p, const std::vector<Range>& bindings, const void* push,
+                   size_t push_bytes, int64_t rows) {
+  if (rows <= 0) return;
+  const auto [gx, gy] = rec.grid(rows, 1);
   rec.dispatch(p, bindings, push, push_bytes, gx, gy);
 }
 

@@ -4,7 +4,6 @@
 #include "engine/vulkan/matmul.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <functional>
 #include <iterator>
 #include <limits>
@@ -59,17 +58,6 @@ bool vec4_fits(const GemmPush& p, bool nt, const std::vector<int64_t>& a_bs, con
 }
 
 }  // namespace
-
-bool gpu_kernels(const Device& device) {
-  const char* force = std::getenv("TETHER_VULKAN_KERNELS");
-  if (force != nullptr && *force != '\0') {
-    const std::string v = force;
-    if (v == "gpu") return true;
-    if (v == "cpu") return false;
-    throw ArgumentError("TETHER_VULKAN_KERNELS is \"" + v + "\": expected \"gpu\", \"cpu\" or unset");
-  }
-  return device.physical().properties.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
-}
 
 TiledPipelines tiled_pipelines(Gpu& gpu, const std::string& shader, uint32_t bindings, uint32_t push_bytes,
                                const std::vector<uint32_t>& spec) {

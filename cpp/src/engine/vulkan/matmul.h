@@ -22,14 +22,6 @@ struct GemmPush {
   float alpha, beta;
 };
 
-/// Whether kernels take their forms for GPUs (shared-memory tiles, gemm_tiled.glsl) rather
-/// than those for a device that runs invocations as lanes of a CPU's vector registers
-/// (lavapipe), where every load is a loop over lanes and shared memory does not pay. By the
-/// device's type, unless TETHER_VULKAN_KERNELS is "gpu" or "cpu", which forces one form on any
-/// device (so that both run the op table on lavapipe). Read when a kernel is compiled.
-/// Example: `if (gpu_kernels(gpu.device)) tiles = tiled_pipelines(gpu, "conv_gemm", ...);`
-bool gpu_kernels(const Device& device);
-
 /// The pipelines of a shader built on gemm_tiled.glsl (gemm_tiled.comp, conv_gemm.comp), one
 /// per tile size (128, 64 and 32 square), with `spec` its constants 1-5 (the activation's
 /// three, then whether it adds a bias and a summand). Entries the device cannot run (fewer

@@ -1,9 +1,31 @@
-// Softmax and LogSoftmax (shaders/softmax.comp), LayerNormalization (shaders/layernorm.comp).
+// Softmax and LogSoftmax (shaders/softmax.comp), LayerNormalization (shaders/layernorm.comp):
+// one invocation per row on CPU-lane devices; on GPUs (gpu_kernels) a workgroup per row
+// (softmax_rows.comp, layernorm_rows.comp), so that a few long rows still spread over the
+// device.
 #include "engine/vulkan/ops.h"
 
 namespace tether::engine::vulkan {
 
 namespace {
+
+// Invocations per row of the workgroup-per-row forms (a power of two): a row of BERT-base's
+// LayerNorm (768) takes 6 elements per invocation, an attention row (128) one.
+constexpr uint32_t kRowGroup = 128;
+
+// The row form's pipeline on GPUs, else the one-invocation-per-row form's; `rows` says which.
+const Pipeline& row_pipeline(Gpu& gpu, const std::string& shader, uint32_t bindings, uint32_t push_bytes, uint32_t flag,
+                             bool& rows) {
+  rows = gpu_kernels(gpu.device);
+  return gpu.pipeline(rows ? shader + "_rows" : shader, bindings, push_bytes, {rows ? kRowGroup : kLocal, flag});
+}
+
+void dispatch(Recorder& rec, bool rows, const Pipeline& p, const std::vector<Range>& bindings, const void* push,
+              size_t push_bytes, uint32_t n) {
+  if (rows)
+    dispatch_rows(rec, p, bindings, push, push_bytes, n);
+  else
+    dispatch_1d(rec, p, bindings, push, push_bytes, n);
+}
 
 struct SoftmaxPush {
   uint32_t rows, len, inner;
@@ -14,7 +36,7 @@ class SoftmaxKernel final : public GpuKernel {
   SoftmaxKernel(const KernelInit& init, bool log)
       : node_(init.node), log_(log), coerce_(init.opset < 13), axis_(init.node.attr_int("axis", init.opset < 13 ? 1 : -1)) {}
 
-  void prepare(Gpu& gpu) override { pipeline_ = &gpu.pipeline("softmax", 2, sizeof(SoftmaxPush), {kLocal, log_ ? 1u : 0u}); }
+  void prepare(Gpu& gpu) override { pipeline_ = &row_pipeline(gpu, "softmax", 2, sizeof(SoftmaxPush), log_ ? 1 : 0, rows_); }
 
   void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
     const std::vector<int64_t>& d = in[0].dims;
@@ -25,12 +47,12 @@ class SoftmaxKernel final : public GpuKernel {
     const int64_t inner = coerce_ ? 1 : product(d, a + 1, d.size());
     SoftmaxPush p{static_cast<uint32_t>(product(d, 0, a) * inner), static_cast<uint32_t>(len), static_cast<uint32_t>(inner)};
     if (len == 0) return;
-    dispatch_1d(rec, *pipeline_, {in[0].range, out[0].range}, &p, sizeof p, p.rows);
+    dispatch(rec, rows_, *pipeline_, {in[0].range, out[0].range}, &p, sizeof p, p.rows);
   }
 
  private:
   const ir::Node& node_;
-  bool log_, coerce_;
+  bool log_, coerce_, rows_ = false;
   int64_t axis_;
   const Pipeline* pipeline_ = nullptr;
 };
@@ -50,7 +72,7 @@ class LayerNormKernel final : public GpuKernel {
         has_bias_(init.node.inputs().size() > 2 && init.node.input(2) != nullptr) {}
 
   void prepare(Gpu& gpu) override {
-    pipeline_ = &gpu.pipeline("layernorm", 4, sizeof(LayerNormPush), {kLocal, has_bias_ ? 1u : 0u});
+    pipeline_ = &row_pipeline(gpu, "layernorm", 4, sizeof(LayerNormPush), has_bias_ ? 1 : 0, rows_);
   }
 
   void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
@@ -68,14 +90,14 @@ class LayerNormKernel final : public GpuKernel {
     const Range bias = has_bias_ ? in[2].range : rec.unused();
     if (has_bias_) p.bias_step = step(in[2], "the bias");
     if (p.len == 0) return;
-    dispatch_1d(rec, *pipeline_, {in[0].range, in[1].range, bias, out[0].range}, &p, sizeof p, p.rows);
+    dispatch(rec, rows_, *pipeline_, {in[0].range, in[1].range, bias, out[0].range}, &p, sizeof p, p.rows);
   }
 
  private:
   const ir::Node& node_;
   int64_t axis_;
   float epsilon_;
-  bool has_bias_;
+  bool has_bias_, rows_ = false;
   const Pipeline* pipeline_ = nullptr;
 };
 

@@ -18,6 +18,19 @@ void register_shape(KernelRegistry& r);        // shape.cc: views, Concat, Split
 void register_reduce(KernelRegistry& r);       // reduce.cc: Reduce*
 void register_resize(KernelRegistry& r);       // resize.cc: Resize, Upsample (nearest, linear)
 
+/// Whether kernels take their forms for GPUs (shared-memory tiles, gemm_tiled.glsl) rather
+/// than those for a device that runs invocations as lanes of a CPU's vector registers
+/// (lavapipe), where every load is a loop over lanes and shared memory does not pay. By the
+/// device's type, unless TETHER_VULKAN_KERNELS is "gpu" or "cpu", which forces one form on any
+/// device (so that both run the op table on lavapipe). Read when a kernel is compiled.
+/// Example: `if (gpu_kernels(gpu.device)) tiles = tiled_pipelines(gpu, "conv_gemm", ...);`
+bool gpu_kernels(const Device& device);
+
+/// Records a dispatch of `p` with one workgroup per row, `rows` of them (shaders/rows.glsl
+/// numbers them over a 2-D grid).
+void dispatch_rows(Recorder& rec, const Pipeline& p, const std::vector<Range>& bindings, const void* push,
+                   size_t push_bytes, int64_t rows);
+
 /// Invocations per workgroup of the 1-D shaders.
 inline constexpr uint32_t kLocal = 64;
 
