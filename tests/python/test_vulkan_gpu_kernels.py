@@ -50,7 +50,7 @@ def _model(nodes: list[onnx.NodeProto], inputs: dict[str, np.ndarray], consts: d
     graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info(k, onnx.TensorProto.FLOAT, v.shape) for k, v in inputs.items()],
                           [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
                           [numpy_helper.from_array(v, k) for k, v in consts.items()])
-    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)]).SerializeToString()
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)], ir_version=8).SerializeToString()
 
 
 def _rand(rng: np.random.Generator, *shape: int) -> np.ndarray:
