@@ -238,3 +238,38 @@ def test_random_mutations_of_real_files_are_parsed_or_typed_parse_errors() -> No
             assert all(isinstance(n, str) for n in names)
             if isinstance(got, tuple):
                 assert all(v > 0 for vs in got[0].values() for v in vs) and all(v > 0 for v in got[1].values())
+
+
+# ---- NUL bytes in names ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "line", "byte"), [
+    (b"TRT-1\nconv\x001: 3c010a14\n", 2, 5),
+    (b"TRT-1\nok: 3c010a14\n\x00: 3c010a14\n", 3, 1),
+    (b"TRT-1\x00\nx: 3c010a14\n", 1, 6),
+])
+def test_tensorrt_cache_name_with_a_nul_byte_is_parse_error_naming_the_line(text: bytes, line: int, byte: int) -> None:
+    # The message shows the NUL as \0 and goes on past it (a C string would end there).
+    with pytest.raises(tt.ParseError, match=rf"TensorRT calibration cache line {line} '.*\\0.*': byte {byte} of the line "
+                                            r"is a NUL, which no name may hold"):
+        _core.quant_read_tensorrt_cache(text)
+
+
+@pytest.mark.parametrize(("text", "line", "byte"), [
+    (b"conv\x001 1.0\n", 1, 5),
+    (b"a 1\nconv1\x00_param_0 1 2\n", 2, 6),
+    (b"a 1\nb 2\x00\n", 2, 4),
+])
+def test_ncnn_table_name_with_a_nul_byte_is_parse_error_naming_the_line(text: bytes, line: int, byte: int) -> None:
+    with pytest.raises(tt.ParseError, match=rf"ncnn int8 table line {line} '.*\\0.*': byte {byte} of the line is a NUL"):
+        _core.quant_read_ncnn_table(text)
+
+
+def test_writers_refuse_names_with_a_nul_byte_that_their_readers_refuse() -> None:
+    with pytest.raises(tt.ArgumentError, match=r"tensor name 'a\\0b' contains a NUL byte"):
+        _core.quant_write_tensorrt_cache({"a\x00b": 1.0})
+    with pytest.raises(tt.ArgumentError, match=r"header 'TRT-1\\0' contains a NUL byte"):
+        _core.quant_write_tensorrt_cache({"a": 1.0}, "TRT-1\x00")
+    with pytest.raises(tt.ArgumentError, match=r"layer name 'a\\0b' contains a NUL byte"):
+        _core.quant_write_ncnn_table({"a\x00b": [1.0]}, {})
+    with pytest.raises(tt.ArgumentError, match=r"layer name 'c\\0' contains a NUL byte"):
+        _core.quant_write_ncnn_table({}, {"c\x00": 1.0})

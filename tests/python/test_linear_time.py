@@ -157,7 +157,9 @@ def test_removing_many_unused_initializers_takes_linear_time() -> None:
 
 
 @pytest.mark.slow
-def test_a_chain_of_two_hundred_thousand_nodes_compiles_and_plans_within_ten_seconds() -> None:
+def test_a_chain_of_two_hundred_thousand_nodes_compiles_within_ten_seconds_and_plans_within_two() -> None:
+    # The first run infers shapes for its input sizes beside the compiled model (no copy of it)
+    # and plans memory: 0.3 to 0.6 s on the shared 2-core machine, so 2 s leaves room for load.
     n = 200_000
     model = tt.load(_chain(n))
     start = time.perf_counter()
@@ -168,5 +170,5 @@ def test_a_chain_of_two_hundred_thousand_nodes_compiles_and_plans_within_ten_sec
     y = session.run({"x": x})["y"]
     first_run_s = time.perf_counter() - start
     assert compile_s < 10.0, f"compile took {compile_s:.1f} s"
-    assert first_run_s < 10.0, f"the first run took {first_run_s:.2f} s"
+    assert first_run_s < 2.0, f"the first run took {first_run_s:.2f} s"
     np.testing.assert_array_equal(y, _chain_reference(x, n))

@@ -411,13 +411,13 @@ class Calibrator {
 /// "name: <8 lowercase hex digits>": the float32 bits of the scale as one big-endian uint32
 /// ("%08x"), where TensorRT's scale is amax / 127 (1/127 gives "3c010204"). Names may hold
 /// spaces and ": " (the reader splits at the last ": "). Throws ArgumentError for an empty
-/// name, a line break in a name or the header, or a NaN, infinite or negative scale.
+/// name, a line break or NUL byte in a name or the header, or a NaN, infinite or negative scale.
 std::string write_tensorrt_cache(const std::map<std::string, float>& scales,
                                  const std::string& header = "TRT-8601-EntropyCalibration2");
 /// Parses a TensorRT calibration cache (the header is checked, not returned; blank lines are
 /// skipped; lines end at "\n", "\r\n" or a lone "\r"; 1 to 8 hex digits of either case are
 /// accepted). Throws ParseError naming the line number and text of a missing header, a line
-/// that is not valid UTF-8, a line without ": ", an empty name, a value that is not hex or
+/// that is not valid UTF-8 or holds a NUL byte, a line without ": ", an empty name, a value that is not hex or
 /// not a finite non-negative float, or a name that appears twice.
 std::map<std::string, float> read_tensorrt_cache(const std::string& text);
 
@@ -432,12 +432,12 @@ struct NcnnTable {
 /// "<layer> s" line, each group sorted by layer name, fields separated by one space. Numbers are
 /// written in the shortest form that reads back as the same float (ncnn2table prints "%f",
 /// which drops digits; ncnn's reader accepts both). Throws ArgumentError for a layer name that
-/// is empty, holds white space or "_param_" (ncnn would split it or take it for a weight
+/// is empty, holds white space, a NUL byte or "_param_" (ncnn would split it or take it for a weight
 /// line), or is longer than ncnn's 255-character keys allow, for a layer without weight
 /// scales, and for a NaN, zero or negative scale.
 std::string write_ncnn_table(const NcnnTable& table);
 /// Parses an ncnn table (fields separated by spaces or tabs, blank lines skipped). Throws
-/// ParseError naming the line number and text of a line that is not valid UTF-8, a line with
+/// ParseError naming the line number and text of a line that is not valid UTF-8 or holds a NUL byte, a line with
 /// no scale, a field that is not a number, a NaN, zero, negative or -inf scale or one past
 /// float32's range (+inf is read: ncnn2table writes it for an all-zero channel), an input line with more than one scale, a "_param_N" line other than "_param_0"
 /// (ncnn's MultiHeadAttention entries), or a layer that appears twice.

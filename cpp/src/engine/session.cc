@@ -391,8 +391,9 @@ std::shared_ptr<Plan> CpuSession::next_plan(Plan& plan, const std::vector<const 
                      [&] { return make_plan(bound, std::move(pins), begin, values_pinned); });
 }
 
-// Concrete shapes come from shape inference on a copy whose inputs have the given sizes (and,
-// for shape tensors, the given values), with the sizes and values a run found pinned.
+// Concrete shapes come from shape inference for the given input sizes (and, for shape tensors,
+// the given values), with the sizes and values a run found pinned, into an overlay beside the
+// compiled model: a copy of the model per plan took longer than the rest of planning.
 // A plan may not need more than the session may take: no value past the limit, and not all of
 // them together (the arena, the kernels' scratch and the outputs). Checked before a run
 // allocates anything, so a size computed from data (a Tile of 1e6 x 1e6) is a typed error
@@ -431,14 +432,11 @@ std::shared_ptr<Plan> CpuSession::make_plan(const std::vector<const ir::Tensor*>
                                             bool values_pinned) const {
   std::vector<Dims> input_dims;
   for (const ir::Tensor* t : bound) input_dims.push_back(t->dims());
-  // Weights kept only in packed form have an empty tensor left in the graph; their shape stays.
-  std::vector<std::pair<std::string, ir::ValueType>> fixed;
-  for (const ValueEntry& e : values_)
-    if (e.released) fixed.emplace_back(e.value->name(), ir::ValueType::tensor(e.value->type().dtype(), ir::Shape::of(e.constant_dims)));
   ops::InferenceOptions opts;
   for (const auto& [name, t] : pins.values) opts.output_values.emplace(name, &t);
   for (const auto& [name, d] : pins.dims) opts.output_dims.emplace(name, d);
-  const ir::Model work = infer_for_inputs(model_, inputs_, bound, shape_input_, std::move(opts), fixed);
+  ops::TypeOverlay types;
+  infer_for_inputs(model_, inputs_, bound, shape_input_, std::move(opts), types);
 
   auto plan = std::make_shared<Plan>();
   plan->begin = begin;
@@ -456,13 +454,13 @@ std::shared_ptr<Plan> CpuSession::make_plan(const std::vector<const ir::Tensor*>
       continue;
     }
     if (e.slot == Slot::kInput) continue;  // set below
-    const ir::Value* w = work.graph().find(e.value->name());
-    auto sizes = w ? w->type().shape().static_sizes() : std::nullopt;
+    const ir::ValueType& type = types.type_of(*e.value);
+    auto sizes = type.shape().static_sizes();
     if (sizes) {
       plan->dims[i] = *sizes;
     } else {
       known[i] = false;
-      shape_text[i] = w ? w->type().to_string() : "?";
+      shape_text[i] = type.to_string();
     }
   }
   for (size_t k = 0; k < inputs_.size(); ++k) plan->dims[static_cast<size_t>(input_values_[k])] = input_dims[k];

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/kernel.h"
+#include "ops/type_overlay.h"
 #include "tether/engine.h"
 #include "tether/passes.h"
 #include "tether/shape_inference.h"
@@ -78,6 +79,12 @@ std::vector<std::vector<int64_t>> plan_key(const std::vector<const ir::Tensor*>&
 ir::Model infer_for_inputs(const ir::Model& model, const std::vector<TensorInfo>& infos,
                            const std::vector<const ir::Tensor*>& bound, const std::vector<bool>& shape_input,
                            ops::InferenceOptions opts, const std::vector<std::pair<std::string, ir::ValueType>>& fixed = {});
+
+/// As infer_for_inputs above, into `types` instead of a copy: `model` is not changed, so runs
+/// may read it meanwhile, and its values keep their types (weights kept only packed included);
+/// `types` holds only those that differ. A copy of a large model costs more than the inference.
+void infer_for_inputs(const ir::Model& model, const std::vector<TensorInfo>& infos, const std::vector<const ir::Tensor*>& bound,
+                      const std::vector<bool>& shape_input, ops::InferenceOptions opts, ops::TypeOverlay& types);
 
 /// What a kernel factory sees of node `n` of `model`: types, constants (`constant_of` gives a
 /// value's constant tensor, or nullptr), and, after the node's own inputs, the values its

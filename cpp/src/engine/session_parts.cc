@@ -184,6 +184,21 @@ std::vector<Dims> plan_key(const std::vector<const ir::Tensor*>& bound, const st
   return key;
 }
 
+namespace {
+
+// Inference for a run's inputs: every type follows from them (none merged with the compiled
+// ones), and the values of shape tensors are known.
+ops::InferenceOptions for_inputs(ops::InferenceOptions opts, const std::vector<TensorInfo>& inputs,
+                                 const std::vector<const ir::Tensor*>& bound, const std::vector<bool>& shape_input) {
+  opts.overwrite = true;
+  opts.tolerate_subgraph_errors = true;  // a branch these shapes do not take may not fit them
+  for (size_t k = 0; k < inputs.size(); ++k)
+    if (shape_input[k]) opts.input_values.emplace(inputs[k].name, bound[k]);
+  return opts;
+}
+
+}  // namespace
+
 ir::Model infer_for_inputs(const ir::Model& model, const std::vector<TensorInfo>& inputs,
                            const std::vector<const ir::Tensor*>& bound, const std::vector<bool>& shape_input,
                            ops::InferenceOptions opts, const std::vector<std::pair<std::string, ir::ValueType>>& fixed) {
@@ -193,12 +208,17 @@ ir::Model infer_for_inputs(const ir::Model& model, const std::vector<TensorInfo>
     v->set_type(ir::ValueType::tensor(v->type().dtype(), ir::Shape::of(bound[k]->dims())));
   }
   for (const auto& [name, type] : fixed) work.graph().find(name)->set_type(type);
-  opts.overwrite = true;
-  opts.tolerate_subgraph_errors = true;  // a branch these shapes do not take may not fit them
-  for (size_t k = 0; k < inputs.size(); ++k)
-    if (shape_input[k]) opts.input_values.emplace(inputs[k].name, bound[k]);
-  ops::infer_shapes(work, opts);
+  ops::infer_shapes(work, for_inputs(std::move(opts), inputs, bound, shape_input));
   return work;
+}
+
+void infer_for_inputs(const ir::Model& model, const std::vector<TensorInfo>& inputs, const std::vector<const ir::Tensor*>& bound,
+                      const std::vector<bool>& shape_input, ops::InferenceOptions opts, ops::TypeOverlay& types) {
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const ir::Value* v = model.graph().find(inputs[k].name);
+    types.set(*v, ir::ValueType::tensor(v->type().dtype(), ir::Shape::of(bound[k]->dims())));
+  }
+  ops::infer_shapes(model, for_inputs(std::move(opts), inputs, bound, shape_input), types);
 }
 
 NodeInit kernel_init(const ir::Node& n, const ir::Model& model, std::shared_ptr<util::ThreadPool> pool,

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "ops/infer_context.h"
+#include "ops/type_overlay.h"
 #include "tether/shape_inference.h"
 
 namespace tether::ops {
@@ -18,6 +19,36 @@ std::string where(const ir::Node& node) { return "graph '" + node.graph()->name(
 
 }  // namespace
 
+// ---- InferState, TypeOverlay ----------------------------------------------------------------
+
+const ValueType& InferState::type_of(const ir::Value& v) const { return overlay ? overlay->type_of(v) : v.type(); }
+
+void InferState::set_type(ir::Value& v, ValueType type) {
+  if (overlay != nullptr) overlay->set(v, std::move(type));
+  else v.set_type(std::move(type));
+}
+
+namespace {
+
+// True when `a` is the static tensor type `b` (denotations included): only such types are
+// compared, as static shapes are what a model inferred at compile mostly holds.
+bool same_static_tensor(const ValueType& a, const ValueType& b) {
+  if (!a.is_tensor() || !b.is_tensor() || a.dtype() != b.dtype() || a.denotation() != b.denotation()) return false;
+  const Shape& x = a.shape();
+  const Shape& y = b.shape();
+  if (!x.has_rank() || !y.has_rank() || x.rank() != y.rank()) return false;
+  for (size_t k = 0; k < x.rank(); ++k)
+    if (!x[k].is_known() || !x[k].same_as(y[k]) || x[k].denotation() != y[k].denotation()) return false;
+  return true;
+}
+
+}  // namespace
+
+void TypeOverlay::set(const ir::Value& v, ValueType type) {
+  if (same_static_tensor(type, v.type())) types_.erase(&v);
+  else types_[&v] = std::move(type);
+}
+
 // ---- InferContext ---------------------------------------------------------------------------
 
 InferContext::InferContext(const ir::Node& node, InferState& state)
@@ -25,7 +56,7 @@ InferContext::InferContext(const ir::Node& node, InferState& state)
 
 const ValueType& InferContext::input_type(size_t i) const {
   const ir::Value* v = node_.input(i);
-  return v ? v->type() : kUnknownType;
+  return v ? state_.type_of(*v) : kUnknownType;
 }
 
 std::optional<size_t> InferContext::input_rank(size_t i) const {
@@ -339,9 +370,9 @@ void pin_outputs(const ir::Node& node, InferState& state) {
     if (auto it = state.pinned_values.find(out); it != state.pinned_values.end()) {
       state.constants[out] = it->second;
       state.shape_values.erase(out);
-      out->set_type(ValueType::tensor(it->second->dtype(), Shape::of(it->second->dims())));
+      state.set_type(*out, ValueType::tensor(it->second->dtype(), Shape::of(it->second->dims())));
     } else if (auto d = state.pinned_dims.find(out); d != state.pinned_dims.end()) {
-      out->set_type(ValueType::tensor(out->type().dtype(), Shape::of(*d->second)));
+      state.set_type(*out, ValueType::tensor(state.type_of(*out).dtype(), Shape::of(*d->second)));
     }
   }
 }
@@ -349,17 +380,18 @@ void pin_outputs(const ir::Node& node, InferState& state) {
 // A Loop or Scan body's inputs take their types from the node's inputs where the body leaves
 // them undeclared (ONNX allows that): Loop's iteration number and condition, the loop-carried
 // values; Scan's states and one step of each scan input.
-void type_body_inputs(const ir::Node& node, int64_t opset) {
+void type_body_inputs(const ir::Node& node, InferState& state) {
+  const int64_t opset = state.opset;
   const bool onnx_domain = node.domain().empty() || node.domain() == "ai.onnx";
   if (!onnx_domain || (node.op_type() != "Loop" && node.op_type() != "Scan")) return;
   const ir::Attribute* a = node.attr("body");
   if (a == nullptr || a->kind() != ir::AttrKind::kGraph) return;
   const std::vector<ir::Value*>& ins = a->as_graph()->inputs();
   auto fill = [&](size_t k, ValueType t) {
-    if (k < ins.size() && ins[k]->type().dtype() == DType::kUndefined && t.dtype() != DType::kUndefined)
-      ins[k]->set_type(std::move(t));
+    if (k < ins.size() && state.type_of(*ins[k]).dtype() == DType::kUndefined && t.dtype() != DType::kUndefined)
+      state.set_type(*ins[k], std::move(t));
   };
-  auto type_of = [&](size_t i) { return node.input(i) != nullptr ? node.input(i)->type() : ValueType(); };
+  auto type_of = [&](size_t i) { return node.input(i) != nullptr ? state.type_of(*node.input(i)) : ValueType(); };
   if (node.op_type() == "Loop") {
     fill(0, ValueType::tensor(DType::kInt64, Shape::of({})));
     fill(1, ValueType::tensor(DType::kBool, Shape::of({})));
@@ -401,7 +433,7 @@ void check_graph_attributes(const ir::Node& node) {
 // The inputs every version of an ONNX op types as integers or bool (index_types.inc, from
 // ONNX's schemas: Reshape's shape, Gather's indices, Where's condition) hold one of those
 // dtypes; kernels read them as such.
-void check_index_types(const ir::Node& node) {
+void check_index_types(const ir::Node& node, const InferState& state) {
   struct IndexInput {
     const char* op;
     size_t input;
@@ -419,21 +451,23 @@ void check_index_types(const ir::Node& node) {
   for (auto it = first; it != last; ++it) {
     const IndexInput& e = *it->second;
     const ir::Value* v = e.input < node.inputs().size() ? node.input(e.input) : nullptr;
-    if (v == nullptr || !v->type().is_tensor()) continue;
-    const auto dt = static_cast<unsigned>(v->type().dtype());
-    if (v->type().dtype() == DType::kUndefined || (dt < 64 && (e.dtypes >> dt & 1) != 0)) continue;
+    if (v == nullptr || !state.type_of(*v).is_tensor()) continue;
+    const DType dtype = state.type_of(*v).dtype();
+    const auto dt = static_cast<unsigned>(dtype);
+    if (dtype == DType::kUndefined || (dt < 64 && (e.dtypes >> dt & 1) != 0)) continue;
     std::string allowed;
     for (unsigned k = 0; k < 64; ++k)
       if ((e.dtypes >> k & 1) != 0) allowed += (allowed.empty() ? "" : " or ") + std::string(dtype_name(static_cast<DType>(k)));
     throw ShapeError(where(node) + ": input " + std::to_string(e.input) + " ('" + v->name() + "') is " +
-                     std::string(dtype_name(v->type().dtype())) + "; " + node.op_type() + " takes " + allowed + " there");
+                     std::string(dtype_name(dtype)) + "; " + node.op_type() + " takes " + allowed + " there");
   }
 }
 
 // The inputs that the version of an ONNX op the opset selects types with one variable (Add's
 // A and B, ScatterND's data and updates, every input of Concat) have one element type
 // (same_types.inc, generated from ONNX's schemas): kernels read them as one.
-void check_same_types(const ir::Node& node, int64_t opset) {
+void check_same_types(const ir::Node& node, const InferState& state) {
+  const int64_t opset = state.opset;
   struct Group {
     const char* op;
     int64_t since;
@@ -457,17 +491,21 @@ void check_same_types(const ir::Node& node, int64_t opset) {
     if (g->since != since) continue;
     const ir::Value* first = nullptr;
     size_t first_at = 0;
+    DType first_dtype = DType::kUndefined;
     for (size_t i = 0; i < node.inputs().size(); ++i) {
       const bool member = (i < 64 && (g->inputs >> i & 1) != 0) || (g->variadic_from >= 0 && i >= static_cast<size_t>(g->variadic_from));
       const ir::Value* v = member ? node.input(i) : nullptr;
-      if (v == nullptr || !v->type().is_tensor() || v->type().dtype() == DType::kUndefined) continue;
+      if (v == nullptr || !state.type_of(*v).is_tensor()) continue;
+      const DType dtype = state.type_of(*v).dtype();
+      if (dtype == DType::kUndefined) continue;
       if (first == nullptr) {
         first = v;
         first_at = i;
-      } else if (v->type().dtype() != first->type().dtype()) {
+        first_dtype = dtype;
+      } else if (dtype != first_dtype) {
         throw ShapeError(where(node) + ": input " + std::to_string(first_at) + " ('" + first->name() + "') is " +
-                         std::string(dtype_name(first->type().dtype())) + " but input " + std::to_string(i) + " ('" +
-                         v->name() + "') is " + std::string(dtype_name(v->type().dtype())) + "; " + node.op_type() +
+                         std::string(dtype_name(first_dtype)) + " but input " + std::to_string(i) + " ('" + v->name() +
+                         "') is " + std::string(dtype_name(dtype)) + "; " + node.op_type() +
                          " takes one element type for these inputs (convert one with Cast)");
       }
     }
@@ -521,11 +559,11 @@ void check_arity(const ir::Node& node, int64_t opset) {
                      " has at most " + std::to_string(a.max_outputs));
 }
 
-void infer_graph(ir::Graph& g, InferState& state, const InferenceOptions& options, InferenceReport& report,
+void infer_graph(const ir::Graph& g, InferState& state, const InferenceOptions& options, InferenceReport& report,
                  std::set<std::string>& missing) {
   for (ir::Node* node : g.topological_order()) {
     bool subgraphs_ok = true;
-    type_body_inputs(*node, state.opset);
+    type_body_inputs(*node, state);
     for (ir::Graph* sub : subgraphs(*node)) {
       if (!options.tolerate_subgraph_errors) {
         infer_graph(*sub, state, options, report, missing);
@@ -551,8 +589,8 @@ void infer_graph(ir::Graph& g, InferState& state, const InferenceOptions& option
     }
     if (onnx_domain) {
       check_arity(*node, state.opset);
-      check_index_types(*node);
-      check_same_types(*node, state.opset);
+      check_index_types(*node, state);
+      check_same_types(*node, state);
       check_graph_attributes(*node);
     }
     InferContext ctx(*node, state);
@@ -573,8 +611,8 @@ void infer_graph(ir::Graph& g, InferState& state, const InferenceOptions& option
           throw MemoryLimitError(where(*node) + ": output '" + out->name() + "' of shape " + t.shape().to_string() +
                                  " would hold more elements than int64 counts");
       }
-      ValueType merged = merge(out->type(), ctx.outputs()[i], options.overwrite, *node, *out);
-      if (!merged.is_unknown()) out->set_type(std::move(merged));
+      ValueType merged = merge(state.type_of(*out), ctx.outputs()[i], options.overwrite, *node, *out);
+      if (!merged.is_unknown()) state.set_type(*out, std::move(merged));
     }
     ++report.nodes_inferred;
     pin_outputs(*node, state);
@@ -588,8 +626,11 @@ void infer_graph(ir::Graph& g, InferState& state, const InferenceOptions& option
 // run with the semantics of an older version.
 constexpr int64_t kNewestOpset = 28;
 
-InferenceReport infer_shapes(ir::Model& model, const InferenceOptions& options) {
+namespace {
+
+InferenceReport run_inference(const ir::Model& model, const InferenceOptions& options, TypeOverlay* overlay) {
   InferState state;
+  state.overlay = overlay;
   state.opset = model.opset("");
   if (state.opset < 0) state.opset = 1;
   if (state.opset > kNewestOpset)
@@ -615,6 +656,16 @@ InferenceReport infer_shapes(ir::Model& model, const InferenceOptions& options) 
   infer_graph(model.graph(), state, options, report, missing);
   report.ops_without_inference.assign(missing.begin(), missing.end());
   return report;
+}
+
+}  // namespace
+
+InferenceReport infer_shapes(ir::Model& model, const InferenceOptions& options) {
+  return run_inference(model, options, nullptr);
+}
+
+InferenceReport infer_shapes(const ir::Model& model, const InferenceOptions& options, TypeOverlay& types) {
+  return run_inference(model, options, &types);
 }
 
 }  // namespace tether::ops

@@ -35,6 +35,8 @@ struct SymInt {
   }
 };
 
+class TypeOverlay;
+
 /// Facts known by value during one inference run: constant tensors (initializers, Constant
 /// outputs) and the contents of small integer tensors that hold shapes, symbolic entries
 /// included ("shape values").
@@ -46,6 +48,13 @@ struct InferState {
   std::unordered_map<const ir::Value*, const ir::Tensor*> pinned_values;
   std::unordered_map<const ir::Value*, const std::vector<int64_t>*> pinned_dims;
   int64_t opset = 0;                               // default-domain opset of the model
+  // Where types are read and written: the values themselves, or this overlay (type_overlay.h).
+  TypeOverlay* overlay = nullptr;
+
+  /// The type of `v` in this inference run.
+  const ValueType& type_of(const ir::Value& v) const;
+  /// Sets the type of `v` for this run (on the value, or in the overlay).
+  void set_type(ir::Value& v, ValueType type);
 };
 
 /// The view of one node that an inference rule works through.
@@ -61,6 +70,8 @@ class InferContext {
   bool has_input(size_t i) const { return node_.input(i) != nullptr; }
   /// Input i's type; unknown when the input is omitted or not typed yet.
   const ValueType& input_type(size_t i) const;
+  /// The type of any value in this run (a subgraph's outputs, for control flow's rules).
+  const ValueType& type_of(const ir::Value& v) const { return state_.type_of(v); }
   /// Input i's element type; kUndefined when unknown.
   DType input_dtype(size_t i) const { return input_type(i).dtype(); }
   /// Input i's shape; unknown rank when unknown.

@@ -192,7 +192,7 @@ void if_op(InferContext& ctx) {
   if (t_out.size() != ctx.num_outputs() || e_out.size() != ctx.num_outputs())
     ctx.fail("branches have " + std::to_string(t_out.size()) + " and " + std::to_string(e_out.size()) +
              " outputs, the node has " + std::to_string(ctx.num_outputs()));
-  for (size_t i = 0; i < ctx.num_outputs(); ++i) ctx.set_output(i, join(t_out[i]->type(), e_out[i]->type()));
+  for (size_t i = 0; i < ctx.num_outputs(); ++i) ctx.set_output(i, join(ctx.type_of(*t_out[i]), ctx.type_of(*e_out[i])));
 }
 
 void loop(InferContext& ctx) {
@@ -218,7 +218,7 @@ void loop(InferContext& ctx) {
                ") is empty; each needs an initial value");
     const DType init = ctx.input_dtype(i + 2);
     for (const ir::Value* v : {ins[i + 2], outs[i + 1]}) {
-      const DType body = v->type().dtype();
+      const DType body = ctx.type_of(*v).dtype();
       if (init != DType::kUndefined && body != DType::kUndefined && body != init)
         ctx.fail("loop-carried value " + std::to_string(i) + " is " + std::string(dtype_name(init)) + " but the body's '" +
                  v->name() + "' is " + std::string(dtype_name(body)));
@@ -226,11 +226,11 @@ void loop(InferContext& ctx) {
   }
   for (size_t i = 0; i < ctx.num_outputs(); ++i) {
     if (i < carried) {
-      ValueType t = i + 1 < outs.size() && !outs[i + 1]->type().is_unknown() ? outs[i + 1]->type() : ctx.input_type(i + 2);
-      ctx.set_output(i, t);
-    } else if (1 + i < outs.size() && outs[1 + i]->type().is_tensor()) {
+      const bool from_body = i + 1 < outs.size() && !ctx.type_of(*outs[i + 1]).is_unknown();
+      ctx.set_output(i, from_body ? ctx.type_of(*outs[i + 1]) : ctx.input_type(i + 2));
+    } else if (1 + i < outs.size() && ctx.type_of(*outs[1 + i]).is_tensor()) {
       // Scan outputs stack one body output per iteration.
-      const ValueType& t = outs[1 + i]->type();
+      const ValueType& t = ctx.type_of(*outs[1 + i]);
       if (!t.shape().has_rank()) {
         ctx.set_output(i, t.dtype(), Shape());
         continue;
@@ -263,7 +263,7 @@ void scan(InferContext& ctx) {
   for (size_t i = 0; i < states; ++i) {
     const DType init = ctx.has_input(i) ? ctx.input_dtype(i) : DType::kUndefined;
     for (const ir::Value* v : {body_attr->as_graph()->inputs()[i], outs[i]}) {
-      const DType body = v->type().dtype();
+      const DType body = ctx.type_of(*v).dtype();
       if (init != DType::kUndefined && body != DType::kUndefined && body != init)
         ctx.fail("state " + std::to_string(i) + " is " + std::string(dtype_name(init)) + " but the body's '" + v->name() +
                  "' is " + std::string(dtype_name(body)));
@@ -276,7 +276,7 @@ void scan(InferContext& ctx) {
   const size_t scan_outs = ctx.num_outputs() > states ? ctx.num_outputs() - states : 0;
   const std::vector<int64_t> out_axes = ctx.node().attr_ints("scan_output_axes", std::vector<int64_t>(scan_outs, 0));
   for (size_t i = 0; i < ctx.num_outputs() && i < outs.size(); ++i) {
-    const ValueType& t = outs[i]->type();
+    const ValueType& t = ctx.type_of(*outs[i]);
     if (i < states) {
       ctx.set_output(i, !t.is_unknown() ? t : ctx.input_type(i));
       continue;

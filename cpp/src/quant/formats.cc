@@ -33,18 +33,34 @@ std::vector<std::string> split_lines(const std::string& text) {
 
 bool blank(const std::string& line) { return line.find_first_not_of(" \t") == std::string::npos; }
 
+// `s` with each NUL byte written as "\0": an error message ends at its first NUL (what() is a
+// C string), so one shown as it is would hide the rest of the message.
+std::string visible(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    if (c == '\0') out += "\\0";
+    else out += c;
+  }
+  return out;
+}
+
 std::string quoted_line(const std::string& line) {
   constexpr size_t kShown = 80;
-  return "'" + (line.size() > kShown ? line.substr(0, kShown) + "..." : line) + "'";
+  return "'" + visible(line.size() > kShown ? line.substr(0, kShown) + "..." : line) + "'";
 }
 
 [[noreturn]] void parse_error(const char* file, size_t index, const std::string& line, const std::string& why) {
   throw ParseError(std::string(file) + " line " + std::to_string(index + 1) + " " + quoted_line(line) + ": " + why);
 }
 
-// Names come back to Python as str, and both toolchains write UTF-8 (ASCII in practice).
-void check_utf8_line(const char* file, size_t index, const std::string& line) {
+// Names come back to Python as str, and both toolchains write UTF-8 (ASCII in practice). A NUL
+// byte is valid UTF-8, but the C strings of TensorRT's and ncnn's own readers end at it, and an
+// ONNX value name holds none, so a name with one names nothing.
+void check_line_text(const char* file, size_t index, const std::string& line) {
   if (!util::is_valid_utf8(line)) parse_error(file, index, line, "the line is not valid UTF-8");
+  if (const size_t nul = line.find('\0'); nul != std::string::npos)
+    parse_error(file, index, line, "byte " + std::to_string(nul + 1) + " of the line is a NUL, which no name may hold");
 }
 
 std::string float_text(float v) {
@@ -59,7 +75,9 @@ constexpr const char* kTrt = "TensorRT calibration cache";
 
 void check_trt_text(const std::string& s, const std::string& what) {
   if (s.find_first_of("\r\n") != std::string::npos)
-    throw ArgumentError(std::string(kTrt) + ": " + what + " '" + s + "' contains a line break");
+    throw ArgumentError(std::string(kTrt) + ": " + what + " '" + visible(s) + "' contains a line break");
+  if (s.find('\0') != std::string::npos)
+    throw ArgumentError(std::string(kTrt) + ": " + what + " '" + visible(s) + "' contains a NUL byte, which the reader refuses");
 }
 
 // ---- ncnn ----------------------------------------------------------------------------------
@@ -70,8 +88,9 @@ constexpr const char* kWeightSuffix = "_param_0";
 constexpr size_t kNcnnMaxKey = 255;
 
 void check_ncnn_layer(const std::string& layer) {
-  const std::string what = std::string(kNcnn) + ": layer name '" + layer + "'";
+  const std::string what = std::string(kNcnn) + ": layer name '" + visible(layer) + "'";
   if (layer.empty()) throw ArgumentError(std::string(kNcnn) + ": a layer name is empty");
+  if (layer.find('\0') != std::string::npos) throw ArgumentError(what + " contains a NUL byte, which the reader refuses");
   if (layer.find_first_of(" \t\r\n\v\f") != std::string::npos)
     throw ArgumentError(what + " contains white space, which separates fields in the table");
   if (layer.find("_param_") != std::string::npos)
@@ -150,12 +169,12 @@ std::map<std::string, float> read_tensorrt_cache(const std::string& text) {
   const std::vector<std::string> lines = split_lines(text);
   if (lines.empty() || lines[0].rfind("TRT-", 0) != 0)
     parse_error(kTrt, 0, lines.empty() ? "" : lines[0], "expected a header like 'TRT-8601-EntropyCalibration2'");
-  check_utf8_line(kTrt, 0, lines[0]);
+  check_line_text(kTrt, 0, lines[0]);
   std::map<std::string, float> scales;
   for (size_t i = 1; i < lines.size(); ++i) {
     const std::string& line = lines[i];
     if (blank(line)) continue;
-    check_utf8_line(kTrt, i, line);
+    check_line_text(kTrt, i, line);
     // The value holds no ": ", so the last one separates it from a name that may hold some.
     const size_t sep = line.rfind(": ");
     if (sep == std::string::npos) parse_error(kTrt, i, line, "expected '<tensor name>: <8 hex digits>'");
@@ -205,7 +224,7 @@ NcnnTable read_ncnn_table(const std::string& text) {
     const std::string& line = lines[i];
     const std::vector<std::string> t = tokens(line);
     if (t.empty()) continue;
-    check_utf8_line(kNcnn, i, line);
+    check_line_text(kNcnn, i, line);
     if (t.size() == 1) parse_error(kNcnn, i, line, "expected a name followed by scales");
     std::vector<float> values;
     for (size_t k = 1; k < t.size(); ++k) values.push_back(ncnn_scale(i, line, t[k]));
