@@ -65,6 +65,8 @@ _MATMULS = {
     "tile32-k-past-steps": (2, 37, 129, 45),
     "one-row": (1, 1, 300, 700),
     "one-column": (3, 300, 17, 1),
+    "split-k-ragged": (1, 5, 3000, 7),
+    "split-k-batched": (3, 2, 1024, 3),
 }
 
 
@@ -78,10 +80,11 @@ def test_batched_matmul_of_every_tile_size_matches_numpy(dims: tuple[int, int, i
     assert_close(got, (a.astype(np.float64) @ w).astype(np.float32), 1e-4, f"MatMul {dims}")
 
 
+@pytest.mark.parametrize("k", [75, 2500], ids=["one-run", "split-k"])
 @pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 0), (0, 1), (1, 1)])
-def test_gemm_with_transposes_bias_alpha_beta_matches_numpy(trans_a: int, trans_b: int, kernels: str) -> None:
+def test_gemm_with_transposes_bias_alpha_beta_matches_numpy(trans_a: int, trans_b: int, k: int, kernels: str) -> None:
     rng = np.random.default_rng(trans_a * 2 + trans_b)
-    m, k, n = 97, 75, 133
+    m, n = (97, 133) if k < 1000 else (3, 40)
     a = _rand(rng, *((k, m) if trans_a else (m, k)))
     w = _rand(rng, *((n, k) if trans_b else (k, n)))
     c = _rand(rng, m, 1)
@@ -99,7 +102,8 @@ _CONVS = {
     "3x3-stride2-dilation2-groups2": (2, 8, 17, 9, 16, 3, 2, 2, 2, 2),
     "5x5-no-pad-groups4": (1, 16, 12, 12, 32, 5, 1, 0, 1, 4),
     "1x1-stride2": (2, 24, 9, 9, 40, 1, 2, 0, 1, 1),
-    "3x3-deep-k": (1, 200, 6, 6, 48, 3, 1, 1, 1, 1),
+    "3x3-deep-k-split": (1, 200, 6, 6, 48, 3, 1, 1, 1, 1),
+    "3x3-groups2-split": (1, 128, 5, 5, 32, 3, 1, 1, 1, 2),
 }
 
 
@@ -114,9 +118,11 @@ def test_implicit_gemm_convolution_matches_onnxruntime(dims: tuple[int, ...], ke
     assert_close(got, run_ort(model, {"x": x})[0], 1e-4, f"Conv {dims}")
 
 
-def test_fused_convolution_with_residual_and_relu_matches_onnxruntime(kernels: str) -> None:
+@pytest.mark.parametrize("c,size", [(16, 14), (128, 4)], ids=["one-run", "split-k"])
+def test_fused_convolution_with_residual_and_relu_matches_onnxruntime(c: int, size: int, kernels: str) -> None:
     rng = np.random.default_rng(7)
-    x, wt, b, r = _rand(rng, 2, 16, 14, 14), _rand(rng, 32, 16, 3, 3), _rand(rng, 32), _rand(rng, 2, 32, 14, 14)
+    x, wt, b = _rand(rng, 2, c, size, size), _rand(rng, 32, c, 3, 3), _rand(rng, 32)
+    r = _rand(rng, 2, 32, size, size)
     nodes = [oh.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), oh.make_node("Add", ["c", "r"], ["s"]),
              oh.make_node("Relu", ["s"], ["y"])]
     model = _model(nodes, {"x": x, "r": r}, {"w": wt, "b": b})
@@ -129,7 +135,7 @@ def test_float16_storage_in_the_gpu_form_within_1e_2(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("TETHER_VULKAN_KERNELS", "gpu")
     rng = np.random.default_rng(3)
     x, wt = _rand(rng, 1, 32, 15, 15), _rand(rng, 64, 32, 3, 3)
-    a, w = _rand(rng, 3, 70, 96), _rand(rng, 96, 50)
+    a, w = _rand(rng, 2, 4, 2048), _rand(rng, 2048, 20)  # split along K
     conv = _model([oh.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], {"x": x}, {"w": wt})
     mm = _model([oh.make_node("MatMul", ["a", "w"], ["y"])], {"a": a}, {"w": w})
     for model, feeds in ((conv, {"x": x}), (mm, {"a": a})):

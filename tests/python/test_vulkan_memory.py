@@ -82,7 +82,7 @@ def test_values_each_within_the_limit_but_together_past_it_are_refused_with_the_
     sess = tt.compile(model, device="vulkan", max_memory=1 << 20)
     x = np.random.default_rng(0).standard_normal(100_000).astype(np.float32)
     with pytest.raises(tt.MemoryLimitError, match=r"a run with these input shapes would take \d+ bytes \(device arena \d+, "
-                                                  r"staging \d+, host arena and scratch \d+, outputs 400000; the largest value, "
+                                                  r"device scratch \d+, staging \d+, host arena and scratch \d+, outputs 400000; the largest value, "
                                                   r".*a run of this session may take 1048576 bytes"):
         sess.run({"x": x})
     small = x[:1000]

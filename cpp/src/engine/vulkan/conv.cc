@@ -110,7 +110,7 @@ class ConvKernel final : public GpuKernel {
         std::vector<uint32_t> tiled = act_.spec();
         tiled.push_back(has_bias_ ? 1 : 0);
         tiled.push_back(has_sum_ ? 1 : 0);
-        tiled_ = tiled_pipelines(gpu, "conv_gemm", 5, sizeof(ConvPush), tiled);
+        tiled_ = tiled_pipelines(gpu, "conv_gemm", sizeof(ConvPush), tiled);
       }
     }
   }
@@ -144,9 +144,14 @@ class ConvKernel final : public GpuKernel {
     ConvPush p = conv_push(node_, x, w, y, false);
     if (p.n == 0) return;  // an empty output
     const std::vector<Range> bindings{x.range, w.range, bias, sum, y.range};
-    if (p.M / p.G >= kGemmChannels &&
-        record_tiled(rec, tiled_, bindings, &p, sizeof p, p.M / p.G, int64_t{p.OH} * p.OW, x.dims[0] * p.G))
-      return;
+    if (p.M / p.G >= kGemmChannels) {
+      ConvPush q = p;
+      q.n = static_cast<uint32_t>(x.dims[0] * p.G);  // conv_gemm.comp: batch elements, one per image and group
+      const TiledEpilogue epilogue{p.G, 1, 0, 1.0f, 1.0f};
+      if (record_tiled(rec, tiled_, bindings, &q, sizeof q, p.M / p.G, int64_t{p.OH} * p.OW, int64_t{p.C} / p.G * p.KH * p.KW,
+                       q.n, epilogue))
+        return;
+    }
     // An invocation per kPixels pixels of a row and block of output channels.
     p.n = p.n / p.OW * ((p.OW + kPixels - 1) / kPixels) / block_;
     dispatch_1d(rec, *pipeline_, bindings, &p, sizeof p, p.n);

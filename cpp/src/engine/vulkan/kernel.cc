@@ -45,6 +45,11 @@ class ProbeRecorder final : public Recorder {
   Range weight(int) const override { return Range{}; }
   Range unused() const override { return Range{}; }
   Range table(const void*, int64_t) override { return Range{}; }
+  Range scratch(int64_t bytes) override {
+    scratch_bytes = std::max(scratch_bytes, bytes);
+    return Range{VK_NULL_HANDLE, 0, bytes};
+  }
+  int64_t scratch_bytes = 0;
 
  private:
   const Device& device_;
@@ -52,13 +57,15 @@ class ProbeRecorder final : public Recorder {
 
 }  // namespace
 
-std::string GpuKernel::refuses(const Device& device, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const {
+std::string GpuKernel::refuses(const Device& device, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out,
+                               int64_t* scratch_bytes) const {
   ProbeRecorder probe(device);
   try {
     record(probe, in, out);
   } catch (const UnsupportedError& e) {
     return e.what();
   }
+  if (scratch_bytes != nullptr) *scratch_bytes = probe.scratch_bytes;
   return "";
 }
 

@@ -83,6 +83,11 @@ class Recorder {
   /// weights), kept in host-visible memory for the plan's life. Throws DeviceError when the
   /// device has not the memory.
   virtual Range table(const void* data, int64_t bytes) = 0;
+  /// A device range of `bytes` for this kernel's own dispatches (partial results one of them
+  /// writes and a later one reads). The kernels of a plan share it, one after the other: its
+  /// contents are undefined when the kernel starts and once it ends. The plan sizes it from
+  /// what each kernel asks of GpuKernel::refuses's recorder.
+  virtual Range scratch(int64_t bytes) = 0;
 
   /// Workgroup counts (x, y) for `n` invocations in groups of `local`: shaders number their
   /// invocations x + y * (groups in x) * local (see shaders/common.glsl), so that grids past
@@ -111,8 +116,10 @@ class GpuKernel : public Kernel {
   /// Why the kernel cannot run these shapes, "" when it can: record() into a recorder that keeps
   /// nothing, and the message of the UnsupportedError it throws. Ranges may be empty. Other
   /// errors propagate. The session asks at compile (static shapes) and for every plan, and
-  /// runs a node whose kernel refuses its shapes on the CPU.
-  std::string refuses(const Device& device, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const;
+  /// runs a node whose kernel refuses its shapes on the CPU. `scratch_bytes`, when given, gets
+  /// the most device scratch (Recorder::scratch) the kernel asked for.
+  std::string refuses(const Device& device, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out,
+                      int64_t* scratch_bytes = nullptr) const;
 
   void run(const RunContext&, const std::vector<View>&, std::vector<View>&) const final {
     throw InternalError("a Vulkan kernel is recorded by a Vulkan session; it never runs on host memory");

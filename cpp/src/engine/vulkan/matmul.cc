@@ -32,13 +32,23 @@ struct Tile {
   uint32_t bm, bn, bk, tm, tn;
   uint32_t invocations() const { return (bm / tm) * (bn / tn); }
 };
-constexpr Tile kTiles[] = {{128, 128, 8, 8, 8}, {64, 64, 16, 4, 4}, {32, 32, 16, 4, 4}};
-static_assert(std::size(kTiles) == std::tuple_size_v<TiledPipelines>);
+constexpr Tile kTiles[] = {{128, 128, 8, 8, 8}, {64, 64, 16, 4, 4}, {32, 32, 32, 4, 4}};
+static_assert(std::size(kTiles) == std::tuple_size_v<decltype(TiledPipelines::tiles)>);
 
 // Workgroups a product should give the device to keep it busy: a larger tile is taken only
 // when it still makes this many. A GPU has tens to about 150 compute units, each running
-// several workgroups at once; a product too small for that takes smaller tiles instead.
+// several workgroups at once; a product too small for that takes smaller tiles instead, and
+// one that gives fewer than half as many even so is split along K.
 constexpr int64_t kFillGroups = 256;
+// A split along K: at most 16 runs, each at least 256 of K long (a few steps of every tile),
+// partial sums at most 64 MiB.
+constexpr int64_t kMaxSplits = 16, kMinSplitK = 256, kMaxSplitBytes = int64_t{64} << 20;
+
+// gemm_reduce.comp's push constants.
+struct ReducePush {
+  uint32_t total, M, N, S, G, bias_rs, bias_cs;
+  float alpha, beta;
+};
 
 // The vec4 GEMM reads A's and B's rows and writes C's as whole vec4s: K, N, the row strides and
 // the batch strides multiples of 4, neither operand transposed, each range 16-byte aligned.
@@ -59,40 +69,62 @@ bool vec4_fits(const GemmPush& p, bool nt, const std::vector<int64_t>& a_bs, con
 
 }  // namespace
 
-TiledPipelines tiled_pipelines(Gpu& gpu, const std::string& shader, uint32_t bindings, uint32_t push_bytes,
-                               const std::vector<uint32_t>& spec) {
-  TiledPipelines out{};
-  for (size_t i = 0; i < out.size(); ++i) {
+TiledPipelines tiled_pipelines(Gpu& gpu, const std::string& shader, uint32_t push_bytes, const std::vector<uint32_t>& spec) {
+  TiledPipelines out;
+  for (size_t i = 0; i < out.tiles.size(); ++i) {
     const Tile& t = kTiles[i];
     if (t.invocations() > gpu.device.max_workgroup()) continue;
     std::vector<uint32_t> s{t.invocations()};
     s.insert(s.end(), spec.begin(), spec.end());
     for (uint32_t v : {t.bm, t.bn, t.bk, t.tm, t.tn}) s.push_back(v);
-    out[i] = &gpu.pipeline(shader, bindings, push_bytes, s);
+    out.tiles[i] = &gpu.pipeline(shader, 6, push_bytes, s);
   }
+  std::vector<uint32_t> s{kLocal};
+  s.insert(s.end(), spec.begin(), spec.end());
+  out.reduce = &gpu.pipeline("gemm_reduce", 4, sizeof(ReducePush), s);
   return out;
 }
 
 bool record_tiled(Recorder& rec, const TiledPipelines& p, const std::vector<Range>& bindings, const void* push,
-                  size_t push_bytes, int64_t m, int64_t n, int64_t batches) {
+                  size_t push_bytes, int64_t m, int64_t n, int64_t k, int64_t batches, const TiledEpilogue& epilogue) {
   const VkPhysicalDeviceLimits& limits = rec.device().limits();
   const Pipeline* pick = nullptr;
   int64_t gx = 0, gy = 0;
-  for (size_t i = 0; i < p.size(); ++i) {
-    if (p[i] == nullptr) continue;
+  for (size_t i = 0; i < p.tiles.size(); ++i) {
+    if (p.tiles[i] == nullptr) continue;
     const int64_t x = (n + kTiles[i].bn - 1) / kTiles[i].bn, y = (m + kTiles[i].bm - 1) / kTiles[i].bm;
     if (x > limits.maxComputeWorkGroupCount[0] || y > limits.maxComputeWorkGroupCount[1] ||
         batches > limits.maxComputeWorkGroupCount[2])
       continue;
-    pick = p[i];
+    pick = p.tiles[i];
     gx = x;
     gy = y;
     if (x * y * batches >= kFillGroups) break;
   }
   if (pick == nullptr) return false;
-  if (m > 0 && n > 0 && batches > 0)
-    rec.dispatch(*pick, bindings, push, push_bytes, static_cast<uint32_t>(gx), static_cast<uint32_t>(gy),
-                 static_cast<uint32_t>(batches));
+  if (m == 0 || n == 0 || batches == 0) return true;
+  // Too few workgroups even with the smallest tile: split K, as far as each run keeps
+  // kMinSplitK and the partial sums fit their bounds.
+  const int64_t groups = gx * gy * batches, outputs = batches * m * n;
+  int64_t splits = 1;
+  if (groups < kFillGroups / 2)
+    splits = std::min({kMaxSplits, (kFillGroups + groups - 1) / groups, k / kMinSplitK,
+                       kMaxSplitBytes / (outputs * 4), int64_t{limits.maxComputeWorkGroupCount[2]} / batches,
+                       int64_t{std::numeric_limits<uint32_t>::max()} / outputs});
+  std::vector<Range> b = bindings;
+  if (splits < 2) {
+    b.push_back(rec.unused());
+    rec.dispatch(*pick, b, push, push_bytes, static_cast<uint32_t>(gx), static_cast<uint32_t>(gy), static_cast<uint32_t>(batches));
+    return true;
+  }
+  const Range partial = rec.scratch(outputs * splits * 4);
+  b.push_back(partial);
+  rec.dispatch(*pick, b, push, push_bytes, static_cast<uint32_t>(gx), static_cast<uint32_t>(gy),
+               static_cast<uint32_t>(batches * splits));
+  const ReducePush r{static_cast<uint32_t>(outputs), static_cast<uint32_t>(m), static_cast<uint32_t>(n),
+                     static_cast<uint32_t>(splits),  epilogue.groups,          epilogue.bias_rs,
+                     epilogue.bias_cs,               epilogue.alpha,           epilogue.beta};
+  dispatch_1d(rec, *p.reduce, {partial, bindings[2], bindings[3], bindings[4]}, &r, sizeof r, outputs);
   return true;
 }
 
@@ -112,7 +144,7 @@ GemmPipeline gemm_pipeline(Gpu& gpu, const Activation& act, bool bias, bool sum)
     std::vector<uint32_t> tiled = act.spec();
     tiled.push_back(bias ? 1 : 0);
     tiled.push_back(sum ? 1 : 0);
-    out.tiled = tiled_pipelines(gpu, "gemm_tiled", 5, sizeof(GemmPush), tiled);
+    out.tiled = tiled_pipelines(gpu, "gemm_tiled", sizeof(GemmPush), tiled);
   } else {
     std::vector<uint32_t> vec{kVecGroup};
     for (uint32_t v : act.spec()) vec.push_back(v);
@@ -141,7 +173,9 @@ void record_gemm(Recorder& rec, const ir::Node& node, const GemmPipeline& pipeli
     push.a_bs[d] = d < pad ? 0 : static_cast<uint32_t>(sa[d - pad]);
     push.b_bs[d] = d < pad ? 0 : static_cast<uint32_t>(sb[d - pad]);
   }
-  if (record_tiled(rec, pipelines.tiled, {a, b, bias, sum, c}, &push, sizeof push, push.M, push.N, batches)) return;
+  const TiledEpilogue epilogue{1, push.bias_rs, push.bias_cs, push.alpha, push.beta};
+  if (record_tiled(rec, pipelines.tiled, {a, b, bias, sum, c}, &push, sizeof push, push.M, push.N, push.K, batches, epilogue))
+    return;
   const VkPhysicalDeviceLimits& limits = rec.device().limits();
   for (const bool nt : {false, true}) {
     const Pipeline* vec = nt ? pipelines.vec4_nt : pipelines.vec4;

@@ -23,18 +23,29 @@ struct GemmPush {
 };
 
 /// The pipelines of a shader built on gemm_tiled.glsl (gemm_tiled.comp, conv_gemm.comp), one
-/// per tile size (128, 64 and 32 square), with `spec` its constants 1-5 (the activation's
-/// three, then whether it adds a bias and a summand). Entries the device cannot run (fewer
-/// invocations per workgroup) are nullptr.
-using TiledPipelines = std::array<const Pipeline*, 3>;
-TiledPipelines tiled_pipelines(Gpu& gpu, const std::string& shader, uint32_t bindings, uint32_t push_bytes,
-                               const std::vector<uint32_t>& spec);
+/// per tile size (128, 64 and 32 square; nullptr where the device runs fewer invocations per
+/// workgroup), and gemm_reduce.comp's, which finishes a product split along K; `spec` is
+/// their constants 1-5 (the activation's three, then whether a bias and a summand are added).
+struct TiledPipelines {
+  std::array<const Pipeline*, 3> tiles{};
+  const Pipeline* reduce = nullptr;
+};
+TiledPipelines tiled_pipelines(Gpu& gpu, const std::string& shader, uint32_t push_bytes, const std::vector<uint32_t>& spec);
 
-/// Records one dispatch of a tiled shader over an M x N product per batch element (workgroup
-/// z is element z): the largest tile that still gives the device enough workgroups to fill
-/// it. False, recording nothing, when no tile fits the device's workgroup-count limits.
+/// How gemm_reduce.comp finds the bias of a split product: bias[((z % groups) M + m) bias_rs +
+/// n bias_cs] for batch element z, row m and column n; alpha scales the product, beta the bias.
+struct TiledEpilogue {
+  uint32_t groups = 1, bias_rs = 0, bias_cs = 0;
+  float alpha = 1.0f, beta = 1.0f;
+};
+
+/// Records a tiled shader over an M x N (x K) product per batch element: the largest tile that
+/// still gives the device enough workgroups to fill it; where even the smallest gives too few
+/// and K is long, split along K into partial sums (in Recorder::scratch) that a second dispatch
+/// adds up and finishes. `bindings` are the shader's first five (A, B, bias, summand, C).
+/// False, recording nothing, when no tile fits the device's workgroup-count limits.
 bool record_tiled(Recorder& rec, const TiledPipelines& p, const std::vector<Range>& bindings, const void* push,
-                  size_t push_bytes, int64_t m, int64_t n, int64_t batches);
+                  size_t push_bytes, int64_t m, int64_t n, int64_t k, int64_t batches, const TiledEpilogue& epilogue);
 
 /// The GEMM's pipelines with this activation, and a bias and a summand or not: one output
 /// per invocation, and 4 x 4 outputs per invocation for products large enough to fill its

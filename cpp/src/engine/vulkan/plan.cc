@@ -97,7 +97,7 @@ void VulkanSession::check_values(const Plan& plan) const {
 }
 
 // A run may take max_memory bytes in all, host and device memory alike: the device arena, the
-// staging buffer, the host arena with the CPU kernels' scratch, the outputs and captured
+// kernels' device scratch, the staging buffer, the host arena with the CPU kernels' scratch, the outputs and captured
 // values it returns. Checked before the plan allocates any of them.
 void VulkanSession::check_total(const Plan& plan) const {
   int64_t returned = 0, largest = -1;
@@ -112,11 +112,13 @@ void VulkanSession::check_total(const Plan& plan) const {
       largest_value = i;
     }
   }
-  const int64_t total = plan.arena_bytes + plan.staging_bytes + plan.host_bytes + plan.scratch_bytes + returned;
+  const int64_t total =
+      plan.arena_bytes + plan.device_scratch_bytes + plan.staging_bytes + plan.host_bytes + plan.scratch_bytes + returned;
   if (total <= max_memory_ || largest < 0) return;
   const ValueEntry& big = values_[largest_value];
   throw MemoryLimitError("a run with these input shapes would take " + std::to_string(total) + " bytes (device arena " +
-                         std::to_string(plan.arena_bytes) + ", staging " + std::to_string(plan.staging_bytes) +
+                         std::to_string(plan.arena_bytes) + ", device scratch " + std::to_string(plan.device_scratch_bytes) +
+                         ", staging " + std::to_string(plan.staging_bytes) +
                          ", host arena and scratch " + std::to_string(plan.host_bytes + plan.scratch_bytes) +
                          ", outputs " + std::to_string(returned) + "; the largest value, output '" + big.value->name() +
                          "' of " + steps_[static_cast<size_t>(big.producer)].node->describe() + ", " +
@@ -133,28 +135,13 @@ void VulkanSession::place_steps(Plan& plan) const {
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& step = steps_[s];
     if (step.gpu == nullptr) continue;
-    std::vector<GpuTensor> ins, outs;
     bool empty = true;
-    for (int in : step.inputs) {
-      GpuTensor t;
-      if (in >= 0) {
-        t.dtype = values_[static_cast<size_t>(in)].value->type().dtype();
-        t.dims = plan.dims[static_cast<size_t>(in)];
-      }
-      ins.push_back(std::move(t));
-    }
-    for (int o : step.outputs) {
-      GpuTensor t;
-      if (o >= 0) {
-        t.dtype = values_[static_cast<size_t>(o)].value->type().dtype();
-        t.dims = plan.dims[static_cast<size_t>(o)];
-        empty = empty && t.numel() == 0;
-      }
-      outs.push_back(std::move(t));
-    }
-    const std::string why = empty ? std::string() : step.gpu->refuses(*device_, ins, outs);
+    const auto [ins, outs] = step_tensors(plan, s, false, empty);
+    int64_t scratch = 0;
+    const std::string why = empty ? std::string() : step.gpu->refuses(*device_, ins, outs, &scratch);
     if (why.empty()) {
       plan.on_gpu[s] = 1;
+      plan.device_scratch_bytes = std::max(plan.device_scratch_bytes, scratch);
       continue;
     }
     if (strict_)
@@ -185,6 +172,27 @@ std::unique_ptr<Kernel> VulkanSession::cpu_fallback(const ir::Node& node, const 
   if (!why_cpu.empty())
     throw UnsupportedError(why + "; nor can the cpu (" + why_cpu + ")");
   return kernel;
+}
+
+std::pair<std::vector<GpuTensor>, std::vector<GpuTensor>> VulkanSession::step_tensors(const Plan& plan, size_t s,
+                                                                                      bool ranges, bool& empty) const {
+  const Step& step = steps_[s];
+  auto tensor = [&](int v, bool range) {
+    GpuTensor t;
+    if (v < 0) return t;
+    t.dtype = values_[static_cast<size_t>(v)].value->type().dtype();
+    t.dims = plan.dims[static_cast<size_t>(v)];
+    if (range) t.range = plan.dev[static_cast<size_t>(v)];
+    return t;
+  };
+  std::vector<GpuTensor> ins, outs;
+  for (size_t k = 0; k < step.inputs.size(); ++k) ins.push_back(tensor(step.inputs[k], ranges && step.gpu->reads_on_device(k)));
+  empty = true;
+  for (int o : step.outputs) {
+    outs.push_back(tensor(o, ranges));
+    if (o >= 0) empty = empty && outs.back().numel() == 0;
+  }
+  return {std::move(ins), std::move(outs)};
 }
 
 // Device ranges: constants read on the device are in the weight buffer; values Vulkan steps
@@ -270,6 +278,8 @@ void VulkanSession::place_on_device(Plan& plan) const {
     plan.dev[i].offset = r.offset;
   }
   if (staging > 0) plan.staging = device_->buffer(staging, Memory::kStaging, "the staging buffer of a plan");
+  if (plan.device_scratch_bytes > 0)
+    plan.device_scratch = device_->buffer(plan.device_scratch_bytes, Memory::kDevice, "the kernels' scratch of a plan");
 }
 
 // Transfers through one staging buffer, each in a region of its own: uploads of host values
@@ -357,7 +367,8 @@ void VulkanSession::record(Plan& plan) const {
   pool.queueFamilyIndex = device_->queue_family();
   device_->check(api.vkCreateCommandPool(device_->handle(), &pool, nullptr, &plan.pool), "creating a command pool");
   plan.fence = device_->fence();
-  PlanRecorder rec(*device_, weight_ranges_, Range{unused_.handle(), 0, unused_.bytes()});
+  PlanRecorder rec(*device_, weight_ranges_, Range{unused_.handle(), 0, unused_.bytes()},
+                   Range{plan.device_scratch.handle(), 0, plan.device_scratch_bytes});
   for (const Segment& seg : plan.segments) {
     if (!seg.gpu) continue;
     rec.begin_segment();
@@ -367,28 +378,8 @@ void VulkanSession::record(Plan& plan) const {
     for (int s = seg.begin; s < seg.end; ++s) {
       const Step& step = steps_[static_cast<size_t>(s)];
       if (step.gpu->is_view()) continue;
-      std::vector<GpuTensor> ins, outs;
       bool empty = true;
-      for (size_t k = 0; k < step.inputs.size(); ++k) {
-        const int in = step.inputs[k];
-        GpuTensor t;
-        if (in >= 0) {
-          t.dtype = values_[static_cast<size_t>(in)].value->type().dtype();
-          t.dims = plan.dims[static_cast<size_t>(in)];
-          if (step.gpu->reads_on_device(k)) t.range = plan.dev[static_cast<size_t>(in)];
-        }
-        ins.push_back(std::move(t));
-      }
-      for (int o : step.outputs) {
-        GpuTensor t;
-        if (o >= 0) {
-          t.dtype = values_[static_cast<size_t>(o)].value->type().dtype();
-          t.dims = plan.dims[static_cast<size_t>(o)];
-          t.range = plan.dev[static_cast<size_t>(o)];
-          empty = empty && t.numel() == 0;
-        }
-        outs.push_back(std::move(t));
-      }
+      const auto [ins, outs] = step_tensors(plan, static_cast<size_t>(s), true, empty);
       if (!empty) step.gpu->record(rec, ins, outs);
       if (gpu_timestamps_) rec.stamp(s);
     }

@@ -54,6 +54,11 @@ Range PlanRecorder::table(const void* data, int64_t bytes) {
   return Range{tables_.back().handle(), 0, bytes};
 }
 
+Range PlanRecorder::scratch(int64_t bytes) {
+  TETHER_CHECK(bytes <= scratch_.bytes, "a kernel asked for more scratch when recorded than when its plan was sized");
+  return Range{scratch_.buffer, scratch_.offset, bytes};
+}
+
 void PlanRecorder::finish(Plan& plan) {
   const DeviceApi& api = device_.api();
   const VkDevice dev = device_.handle();

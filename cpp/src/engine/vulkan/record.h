@@ -13,8 +13,9 @@ namespace tether::engine::vulkan {
 
 class PlanRecorder final : public Recorder {
  public:
-  PlanRecorder(const Device& device, const std::vector<Range>& weights, Range unused)
-      : device_(device), weights_(weights), unused_(unused) {}
+  /// `scratch`: the plan's scratch range (Recorder::scratch), as large as any kernel asks.
+  PlanRecorder(const Device& device, const std::vector<Range>& weights, Range unused, Range scratch)
+      : device_(device), weights_(weights), unused_(unused), scratch_(scratch) {}
 
   const Device& device() const override { return device_; }
   void dispatch(const Pipeline& p, const std::vector<Range>& bindings, const void* push, size_t push_bytes, uint32_t gx,
@@ -23,6 +24,7 @@ class PlanRecorder final : public Recorder {
   Range weight(int handle) const override { return weights_.at(static_cast<size_t>(handle)); }
   Range unused() const override { return unused_; }
   Range table(const void* data, int64_t bytes) override;
+  Range scratch(int64_t bytes) override;
 
   /// Commands recorded from now on go to the next segment's command buffer.
   void begin_segment() { segments_.emplace_back(); }
@@ -47,7 +49,7 @@ class PlanRecorder final : public Recorder {
   };
   const Device& device_;
   const std::vector<Range>& weights_;
-  Range unused_;
+  Range unused_, scratch_;
   std::vector<std::vector<Command>> segments_;
   std::vector<Buffer> tables_;  // moved into the plan by finish()
 };

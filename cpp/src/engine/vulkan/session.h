@@ -96,7 +96,8 @@ struct Plan {
   std::vector<bool> capture;          ///< per value: written on the device into a tensor of its own (run_capture)
   std::vector<Segment> segments;
   int64_t arena_bytes = 0, intermediate_bytes = 0, host_bytes = 0, scratch_bytes = 0, staging_bytes = 0;
-  Buffer arena, staging;
+  int64_t device_scratch_bytes = 0;   ///< the most scratch a Vulkan kernel of the plan asks (Recorder::scratch)
+  Buffer arena, staging, device_scratch;
   std::vector<Buffer> tables;         ///< tables kernels computed on the host (Recorder::table)
   std::shared_ptr<ir::Buffer> host;   ///< the host arena, then CPU kernels' scratch
   VkCommandPool pool = VK_NULL_HANDLE;
@@ -138,6 +139,11 @@ class VulkanSession final : public Session {
   Plan& plan_for(const std::vector<const ir::Tensor*>& bound, bool capture) const;
   std::unique_ptr<Plan> make_plan(const std::vector<const ir::Tensor*>& bound, bool capture) const;
   void place_steps(Plan& plan) const;
+  /// Step s's inputs and outputs as its kernel records them: dims, and with `ranges` their
+  /// device ranges (an input the kernel does not read on the device keeps an empty one).
+  /// `empty` gets whether every output has no elements.
+  std::pair<std::vector<GpuTensor>, std::vector<GpuTensor>> step_tensors(const Plan& plan, size_t s, bool ranges,
+                                                                         bool& empty) const;
   std::unique_ptr<Kernel> cpu_fallback(const ir::Node& node, const std::string& why) const;
   void place_on_device(Plan& plan) const;
   int64_t plan_transfers(Plan& plan, const std::vector<int>& upload_seg) const;

@@ -3,7 +3,8 @@
 // output pixel (oh OW + ow), k an input channel of the group and a kernel tap (c KH KW +
 // kh KW + kw), and X'[k][n] the input pixel that tap reads for that output (0 in the
 // padding): the im2col matrix, read in place, never written. Tiled as gemm_tiled.glsl.
-// Workgroup z is image z / G, group z % G. Push constants: conv2d.comp's (vulkan::ConvPush).
+// Batch element z is image z / G, group z % G. Push constants: conv2d.comp's (vulkan::ConvPush),
+// with n the batch count (images times groups). Binding 5: partial sums when split along K.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "storage.glsl"
@@ -20,7 +21,7 @@ layout(std430, binding = 2) readonly buffer Bias { act_t bias[]; };
 layout(std430, binding = 3) readonly buffer Sum { act_t sum[]; };
 layout(std430, binding = 4) writeonly buffer Y { act_t y[]; };
 layout(push_constant, std430) uniform Push {
-  uint n;                      // unused here
+  uint n;                      // batch elements: images times groups
   uint C, H, W;                // input channels and size
   uint M, OH, OW;              // output channels and size
   uint KH, KW;
@@ -33,6 +34,7 @@ uint xoff, woff, yoff, moff;
 uint dim_m() { return p.M / p.G; }
 uint dim_n() { return p.OH * p.OW; }
 uint dim_k() { return p.C / p.G * p.KH * p.KW; }
+uint batch_count() { return p.n; }
 void tile_setup(uint z) {
   const uint g = z % p.G;
   xoff = z * (p.C / p.G) * p.H * p.W;  // image z / G, its channels of group g

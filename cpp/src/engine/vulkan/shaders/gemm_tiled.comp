@@ -1,6 +1,6 @@
 // C[b] = act(alpha * op(A)[b] @ op(B)[b] + beta * bias + sum[b]), as gemm.comp (same bindings
-// and push constants, vulkan::GemmPush), by the shared-memory tiles of gemm_tiled.glsl: the
-// form for GPUs. Workgroup z is batch element z.
+// and push constants, vulkan::GemmPush; binding 5 the partial sums of a product split along
+// K), by the shared-memory tiles of gemm_tiled.glsl: the form for GPUs.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "storage.glsl"
@@ -23,6 +23,7 @@ uint aoff, boff, coff;
 uint dim_m() { return p.M; }
 uint dim_n() { return p.N; }
 uint dim_k() { return p.K; }
+uint batch_count() { return p.bdims[0] * p.bdims[1] * p.bdims[2] * p.bdims[3]; }
 void tile_setup(uint z) {
   batch_offsets(z, aoff, boff);
   coff = z * p.M * p.N;

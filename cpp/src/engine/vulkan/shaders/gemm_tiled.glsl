@@ -7,9 +7,16 @@
 // the next step's slabs are already being read from memory into registers, so the loads'
 // latency hides behind arithmetic; one barrier before and one after the shared slabs change.
 //
+// Split along K: when the dispatch's depth is S times the batch count, workgroup z S + s sums
+// the s-th of S runs of K (whole steps) for batch element z and writes the raw sums to
+// `partial` (binding 5, float32, [batch][S][M][N]); gemm_reduce.comp then adds the S partial
+// sums in order and applies the epilogue. A product with few tiles (batch-1 inference's thin
+// layers) then still gives the device enough workgroups, each a shorter run of K.
+//
 // The including shader defines, before this file:
 //   uint dim_m(), dim_n(), dim_k();
-//   void tile_setup(uint z);                 // for workgroup z of the dispatch's depth
+//   uint batch_count();                      // batch elements in the dispatch's depth
+//   void tile_setup(uint z);                 // for batch element z
 //   float load_a(uint m, uint k);            // in range (m < M, k < K)
 //   float load_b(uint k, uint n);            // in range
 //   bool a_k_contiguous(), b_n_contiguous(); // which way each operand's elements run in memory
@@ -28,8 +35,12 @@ const uint SA = BM / 4 + 1, SB = BN / 4 + 1;
 shared vec4 As[BK * SA];  // As[k SA + m / 4] holds A[m .. m + 3][k]
 shared vec4 Bs[BK * SB];  // Bs[k SB + n / 4] holds B[k][n .. n + 3]
 
-float a_at(uint m, uint k) { return m < dim_m() && k < dim_k() ? load_a(m, k) : 0.0; }
-float b_at(uint k, uint n) { return k < dim_k() && n < dim_n() ? load_b(k, n) : 0.0; }
+layout(std430, binding = 5) writeonly buffer Partial { float partial[]; };
+
+uint k_end;  // where this workgroup's run of K ends
+
+float a_at(uint m, uint k) { return m < dim_m() && k < k_end ? load_a(m, k) : 0.0; }
+float b_at(uint k, uint n) { return k < k_end && n < dim_n() ? load_b(k, n) : 0.0; }
 
 // Which vec4 of a slab the invocation's l-th load is: the slab's k and vec4 index along M (or
 // N). Neighbouring invocations take neighbouring elements in memory: along k for a
@@ -91,17 +102,20 @@ void main() {
   const uint t = gl_LocalInvocationID.x;
   const uint tx = t % (BN / TN), ty = t / (BN / TN);
   const uint row0 = gl_WorkGroupID.y * BM, col0 = gl_WorkGroupID.x * BN;
-  tile_setup(gl_WorkGroupID.z);
+  const uint splits = gl_NumWorkGroups.z / batch_count(), split = gl_WorkGroupID.z % splits;
+  tile_setup(gl_WorkGroupID.z / splits);
+  const uint K = dim_k(), run = ((K + splits - 1) / splits + BK - 1) / BK * BK;
+  const uint k_begin = min(split * run, K);
+  k_end = min(k_begin + run, K);
   vec4 ra[kMaxLoads], rb[kMaxLoads];
-  fetch(0, row0, col0, ra, rb);
+  fetch(k_begin, row0, col0, ra, rb);
   stash(ra, rb);
   barrier();
   vec4 acc[kMaxT][kMaxT / 4];
   for (uint i = 0; i < TM; ++i)
     for (uint j = 0; j < TN / 4; ++j) acc[i][j] = vec4(0.0);
-  const uint K = dim_k();
-  for (uint k0 = 0; k0 < K; k0 += BK) {
-    const bool more = k0 + BK < K;
+  for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
+    const bool more = k0 + BK < k_end;
     if (more) fetch(k0 + BK, row0, col0, ra, rb);
     for (uint k = 0; k < BK; ++k) {
       vec4 av[kMaxT / 4], bv[kMaxT / 4];
@@ -120,7 +134,11 @@ void main() {
     for (uint j = 0; j < TN / 4; ++j)
       for (uint e = 0; e < 4; ++e) {
         const uint n = col0 + tx * TN + j * 4 + e;
-        if (n < dim_n()) store_c(m, n, acc[i][j][e]);
+        if (n >= dim_n()) continue;
+        if (splits == 1)
+          store_c(m, n, acc[i][j][e]);
+        else
+          partial[(gl_WorkGroupID.z * dim_m() + m) * dim_n() + n] = acc[i][j][e];
       }
   }
 }
