@@ -35,11 +35,11 @@ struct Tile {
 constexpr Tile kTiles[] = {{128, 128, 8, 8, 8}, {64, 64, 16, 4, 4}, {32, 32, 32, 4, 4}};
 static_assert(std::size(kTiles) == std::tuple_size_v<decltype(TiledPipelines::tiles)>);
 
-// Workgroups a product should give the device to keep it busy: a larger tile is taken only
-// when it still makes this many. A GPU has tens to about 150 compute units, each running
-// several workgroups at once; a product too small for that takes smaller tiles instead, and
-// one that gives fewer than half as many even so is split along K.
-constexpr int64_t kFillGroups = 256;
+// Invocations a product should give the device to hide memory latency: a GPU has tens to about
+// 150 compute units, each best with several hundred invocations in flight. The largest tile
+// that makes this many is taken; else the tile that makes the most (the larger on a tie: it
+// reads less per multiply-add), split along K until it makes this many.
+constexpr int64_t kFillInvocations = 65536;
 // A split along K: at most 16 runs, each at least 256 of K long (a few steps of every tile),
 // partial sums at most 64 MiB.
 constexpr int64_t kMaxSplits = 16, kMinSplitK = 256, kMaxSplitBytes = int64_t{64} << 20;
@@ -89,26 +89,29 @@ bool record_tiled(Recorder& rec, const TiledPipelines& p, const std::vector<Rang
                   size_t push_bytes, int64_t m, int64_t n, int64_t k, int64_t batches, const TiledEpilogue& epilogue) {
   const VkPhysicalDeviceLimits& limits = rec.device().limits();
   const Pipeline* pick = nullptr;
-  int64_t gx = 0, gy = 0;
+  int64_t gx = 0, gy = 0, invocations = 0;
   for (size_t i = 0; i < p.tiles.size(); ++i) {
     if (p.tiles[i] == nullptr) continue;
     const int64_t x = (n + kTiles[i].bn - 1) / kTiles[i].bn, y = (m + kTiles[i].bm - 1) / kTiles[i].bm;
     if (x > limits.maxComputeWorkGroupCount[0] || y > limits.maxComputeWorkGroupCount[1] ||
         batches > limits.maxComputeWorkGroupCount[2])
       continue;
+    const int64_t v = x * y * batches * kTiles[i].invocations();
+    if (pick != nullptr && v <= invocations) continue;
     pick = p.tiles[i];
     gx = x;
     gy = y;
-    if (x * y * batches >= kFillGroups) break;
+    invocations = v;
+    if (v >= kFillInvocations) break;
   }
   if (pick == nullptr) return false;
   if (m == 0 || n == 0 || batches == 0) return true;
-  // Too few workgroups even with the smallest tile: split K, as far as each run keeps
-  // kMinSplitK and the partial sums fit their bounds.
-  const int64_t groups = gx * gy * batches, outputs = batches * m * n;
+  // Too few invocations even so: split K, as far as each run keeps kMinSplitK and the partial
+  // sums fit their bounds.
+  const int64_t outputs = batches * m * n;
   int64_t splits = 1;
-  if (groups < kFillGroups / 2)
-    splits = std::min({kMaxSplits, (kFillGroups + groups - 1) / groups, k / kMinSplitK,
+  if (invocations < kFillInvocations)
+    splits = std::min({kMaxSplits, (kFillInvocations + invocations - 1) / invocations, k / kMinSplitK,
                        kMaxSplitBytes / (outputs * 4), int64_t{limits.maxComputeWorkGroupCount[2]} / batches,
                        int64_t{std::numeric_limits<uint32_t>::max()} / outputs});
   std::vector<Range> b = bindings;

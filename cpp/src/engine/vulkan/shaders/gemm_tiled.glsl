@@ -3,7 +3,10 @@
 // written. A workgroup of NT = (BM / TM) (BN / TN) invocations computes a BM x BN tile of C.
 // Per step of BK along K it stages a BM x BK slab of A and a BK x BN slab of B in shared
 // memory as vec4s, and each invocation keeps TM x TN outputs in registers: per k it reads
-// TM / 4 + TN / 4 vec4s from shared memory for TM TN multiply-adds. While a step computes,
+// TM / 4 + TN / 4 vec4s from shared memory for TM TN multiply-adds. An invocation's rows are
+// TM consecutive ones; its columns are TN / 4 vec4s BN / TN apart, so that neighbouring
+// invocations read neighbouring vec4s of the B slab (no bank conflicts) and write
+// neighbouring vec4s of C. While a step computes,
 // the next step's slabs are already being read from memory into registers, so the loads'
 // latency hides behind arithmetic; one barrier before and one after the shared slabs change.
 //
@@ -120,7 +123,7 @@ void main() {
     for (uint k = 0; k < BK; ++k) {
       vec4 av[kMaxT / 4], bv[kMaxT / 4];
       for (uint i = 0; i < TM / 4; ++i) av[i] = As[k * SA + ty * (TM / 4) + i];
-      for (uint j = 0; j < TN / 4; ++j) bv[j] = Bs[k * SB + tx * (TN / 4) + j];
+      for (uint j = 0; j < TN / 4; ++j) bv[j] = Bs[k * SB + tx + j * (BN / TN)];
       for (uint i = 0; i < TM; ++i)
         for (uint j = 0; j < TN / 4; ++j) acc[i][j] += av[i / 4][i % 4] * bv[j];
     }
@@ -133,7 +136,7 @@ void main() {
     if (m >= dim_m()) break;
     for (uint j = 0; j < TN / 4; ++j)
       for (uint e = 0; e < 4; ++e) {
-        const uint n = col0 + tx * TN + j * 4 + e;
+        const uint n = col0 + (tx + j * (BN / TN)) * 4 + e;
         if (n >= dim_n()) continue;
         if (splits == 1)
           store_c(m, n, acc[i][j][e]);
