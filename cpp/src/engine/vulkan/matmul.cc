@@ -32,7 +32,7 @@ struct Tile {
   uint32_t bm, bn, bk, tm, tn;
   uint32_t invocations() const { return (bm / tm) * (bn / tn); }
 };
-constexpr Tile kTiles[] = {{128, 128, 16, 8, 8}, {64, 64, 16, 4, 4}, {32, 32, 32, 4, 4}};
+constexpr Tile kTiles[] = {{128, 128, 8, 8, 8}, {64, 64, 16, 4, 4}, {32, 32, 32, 4, 4}};
 static_assert(std::size(kTiles) == std::tuple_size_v<decltype(TiledPipelines::tiles)>);
 
 // Invocations a product should give the device to hide memory latency: a GPU has tens to about
