@@ -231,3 +231,27 @@ def test_load_compile_drop_cycles_do_not_grow_memory():
         cycle()
     growth = rss() - before
     assert growth < 8 << 20, f"RSS grew by {growth} bytes over {cycles} load/compile/drop cycles"
+
+
+def test_plans_for_thousands_of_input_sizes_do_not_grow_memory():
+    """A session planning for every length from 1 to N, twice: plans stay within the cache's
+    bound and the second pass adds no memory (arenas of many sizes are mapped pages, given back
+    when a plan is dropped, not heap blocks left fragmented)."""
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "x"], ["s"]),
+                           helper.make_node("Mul", ["s", "r"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "w"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    sess = tt.compile(tt.load(helper.make_model(g).SerializeToString()), threads=1)
+    lengths = range(1, count(5000) + 1)
+    width = 1_280_000 // len(lengths)  # the largest input 5 MB either way
+    for n in lengths:
+        sess.run({"x": np.ones((n, width), np.float32)})
+    before = rss()
+    for n in lengths:
+        x = np.full((n, width), 1.5, np.float32)
+        y = sess.run({"x": x})["y"]
+        if n % 97 == 0:
+            np.testing.assert_array_equal(y, (np.maximum(x, 0) + x) * np.maximum(x, 0))
+    growth = rss() - before
+    assert sess.memory()["plans"] <= 16
+    assert growth < 32 << 20, f"RSS grew by {growth} bytes over a second pass of {len(lengths)} input sizes"

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <new>
 
+#include <sys/mman.h>
+
 #include "tether/error.h"
 #include "util/file_map.h"
 
@@ -30,6 +32,12 @@ int64_t required_bytes(DType dtype, const std::vector<int64_t>& dims) {
 
 }  // namespace
 
+// Buffers from this size on are pages mapped from the kernel instead of heap blocks: freeing one
+// gives its memory back at once. A session that plans for many input sizes allocates and frees
+// arenas of many sizes; from the heap, glibc would keep the freed ones (its threshold for mapping
+// rises after each large free) and the process's memory would grow by the fragments.
+constexpr size_t kAnonymousThreshold = size_t{1} << 20;
+
 std::optional<int64_t> checked_num_elements(const std::vector<int64_t>& dims) {
   if (std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 0; })) return std::nullopt;
   if (std::find(dims.begin(), dims.end(), 0) != dims.end()) return 0;  // empty, however large the rest
@@ -45,11 +53,20 @@ std::optional<int64_t> checked_num_elements(const std::vector<int64_t>& dims) {
 std::shared_ptr<Buffer> Buffer::allocate(int64_t nbytes) {
   if (nbytes < 0) throw ArgumentError("buffer size must be >= 0, got " + std::to_string(nbytes));
   const size_t rounded = (static_cast<size_t>(nbytes) + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
-  void* p = std::aligned_alloc(kBufferAlignment, rounded == 0 ? kBufferAlignment : rounded);
-  if (p == nullptr) throw std::bad_alloc();
-  std::memset(p, 0, rounded);
   std::shared_ptr<Buffer> b(new Buffer());
-  b->data_ = static_cast<std::byte*>(p);
+  if (rounded >= kAnonymousThreshold) {
+    // Zero pages, page-aligned (past kBufferAlignment), committed only when touched.
+    void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    b->data_ = static_cast<std::byte*>(p);
+    // The pages' owner unmaps them; an owned buffer with an owner is never freed itself.
+    b->owner_ = std::shared_ptr<void>(p, [rounded](void* q) { munmap(q, rounded); });
+  } else {
+    void* p = std::aligned_alloc(kBufferAlignment, rounded == 0 ? kBufferAlignment : rounded);
+    if (p == nullptr) throw std::bad_alloc();
+    std::memset(p, 0, rounded);
+    b->data_ = static_cast<std::byte*>(p);
+  }
   b->size_ = nbytes;
   b->owned_ = true;
   return b;
@@ -76,7 +93,7 @@ void Buffer::release_pages() const {
 }
 
 Buffer::~Buffer() {
-  if (owned_) std::free(data_);
+  if (owned_ && owner_ == nullptr) std::free(data_);
 }
 
 std::byte* Buffer::mutable_data() {
