@@ -13,12 +13,15 @@ Example:
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import math
 import os
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -175,6 +178,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _quantize(args: argparse.Namespace) -> int:
+    if args.html and args.eval_samples <= 0:
+        raise tether.ArgumentError("--html needs evaluation samples (--eval-samples > 0)")
     with open_regular(args.data, what="--data") as f:
         try:
             npz = np.load(f, allow_pickle=False)
@@ -185,8 +190,6 @@ def _quantize(args: argparse.Namespace) -> int:
         with npz:
             data = {k: npz[k] for k in npz.files if k != args.labels_key}
             labels = npz[args.labels_key] if args.labels_key in npz.files else None
-    if args.html and args.eval_samples <= 0:
-        raise tether.ArgumentError("--html needs evaluation samples (--eval-samples > 0)")
     if args.max_accuracy_drop is not None and labels is None:
         raise tether.ArgumentError(f"--max-accuracy-drop needs labels: store them in the .npz under "
                                    f"'{args.labels_key}' (or name the key with --labels-key)")
@@ -295,6 +298,89 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Numeric options by destination: what is allowed, and the test. Checked before any work, so
+#: that a value the API would take literally (a negative budget, a NaN) is a usage error.
+_NUMBERS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "seed": ("an integer >= 0", lambda v: v >= 0),
+    "threads": ("an integer >= 0 (0: one per physical core)", lambda v: v >= 0),
+    "repeat": ("an integer >= 0", lambda v: v >= 0),
+    "atol": ("a finite number >= 0", lambda v: 0 <= v < math.inf),
+    "rtol": ("a finite number >= 0", lambda v: 0 <= v < math.inf),
+    "percentile": ("a number in (0, 100]", lambda v: 0 < v <= 100),
+    "batch_size": ("an integer >= 1", lambda v: v >= 1),
+    "max_accuracy_drop": ("a number from 0 to 1 (a share of the samples)", lambda v: 0 <= v <= 1),
+    "min_sqnr": ("a finite number of dB", math.isfinite),
+    "eval_samples": ("an integer >= 0", lambda v: v >= 0),
+}
+
+#: Options naming a file the command writes, by destination ("-": standard output).
+_WRITTEN = {"save": "--save", "output": "-o", "html": "--html", "json": "--json", "trt_cache": "--trt-cache",
+            "ncnn_table": "--ncnn-table"}
+
+
+def _option(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    for dest, (allowed, ok) in _NUMBERS.items():
+        value = getattr(args, dest, None)
+        if value is not None and not ok(value):
+            raise tether.ArgumentError(f"{_option(dest)} {value}: expected {allowed}")
+
+
+def _check_written(args: argparse.Namespace) -> None:
+    """Refuses a file to write that is a folder, or whose folder is missing or read-only, before
+    anything is loaded or computed: a late failure would leave half of the outputs written."""
+    for dest, option in _WRITTEN.items():
+        path = getattr(args, dest, None)
+        if not isinstance(path, str) or not path or path == "-":  # inspect's --json is a flag
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(path):
+            raise tether.ArgumentError(f"{option} '{path}' is a folder; name a file to write")
+        # The OS's words, as a failed write would have said them, but before the work.
+        if not os.path.isdir(folder):
+            raise tether.ArgumentError(f"{option} '{path}': folder '{os.path.dirname(path) or folder}': "
+                                       f"{os.strerror(errno.ENOENT)}")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise tether.ArgumentError(f"{option} '{path}': folder '{os.path.dirname(path) or folder}': "
+                                       f"{os.strerror(errno.EACCES)}")
+
+
+class _ClosedReaderSafe:
+    """A text stream whose reader may stop early (``tether inspect m.onnx | head -1``): once a
+    write meets a closed pipe, the rest of the output goes to the null device, quietly, and the
+    command finishes its work (files it was asked to write included) with its usual status."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def _drop(self) -> None:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, self._stream.fileno())
+        finally:
+            os.close(null)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._drop()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._drop()
+            self._stream.flush()  # what was buffered goes to the null device
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit status (0 success, 1 parity failure, 2 bad model
     or usage).
@@ -304,7 +390,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         0
     """
     args = _parser().parse_args(argv)
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (_ClosedReaderSafe(s) for s in streams)  # type: ignore[assignment]
     try:
+        _check_numbers(args)
+        _check_written(args)
         return int(args.run(args))
     except (tether.Error, GoldenError) as e:
         print(f"tether: error: {e}", file=sys.stderr)
@@ -312,6 +402,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as e:  # a report or output file that cannot be written
         print(f"tether: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
         return 2
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdout, sys.stderr = streams
 
 
 if __name__ == "__main__":

@@ -12,10 +12,12 @@ Example:
     >>> res.save("cnn.int8.onnx")                                           # doctest: +SKIP
     >>> print(res.report.table())                                           # doctest: +SKIP
     >>> res.write_tensorrt_cache("cnn.cache")                               # doctest: +SKIP
+    >>> ranges = tt.quantize.read_tensorrt_cache("cnn.cache")               # doctest: +SKIP
 """
 
 from tether.quantize._calibrator import Calibrator, iter_batches
 from tether.quantize._evaluate import Budget, LayerSensitivity, Score
+from tether.quantize._files import read_ncnn_table, read_tensorrt_cache
 from tether.quantize._plan import make_options, prepare, profile_options, profiles
 from tether.quantize._result import QuantizeResult, QuantParams
 from tether.quantize._static import DEFAULT_METHODS, static
@@ -52,5 +54,7 @@ __all__ = [
     "prepare",
     "profile_options",
     "profiles",
+    "read_ncnn_table",
+    "read_tensorrt_cache",
     "static",
 ]
