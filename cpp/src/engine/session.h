@@ -73,16 +73,11 @@ std::vector<int64_t> value_key(ir::DType dtype, const void* data, size_t nbytes)
 std::vector<std::vector<int64_t>> plan_key(const std::vector<const ir::Tensor*>& bound, const std::vector<bool>& shape_input,
                                            const std::vector<TensorInfo>& infos, const std::string& engine);
 
-/// A copy of `model` whose inputs have the bound tensors' dims, with shapes inferred again
-/// for them (and for the values of shape tensors); `opts` may pin more (a run's findings).
-/// `fixed` gives values whose type is set before inference (weights kept only packed).
-ir::Model infer_for_inputs(const ir::Model& model, const std::vector<TensorInfo>& infos,
-                           const std::vector<const ir::Tensor*>& bound, const std::vector<bool>& shape_input,
-                           ops::InferenceOptions opts, const std::vector<std::pair<std::string, ir::ValueType>>& fixed = {});
-
-/// As infer_for_inputs above, into `types` instead of a copy: `model` is not changed, so runs
-/// may read it meanwhile, and its values keep their types (weights kept only packed included);
-/// `types` holds only those that differ. A copy of a large model costs more than the inference.
+/// The types of `model`'s values when its inputs have the bound tensors' dims: shapes inferred
+/// again for them (and for the values of shape tensors; `opts` may pin more, a run's findings)
+/// into `types`, beside the model rather than in a copy of it (the copy of a large model costs
+/// more than the inference). `model` is not changed, so runs may read it meanwhile, and its
+/// values keep their types (weights kept only packed included); `types` holds those that differ.
 void infer_for_inputs(const ir::Model& model, const std::vector<TensorInfo>& infos, const std::vector<const ir::Tensor*>& bound,
                       const std::vector<bool>& shape_input, ops::InferenceOptions opts, ops::TypeOverlay& types);
 

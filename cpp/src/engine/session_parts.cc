@@ -199,19 +199,6 @@ ops::InferenceOptions for_inputs(ops::InferenceOptions opts, const std::vector<T
 
 }  // namespace
 
-ir::Model infer_for_inputs(const ir::Model& model, const std::vector<TensorInfo>& inputs,
-                           const std::vector<const ir::Tensor*>& bound, const std::vector<bool>& shape_input,
-                           ops::InferenceOptions opts, const std::vector<std::pair<std::string, ir::ValueType>>& fixed) {
-  ir::Model work = model.clone();
-  for (size_t k = 0; k < inputs.size(); ++k) {
-    ir::Value* v = work.graph().find(inputs[k].name);
-    v->set_type(ir::ValueType::tensor(v->type().dtype(), ir::Shape::of(bound[k]->dims())));
-  }
-  for (const auto& [name, type] : fixed) work.graph().find(name)->set_type(type);
-  ops::infer_shapes(work, for_inputs(std::move(opts), inputs, bound, shape_input));
-  return work;
-}
-
 void infer_for_inputs(const ir::Model& model, const std::vector<TensorInfo>& inputs, const std::vector<const ir::Tensor*>& bound,
                       const std::vector<bool>& shape_input, ops::InferenceOptions opts, ops::TypeOverlay& types) {
   for (size_t k = 0; k < inputs.size(); ++k) {

@@ -36,7 +36,10 @@ Plan::~Plan() {
 
 std::unique_ptr<Plan> VulkanSession::make_plan(const std::vector<const ir::Tensor*>& bound, bool capture) const {
   auto plan = std::make_unique<Plan>(device_);
-  const ir::Model work = infer_for_inputs(model_, inputs_, bound, shape_input_, {});
+  // Shapes for these inputs, beside the compiled model (which concurrent runs read) rather than
+  // in a copy of it: the copy of a large model costs more than the inference.
+  ops::TypeOverlay types;
+  infer_for_inputs(model_, inputs_, bound, shape_input_, {}, types);
   plan->dims.resize(values_.size());
   for (size_t i = 0; i < values_.size(); ++i) {
     const ValueEntry& e = values_[i];
@@ -45,12 +48,12 @@ std::unique_ptr<Plan> VulkanSession::make_plan(const std::vector<const ir::Tenso
     } else if (e.is_constant) {
       plan->dims[i] = e.constant->dims();
     } else if (e.producer >= 0) {
-      const ir::Value* w = work.graph().find(e.value->name());
-      auto sizes = w ? w->type().shape().static_sizes() : std::nullopt;
+      const ir::ValueType& type = types.type_of(*e.value);
+      auto sizes = type.shape().static_sizes();
       if (!sizes)
         throw UnsupportedError("value '" + e.value->name() + "' (output of " +
                                steps_[static_cast<size_t>(e.producer)].node->describe() + ") has a shape that depends on data (" +
-                               (w ? w->type().to_string() : std::string("?")) +
+                               type.to_string() +
                                "); the Vulkan engine needs every shape to follow from the input shapes and the values of "
                                "shape-carrying inputs; compile with device='cpu'");
       plan->dims[i] = *sizes;
