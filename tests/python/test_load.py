@@ -16,6 +16,7 @@ import time
 import numpy as np
 import pytest
 import tether as tt
+from _vulkan import requires_vulkan
 from onnx import TensorProto, helper, numpy_helper
 
 pytestmark = pytest.mark.load
@@ -255,3 +256,47 @@ def test_plans_for_thousands_of_input_sizes_do_not_grow_memory():
     growth = rss() - before
     assert sess.memory()["plans"] <= 16
     assert growth < 32 << 20, f"RSS grew by {growth} bytes over a second pass of {len(lengths)} input sizes"
+
+
+def vulkan_and_cpu_chain(layers: int, width: int = 16) -> bytes:
+    """Pad (a CPU node in a Vulkan session) then a 3x3 convolution with Relu (Vulkan), `layers`
+    times: a run alternates between the backends, a stretch of Vulkan kernels per layer."""
+    rng = np.random.default_rng(3)
+    nodes, inits, prev = [], [], "x"
+    pads = numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads")
+    inits.append(pads)
+    for k in range(layers):
+        w = (rng.standard_normal((width, width, 3, 3)) / np.sqrt(9 * width)).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w{k}"))
+        nodes += [helper.make_node("Pad", [prev, "pads"], [f"p{k}"]), helper.make_node("Conv", [f"p{k}", f"w{k}"], [f"c{k}"]),
+                  helper.make_node("Relu", [f"c{k}"], [f"r{k}"])]
+        prev = f"r{k}"
+    graph = helper.make_graph(nodes, "mixed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width, 32, 32])],
+                              [helper.make_tensor_value_info(prev, TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10).SerializeToString()
+
+
+@requires_vulkan
+@pytest.mark.usefixtures("sigint_raises")
+def test_ctrl_c_stops_a_vulkan_run_between_stretches_and_the_session_stays_usable():
+    sess = tt.compile(vulkan_and_cpu_chain(48), device="vulkan", threads=1, profile=True)
+    x = np.random.default_rng(1).standard_normal((8, 16, 32, 32)).astype(np.float32)
+    want = sess.run({"x": x})
+    name = sess.outputs[0].name
+    start = time.monotonic()
+    sess.run({"x": x})
+    one_run = time.monotonic() - start
+    assert one_run > 0.2, f"a run takes {one_run:.3f} s: too short to interrupt in the middle"
+    timer = threading.Timer(one_run / 10, os.kill, args=(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sess.run({"x": x})
+    finally:
+        timer.cancel()
+    # The run stopped part way: the first nodes ran three times, the last ones twice.
+    runs = [p["runs"] for p in sess.profile()]
+    assert runs[0] == 3 and runs[-1] == 2, runs
+    np.testing.assert_array_equal(sess.run({"x": x})[name], want[name])
+    cpu = tt.compile(vulkan_and_cpu_chain(48), threads=1).run({"x": x})[name]
+    np.testing.assert_allclose(want[name], cpu, rtol=1e-4, atol=1e-4 * float(np.abs(cpu).max()))

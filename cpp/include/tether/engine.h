@@ -165,8 +165,9 @@ class Session {
   virtual std::vector<NodeProfile> profile() const = 0;
 };
 
-/// Lets a caller stop runs of the CPU engine on its own thread: while a scope is alive, a run
-/// on the thread that made it calls `check` between kernels, at most once per `interval`, and
+/// Lets a caller stop runs on its own thread: while a scope is alive, a run on the thread that
+/// made it calls `check` between kernels (on the Vulkan engine: between CPU kernels and before
+/// each stretch of Vulkan kernels is submitted), at most once per `interval`, and
 /// when `check` returns true stops with tether::Interrupted, leaving the session usable. (The
 /// Python module installs one on the main thread, so Ctrl-C ends a long run.)
 ///

@@ -546,6 +546,7 @@ std::vector<ir::Tensor> VulkanSession::run_plan(const std::vector<std::pair<std:
     const auto t0 = std::chrono::steady_clock::now();
     if (!seg.gpu) {
       for (int s = seg.begin; s < seg.end; ++s) {
+        InterruptScope::poll();  // between kernels, as on the CPU engine
         const Step& step = steps_[static_cast<size_t>(s)];
         std::vector<View> ins, outs;
         for (int in : step.inputs) {
@@ -569,6 +570,8 @@ std::vector<ir::Tensor> VulkanSession::run_plan(const std::vector<std::pair<std:
       }
       continue;
     }
+    // Before a stretch is submitted, never while the device works on one: the session stays usable.
+    InterruptScope::poll();
     std::byte* staging = plan.staging.mapped();
     for (const Transfer& t : seg.uploads) {
       if (t.half) to_half(reinterpret_cast<const float*>(data[static_cast<size_t>(t.value)]), t.bytes / 2, staging + t.staging);
