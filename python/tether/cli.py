@@ -343,9 +343,11 @@ def _check_written(args: argparse.Namespace) -> None:
         if not os.path.isdir(folder):
             raise tether.ArgumentError(f"{option} '{path}': folder '{os.path.dirname(path) or folder}': "
                                        f"{os.strerror(errno.ENOENT)}")
-        if not os.access(folder, os.W_OK | os.X_OK):
+        # A read-only file system refuses even root, who passes every permission check.
+        read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+        if read_only or not os.access(folder, os.W_OK | os.X_OK):
             raise tether.ArgumentError(f"{option} '{path}': folder '{os.path.dirname(path) or folder}': "
-                                       f"{os.strerror(errno.EACCES)}")
+                                       f"{os.strerror(errno.EROFS if read_only else errno.EACCES)}")
 
 
 class _ClosedReaderSafe:

@@ -3,6 +3,7 @@ line and exit status 2, and stops quietly when the reader of its output goes awa
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import numpy as np
 import onnx
 import pytest
 import tether as tt
+from _mounts import tmpfs
 from onnx import helper, numpy_helper
 
 
@@ -120,17 +122,24 @@ def test_report_path_that_is_a_folder_is_refused(files):
     assert "is a folder" in line
 
 
-@pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() == 0,
-                    reason="root may write into a read-only folder")
 def test_file_in_a_read_only_folder_is_refused(files, tmp_path):
-    locked = tmp_path / "locked"
-    locked.mkdir()
-    locked.chmod(0o500)
-    try:
-        line = _one_line_error(_cli("compare", "m.onnx", "--html", str(locked / "r.html"), cwd=files))
-        assert "Permission denied" in line
-    finally:
-        locked.chmod(0o700)
+    """A folder the user may not write (chmod), and, as root, who may write through any
+    permission, a read-only file system: refused before the work, the reason named."""
+    if os.geteuid() != 0:
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0o500)
+        try:
+            line = _one_line_error(_cli("compare", "m.onnx", "--html", str(locked / "r.html"), cwd=files))
+            assert "Permission denied" in line
+        finally:
+            locked.chmod(0o700)
+        return
+    with tmpfs(tmp_path / "ro", "1m") as folder:
+        subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
+        line = _one_line_error(_cli("compare", "m.onnx", "--html", str(folder / "r.html"), cwd=files))
+        assert f"--html '{folder / 'r.html'}'" in line and "Read-only file system" in line
+        assert list(folder.iterdir()) == []
 
 
 def _closed_reader(*args: str, cwd: Path) -> tuple[int, str]:

@@ -7,7 +7,6 @@ test (as root, which `make test` runs as on a Debian machine).
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import numpy as np
 import onnx
 import pytest
 import tether as tt
+from _mounts import tmpfs
 from onnx import TensorProto, helper, numpy_helper
 from tether.parity import save_golden
 
@@ -46,19 +46,6 @@ def reference(proto: onnx.ModelProto) -> np.ndarray:
 
 def leftovers(folder: Path, keep: set[str]) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name not in keep)
-
-
-@contextlib.contextmanager
-def tmpfs(path: Path, size: str):
-    """A tmpfs of `size` mounted at `path` for the block."""
-    path.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"mounting a tmpfs needs root: {done.stderr.decode().strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=True)
 
 
 def test_saving_over_the_file_it_was_loaded_from(tmp_path):

@@ -158,25 +158,31 @@ def sigint_raises():
     signal.signal(signal.SIGINT, old)
 
 
-@pytest.mark.usefixtures("sigint_raises")
-def test_ctrl_c_stops_a_long_run_between_kernels_and_the_session_stays_usable():
-    sess = tt.compile(deep(64), threads=2, profile=True)
-    x = np.random.default_rng(1).standard_normal((64, 32, 32, 32)).astype(np.float32)
-    want = sess.run({"x": x})["y"]
+def interrupt_part_way(sess: tt.Session, feeds: dict[str, np.ndarray]) -> None:
+    """Times a second run of a profiled session that has run once, then sends SIGINT a tenth of
+    the way into a third: the run raises KeyboardInterrupt part way, as its profile shows (the
+    first entries ran three times, the last ones twice)."""
     start = time.monotonic()
-    sess.run({"x": x})
+    sess.run(feeds)
     one_run = time.monotonic() - start
     assert one_run > 0.2, f"a run takes {one_run:.3f} s: too short to interrupt in the middle"
     timer = threading.Timer(one_run / 10, os.kill, args=(os.getpid(), signal.SIGINT))
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            sess.run({"x": x})
+            sess.run(feeds)
     finally:
         timer.cancel()
-    # The run stopped part way: the first kernels ran three times, the last ones twice.
     runs = [p["runs"] for p in sess.profile()]
     assert runs[0] == 3 and runs[-1] == 2, runs
+
+
+@pytest.mark.usefixtures("sigint_raises")
+def test_ctrl_c_stops_a_long_run_between_kernels_and_the_session_stays_usable():
+    sess = tt.compile(deep(64), threads=2, profile=True)
+    x = np.random.default_rng(1).standard_normal((64, 32, 32, 32)).astype(np.float32)
+    want = sess.run({"x": x})["y"]
+    interrupt_part_way(sess, {"x": x})
     np.testing.assert_array_equal(sess.run({"x": x})["y"], want)
     # Runs on other threads see no signal and are not polled.
     errors: list[str] = []
@@ -283,20 +289,7 @@ def test_ctrl_c_stops_a_vulkan_run_between_stretches_and_the_session_stays_usabl
     x = np.random.default_rng(1).standard_normal((8, 16, 32, 32)).astype(np.float32)
     want = sess.run({"x": x})
     name = sess.outputs[0].name
-    start = time.monotonic()
-    sess.run({"x": x})
-    one_run = time.monotonic() - start
-    assert one_run > 0.2, f"a run takes {one_run:.3f} s: too short to interrupt in the middle"
-    timer = threading.Timer(one_run / 10, os.kill, args=(os.getpid(), signal.SIGINT))
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            sess.run({"x": x})
-    finally:
-        timer.cancel()
-    # The run stopped part way: the first nodes ran three times, the last ones twice.
-    runs = [p["runs"] for p in sess.profile()]
-    assert runs[0] == 3 and runs[-1] == 2, runs
+    interrupt_part_way(sess, {"x": x})
     np.testing.assert_array_equal(sess.run({"x": x})[name], want[name])
     cpu = tt.compile(vulkan_and_cpu_chain(48), threads=1).run({"x": x})[name]
     np.testing.assert_allclose(want[name], cpu, rtol=1e-4, atol=1e-4 * float(np.abs(cpu).max()))
