@@ -1,10 +1,10 @@
 // tether._core.Session: compile a model and run it on numpy arrays.
 #include <optional>
+#include <variant>
 
 #include "bindings.h"
 #include "engine/cpu/gemm.h"
 #include "engine/cpu/qgemm.h"
-#include "engine/vulkan/vulkan.h"
 #include "util/cpu_features.h"
 #include "util/thread_pool.h"
 
@@ -172,27 +172,25 @@ void register_session(pyb::module_& m) {
       d["index"] = i.index;
       d["name"] = i.name;
       d["type"] = i.type;
-      if (i.backend == "vulkan") {
-        d["driver_name"] = i.driver_name;
-        d["driver_version"] = i.driver_version;
-        d["api_version"] = i.api_version;
-        d["fp16"] = i.fp16;
-        d["fp16_storage"] = i.fp16_storage;
-        d["int8"] = i.int8;
-        d["subgroup_size"] = i.subgroup_size;
-        d["memory_bytes"] = i.memory_bytes;
-      }
+      d["memory_bytes"] = i.memory_bytes;
+      for (const auto& [key, value] : i.properties)
+        std::visit([&d, &k = key](const auto& v) { d[pyb::str(k)] = v; }, value);
       out.append(d);
     }
     return out;
   });
 
-  // For tests: what Vulkan's validation layer reported since the last call (TETHER_VULKAN_VALIDATION=1).
-  m.def("_vulkan_validation", [] {
-    pyb::dict d;
-    d["enabled"] = engine::vulkan::validation_enabled();
-    d["messages"] = engine::vulkan::take_validation_messages();
-    return d;
+  // For tests: what each backend's diagnostics (Vulkan's validation layer with
+  // TETHER_VULKAN_VALIDATION=1) reported since the last call, by backend.
+  m.def("_diagnostics", [] {
+    pyb::dict out;
+    for (const engine::BackendDiagnostics& b : engine::take_diagnostics()) {
+      pyb::dict d;
+      d["enabled"] = b.enabled;
+      d["messages"] = b.messages;
+      out[pyb::str(b.backend)] = d;
+    }
+    return out;
   });
 }
 

@@ -186,12 +186,15 @@ def compile(  # noqa: A001 - the public name mirrors the lifecycle: load, compil
 def devices() -> list[dict[str, Any]]:
     """The devices :func:`compile` takes: the CPU, then each Vulkan device. Each is a dict with
     ``device`` (what ``compile`` takes: ``"cpu"``, ``"vulkan:0"``, ...), ``backend``, ``index``,
-    ``name`` and ``type``; Vulkan devices add ``driver_name``, ``driver_version``,
-    ``api_version``, ``fp16`` and ``int8`` (arithmetic in shaders), ``fp16_storage`` (float16 in
-    storage buffers: what ``compile(..., precision="fp16")`` needs), ``subgroup_size`` and
-    ``memory_bytes`` (device-local memory). Without a Vulkan loader or driver the list holds
-    the CPU alone (``apt-get install mesa-vulkan-drivers`` gives lavapipe, a Vulkan device on
-    the CPU).
+    ``name``, ``type`` and ``memory_bytes`` (physical memory; a GPU's device-local memory), then
+    the backend's own facts. The CPU: ``cores``, ``threads``, ``isa`` (the widest instruction
+    set tether's kernels use: ``"avx512"``, ``"avx2"`` or ``"generic"``), and ``avx2``,
+    ``avx512``, ``avx512_vnni``, ``avx_vnni``, ``amx_int8`` (what the kernels may use here).
+    Vulkan: ``driver_name``, ``driver_version``, ``api_version``, ``fp16`` and ``int8``
+    (arithmetic in shaders), ``fp16_storage`` (float16 in storage buffers: what
+    ``compile(..., precision="fp16")`` needs) and ``subgroup_size``. Without a Vulkan loader or
+    driver the list holds the CPU alone (``apt-get install mesa-vulkan-drivers`` gives lavapipe,
+    a Vulkan device on the CPU).
 
     Example:
         >>> [d["device"] for d in tt.devices()]            # doctest: +SKIP

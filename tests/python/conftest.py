@@ -140,7 +140,7 @@ def vulkan_validation() -> object:
     """Fails the test when Vulkan's validation layer reported anything while it ran."""
     from tether import _core
 
-    _core._vulkan_validation()  # what earlier tests left is theirs
+    _core._diagnostics()["vulkan"]  # what earlier tests left is theirs
     yield
-    messages = _core._vulkan_validation()["messages"]
+    messages = _core._diagnostics()["vulkan"]["messages"]
     assert not messages, "Vulkan validation reported:\n" + "\n".join(messages)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 import tether as tt
 import torch
 from _onnx_oracle import run_ort
+from _vulkan import BACKENDS
 from onnx import TensorProto, helper
 
 
@@ -175,8 +177,45 @@ def test_unsupported_ops_are_all_listed_at_compile_time():
 
 
 def test_unknown_device_raises_argument_error(mlp_session, exported_models):
-    with pytest.raises(tt.ArgumentError, match="unknown device 'tpu'; available: cpu"):
+    with pytest.raises(tt.ArgumentError, match="unknown device 'tpu'; available: cpu, vulkan, vulkan:N"):
         tt.compile(tt.load(exported_models["mlp"].path), device="tpu")
+    with pytest.raises(tt.ArgumentError, match="unknown device 'gpu'"):
+        tt.supported_ops("gpu")
+
+
+def _proc_cpuinfo() -> tuple[set[str], int]:
+    """The CPU's flags and its physical cores (distinct package/core ids), read from /proc."""
+    flags: set[str] = set()
+    cores: set[tuple[str, str]] = set()
+    package = ""
+    for line in open("/proc/cpuinfo").read().splitlines():
+        key, _, value = (part.strip() for part in line.partition(":"))
+        if key == "flags":
+            flags = set(value.split())
+        elif key == "physical id":
+            package = value
+        elif key == "core id":
+            cores.add((package, value))
+    return flags, len(cores) or os.cpu_count() or 1
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/cpuinfo"), reason="reads the CPU's flags from Linux's /proc/cpuinfo")
+def test_the_cpu_device_reports_its_memory_cores_and_instruction_sets_as_linux_sees_them():
+    cpu = tt.devices()[0]
+    flags, cores = _proc_cpuinfo()
+    meminfo = dict(line.split(":", 1) for line in open("/proc/meminfo").read().splitlines())
+    total = int(meminfo["MemTotal"].split()[0]) * 1024
+    assert cpu["device"] == "cpu" and cpu["backend"] == "cpu" and cpu["type"] == "cpu" and cpu["index"] == -1
+    assert abs(cpu["memory_bytes"] - total) <= 1 << 20  # sysconf pages vs /proc/meminfo's kB
+    assert cpu["cores"] == cores and cpu["threads"] == os.cpu_count()
+    capped = os.environ.get("TETHER_ISA")  # caps what the kernels use, never adds
+    have_avx2 = {"avx2", "fma"} <= flags
+    have_avx512 = {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags
+    assert cpu["avx2"] == (have_avx2 and capped != "generic")
+    assert cpu["avx512"] == (have_avx512 and capped in (None, "avx512"))
+    assert cpu["avx512_vnni"] <= ("avx512_vnni" in flags) and cpu["amx_int8"] <= ("amx_int8" in flags)
+    assert cpu["avx_vnni"] <= ("avx_vnni" in flags)
+    assert cpu["isa"] == ("avx512" if cpu["avx512"] else "avx2" if cpu["avx2"] else "generic")
 
 
 def test_constant_node_output_that_is_also_read_by_a_node():
@@ -244,14 +283,16 @@ def test_an_output_buffer_is_reused_only_once_the_caller_dropped_it():
     np.testing.assert_array_equal(kept, 4.0)
 
 
-def test_the_plan_cache_keeps_the_16_shapes_used_last():
+@pytest.mark.parametrize("device", BACKENDS)
+def test_the_plan_cache_keeps_the_16_shapes_used_last(device):
     """Each new input shape gets a plan (and arenas) once; past 16 shapes the one used longest
     ago is dropped, and a shape that comes back after that is planned again, with the same
-    results."""
+    results. One bound for every backend."""
     node = helper.make_node("Softmax", ["x"], ["y"], axis=-1)
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])])
-    sess = tt.compile(tt.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()))
+    sess = tt.compile(tt.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()),
+                      device=device, strict=True)
     rng = np.random.default_rng(15)
     inputs = {n: rng.standard_normal((n, 8)).astype(np.float32) for n in range(1, 21)}
     want = {n: run_ort(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString(),

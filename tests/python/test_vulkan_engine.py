@@ -73,7 +73,7 @@ def test_devices_list_the_cpu_then_each_vulkan_device_with_its_properties():
 @pytest.mark.skipif(not LAYER.exists(), reason="vulkan-validationlayers is not installed")
 def test_the_validation_layer_is_on_in_the_tests():
     assert os.environ.get("TETHER_VULKAN_VALIDATION") == "1"
-    assert _core._vulkan_validation()["enabled"]
+    assert _core._diagnostics()["vulkan"]["enabled"]
     assert "validation layer on" in tt.compile(_mlp_with_cumsum(), device="vulkan").report
 
 

@@ -34,7 +34,7 @@ x = rng.standard_normal((3, 13)).astype(np.float32)
 sess = tt.compile(m, device="vulkan")
 err = float(np.abs(sess.run({"x": x})["y"] - tt.compile(m).run({"x": x})["y"]).max())
 cache = [ln for ln in sess.report.splitlines() if "pipeline cache:" in ln]
-print(json.dumps({"line": cache[0] if cache else "", "err": err, "messages": _core._vulkan_validation()["messages"]}))
+print(json.dumps({"line": cache[0] if cache else "", "err": err, "messages": _core._diagnostics()["vulkan"]["messages"]}))
 """
 
 

@@ -15,9 +15,11 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "tether/model.h"
@@ -25,8 +27,8 @@
 namespace tether::engine {
 
 struct CompileOptions {
-  /// "cpu"; "vulkan" (the first discrete GPU, else integrated, virtual, then any Vulkan
-  /// device) or "vulkan:N" (device N of devices()).
+  /// A device of devices(): "cpu"; "vulkan" (the first discrete GPU, else integrated,
+  /// virtual, then any Vulkan device) or "vulkan:N".
   std::string device = "cpu";
   /// Threads for one run: 0 means the number of physical cores.
   int threads = 0;
@@ -37,8 +39,8 @@ struct CompileOptions {
   /// Value names the graph passes must leave computed (never fused away), so that
   /// Session::run_observe and run_capture see them. Unknown names: ArgumentError.
   std::vector<std::string> keep;
-  /// On a Vulkan device: refuse (UnsupportedError naming them) nodes the Vulkan backend cannot
-  /// run, instead of running them on the CPU in the same session. No effect on "cpu".
+  /// On a device other than "cpu": refuse (UnsupportedError naming them) nodes its backend
+  /// cannot run, instead of running them on the CPU in the same session. No effect on "cpu".
   bool strict = false;
   /// Bytes one run may take for its intermediates, outputs and scratch, host and device
   /// memory together (every device): a run whose plan needs more, or whose single value would, raises MemoryLimitError naming the
@@ -50,28 +52,49 @@ struct CompileOptions {
   std::string precision = "fp32";
 };
 
-/// A device compile() takes, as devices() lists it.
+/// A fact a backend reports about one of its devices: a flag, a count or a text.
+using DeviceProperty = std::variant<bool, int64_t, std::string>;
+
+/// A device compile() takes, as devices() lists it: fields every backend fills, and the
+/// backend's own facts in `properties`.
+///
+///   for (const engine::DeviceInfo& d : engine::devices())
+///     if (auto it = d.properties.find("fp16_storage"); it != d.properties.end() && std::get<bool>(it->second))
+///       compile(model, {.device = d.device, .precision = "fp16"});
 struct DeviceInfo {
   std::string device;          ///< what CompileOptions::device takes: "cpu", "vulkan:0", ...
-  std::string backend;         ///< "cpu" or "vulkan"
-  int index = -1;              ///< Vulkan: N of "vulkan:N"; -1 for the CPU
-  std::string name;            ///< the CPU's model; the Vulkan device's name
-  /// "cpu" for the CPU engine; a Vulkan device's type: "discrete_gpu", "integrated_gpu",
-  /// "virtual_gpu", "cpu" (a driver running on the CPU, like Mesa's lavapipe) or "other".
+  std::string backend;         ///< the backend that compiles for it: "cpu", "vulkan"
+  int index = -1;              ///< N of "backend:N"; -1 for the CPU
+  std::string name;            ///< the CPU's model; the GPU's name
+  /// "cpu" for the CPU engine; a GPU's type: "discrete_gpu", "integrated_gpu", "virtual_gpu",
+  /// "cpu" (a driver running on the CPU, like Mesa's lavapipe) or "other".
   std::string type;
-  std::string driver_name;     ///< Vulkan: the driver ("llvmpipe", "NVIDIA", ...)
-  std::string driver_version;  ///< Vulkan: the driver's description of its version
-  std::string api_version;     ///< Vulkan: the Vulkan version the device supports ("1.3.230")
-  bool fp16 = false;           ///< Vulkan: float16 arithmetic in shaders
-  bool fp16_storage = false;   ///< Vulkan: float16 in storage buffers (what precision "fp16" needs)
-  bool int8 = false;           ///< Vulkan: int8 arithmetic in shaders
-  int subgroup_size = 0;       ///< Vulkan: invocations per subgroup
-  int64_t memory_bytes = 0;    ///< Vulkan: device-local memory, all heaps together
+  int64_t memory_bytes = 0;    ///< the memory its runs allocate from: physical memory, device-local memory
+  /// The backend's own facts, by name. The CPU: "cores", "threads", "isa" (the widest
+  /// instruction set tether's kernels use), "avx2", "avx512", "avx512_vnni", "avx_vnni",
+  /// "amx_int8". Vulkan: "driver_name", "driver_version", "api_version", "fp16", "int8"
+  /// (arithmetic in shaders), "fp16_storage" (what precision "fp16" needs), "subgroup_size".
+  std::map<std::string, DeviceProperty> properties;
 };
 
-/// The CPU, then each Vulkan physical device in the order "vulkan:N" numbers them. Without a
-/// Vulkan loader or driver, the CPU alone; never throws for a missing one.
+/// Each backend's devices: the CPU first, then each Vulkan physical device in the order
+/// "vulkan:N" numbers them. Without a Vulkan loader or driver, the CPU alone; never throws for
+/// a missing one.
 std::vector<DeviceInfo> devices();
+
+/// What a backend's driver diagnostics reported (Vulkan: the validation layer, on when
+/// TETHER_VULKAN_VALIDATION=1 was set before the first Vulkan call).
+struct BackendDiagnostics {
+  std::string backend;                ///< "vulkan", ...
+  bool enabled = false;               ///< whether the diagnostics are on
+  std::vector<std::string> messages;  ///< warnings and errors since the last call, one line each
+};
+
+/// Per backend that has diagnostics, what they reported since the last call (and clears it).
+///
+///   for (const auto& d : engine::take_diagnostics())
+///     for (const std::string& m : d.messages) std::cerr << d.backend << ": " << m << "\n";
+std::vector<BackendDiagnostics> take_diagnostics();
 
 /// A value as the kernel that wrote it left it. The data is valid during the observer call only.
 struct ObservedValue {
@@ -121,7 +144,7 @@ struct StepInfo {
   std::vector<std::string> fused_from;
   std::vector<std::string> inputs;   ///< value names read ("" for an omitted optional input)
   std::vector<std::string> outputs;  ///< value names written ("" for an omitted output)
-  std::string backend = "cpu";       ///< the backend that runs it: "cpu" or "vulkan"
+  std::string backend = "cpu";       ///< the backend that runs it: "cpu", "vulkan", ...
 };
 
 /// A compiled model.

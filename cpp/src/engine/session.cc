@@ -7,18 +7,21 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <thread>
 #include <unordered_map>
 
+#include "engine/backends.h"
 #include "engine/evaluate.h"
 #include "engine/half.h"
 #include "engine/kernel.h"
+#include "engine/plan_cache.h"
 #include "engine/planner.h"
 #include "engine/session.h"
-#include "engine/vulkan/vulkan.h"
 #include "passes/passes.h"
 #include "passes/rewrite.h"
 #include "tether/engine.h"
 #include "tether/shape_inference.h"
+#include "util/cpu_features.h"
 #include "util/thread_pool.h"
 
 namespace tether::engine {
@@ -92,35 +95,8 @@ struct Plan {
   int64_t intermediate_bytes = 0;
   std::mutex mutex;
   std::vector<std::shared_ptr<ir::Buffer>> free_arenas;  // arenas not in use by a run
-  struct Cached {
-    std::shared_ptr<Plan> plan;
-    uint64_t last_use = 0;
-  };
-  std::map<std::vector<Dims>, Cached> next;  // continuations, by what the run found (under mutex)
-  uint64_t clock = 0;
+  PlanCache<std::vector<Dims>, std::shared_ptr<Plan>> next;  // continuations, by what the run found (under mutex)
 };
-
-// A plan from a bounded cache (the one used longest ago goes past `limit`), made when missing.
-// The caller holds the cache's lock.
-template <typename Make>
-std::shared_ptr<Plan> cached_plan(std::map<std::vector<Dims>, Plan::Cached>& cache, std::vector<Dims> key,
-                                  uint64_t& clock, size_t limit, Make make) {
-  ++clock;
-  auto it = cache.find(key);
-  if (it != cache.end()) {
-    it->second.last_use = clock;
-    return it->second.plan;
-  }
-  std::shared_ptr<Plan> plan = make();
-  if (cache.size() >= limit) {
-    auto oldest = cache.begin();
-    for (auto p = cache.begin(); p != cache.end(); ++p)
-      if (p->second.last_use < oldest->second.last_use) oldest = p;
-    cache.erase(oldest);
-  }
-  cache.emplace(std::move(key), Plan::Cached{plan, clock});
-  return plan;
-}
 
 // Where an empty tensor's view points (a kernel reads an omitted input as a null pointer).
 alignas(64) std::byte kEmptyData[64];
@@ -215,9 +191,7 @@ class CpuSession final : public Session {
     return ir::Tensor::zeros(dtype, dims);
   }
   // Plans by input shapes (and shape-deciding input values), at most kMaxPlans of them.
-  static constexpr size_t kMaxPlans = 16;
-  mutable std::map<std::vector<Dims>, Plan::Cached> plans_;
-  mutable uint64_t plan_clock_ = 0;
+  mutable PlanCache<std::vector<Dims>, std::shared_ptr<Plan>> plans_;
   mutable MemoryStats last_;
 };
 
@@ -342,10 +316,9 @@ void CpuSession::create_steps(const Backend& backend) {
 std::shared_ptr<Plan> CpuSession::plan_for(const std::vector<const ir::Tensor*>& bound) const {
   std::vector<Dims> key = plan_key(bound, shape_input_, inputs_, "cpu");
   std::lock_guard<std::mutex> lock(plans_mutex_);
-  const size_t before = plans_.size();
-  std::shared_ptr<Plan> plan =
-      cached_plan(plans_, std::move(key), plan_clock_, kMaxPlans, [&] { return make_plan(bound, Pins{}, 0); });
-  if (plans_.size() != before || last_.plans == 0) {
+  bool made = false;
+  std::shared_ptr<Plan> plan = plans_.get(std::move(key), [&] { return make_plan(bound, Pins{}, 0); }, &made);
+  if (made) {
     last_.arena_bytes = plan->arena_bytes;
     last_.intermediate_bytes = plan->intermediate_bytes;
     last_.scratch_bytes = plan->scratch_bytes;
@@ -387,8 +360,7 @@ std::shared_ptr<Plan> CpuSession::next_plan(Plan& plan, const std::vector<const 
   const int begin = plan.end;
   const bool values_pinned = plan.stall == Plan::Stall::kValues;
   std::lock_guard<std::mutex> lock(plan.mutex);
-  return cached_plan(plan.next, std::move(key), plan.clock, kMaxPlans,
-                     [&] { return make_plan(bound, std::move(pins), begin, values_pinned); });
+  return plan.next.get(std::move(key), [&] { return make_plan(bound, std::move(pins), begin, values_pinned); });
 }
 
 // Concrete shapes come from shape inference for the given input sizes (and, for shape tensors,
@@ -811,27 +783,49 @@ std::unique_ptr<Subgraph> compile_subgraph(const ir::Graph& body, const std::vec
   return std::make_unique<CpuSubgraph>(alone, std::move(pool));
 }
 
-std::unique_ptr<Session> compile(const ir::Model& model, const CompileOptions& options) {
-  if (options.device != "cpu" && !vulkan::is_vulkan_device(options.device))
-    throw ArgumentError("unknown device '" + options.device + "'; available: cpu, vulkan, vulkan:N (see devices())");
-  if (options.threads < 0) throw ArgumentError("threads must be >= 0 (0: one per physical core)");
-  if (options.max_memory < 0) throw ArgumentError("max_memory must be >= 0 bytes (0: the machine's physical memory)");
-  if (options.precision != "fp32" && options.precision != "fp16")
-    throw ArgumentError("precision '" + options.precision + "' is not known; it is 'fp32' or 'fp16'");
-  if (options.device != "cpu") return vulkan::compile(model, options);
-  if (options.precision != "fp32")
-    throw UnsupportedError("precision '" + options.precision + "' is for Vulkan devices; the CPU engine computes in "
-                           "float32 (compile with precision='fp32', or quantize the model for int8)");
-  return std::make_unique<CpuSession>(model, options);
-}
+namespace {
 
-std::vector<std::string> supported_ops(const std::string& device) {
-  if (device != "cpu" && !vulkan::is_vulkan_device(device))
-    throw ArgumentError("unknown device '" + device + "'; available: cpu, vulkan, vulkan:N (see devices())");
-  std::vector<std::string> ops = device == "cpu" ? cpu_backend().op_types() : vulkan::op_types();
-  ops.push_back(":Constant");  // the session itself turns Constant nodes into constants
-  std::sort(ops.begin(), ops.end());
-  return ops;
+// The CPU engine as a device backend: one device, "cpu".
+class CpuDeviceBackend final : public DeviceBackend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+  bool claims(std::string_view device) const override { return device == "cpu"; }
+  std::string device_forms() const override { return "cpu"; }
+
+  std::vector<DeviceInfo> devices() const override {
+    const util::CpuFeatures& f = util::cpu_features();
+    DeviceInfo cpu;
+    cpu.device = "cpu";
+    cpu.backend = "cpu";
+    cpu.name = f.brand;
+    cpu.type = "cpu";
+    cpu.memory_bytes = physical_memory();
+    cpu.properties = {{"cores", int64_t{util::ThreadPool::physical_cores()}},
+                      {"threads", int64_t{static_cast<int64_t>(std::thread::hardware_concurrency())}},
+                      {"isa", util::isa_name()},
+                      {"avx2", f.avx2},
+                      {"avx512", f.avx512},
+                      {"avx512_vnni", f.avx512_vnni},
+                      {"avx_vnni", f.avx_vnni},
+                      {"amx_int8", f.amx_int8}};
+    return {cpu};
+  }
+
+  std::vector<std::string> op_types() const override { return cpu_backend().op_types(); }
+
+  std::unique_ptr<Session> compile(const ir::Model& model, const CompileOptions& options) const override {
+    if (options.precision != "fp32")
+      throw UnsupportedError("precision '" + options.precision + "' is for Vulkan devices; the CPU engine computes in "
+                             "float32 (compile with precision='fp32', or quantize the model for int8)");
+    return std::make_unique<CpuSession>(model, options);
+  }
+};
+
+}  // namespace
+
+const DeviceBackend& cpu_device_backend() {
+  static const CpuDeviceBackend backend;
+  return backend;
 }
 
 }  // namespace tether::engine

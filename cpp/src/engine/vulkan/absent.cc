@@ -1,23 +1,32 @@
-// The Vulkan engine's entry points in a build without Vulkan (cpp/CMakeLists.txt compiles this
-// file instead of the others of this folder when the Vulkan headers or glslc are missing).
+// The Vulkan engine's registry entry in a build without Vulkan (cpp/CMakeLists.txt compiles
+// this file instead of the others of this folder when the Vulkan headers or glslc are missing).
 #include "engine/vulkan/vulkan.h"
 #include "tether/error.h"
 
 namespace tether::engine::vulkan {
 
-std::unique_ptr<Session> compile(const ir::Model&, const CompileOptions& options) {
-  throw UnsupportedError("device '" + options.device +
-                         "': this build of tether has no Vulkan engine (the Vulkan headers or glslc were missing when "
-                         "it was built); install libvulkan-dev, glslc and mesa-vulkan-drivers and build it again, or "
-                         "compile with device='cpu'");
+namespace {
+
+class AbsentBackend final : public DeviceBackend {
+ public:
+  std::string_view name() const override { return "vulkan"; }
+  bool claims(std::string_view device) const override { return device == "vulkan" || device.rfind("vulkan:", 0) == 0; }
+  std::string device_forms() const override { return "vulkan, vulkan:N"; }
+  std::vector<DeviceInfo> devices() const override { return {}; }
+  std::vector<std::string> op_types() const override { return {}; }
+  std::unique_ptr<Session> compile(const ir::Model&, const CompileOptions& options) const override {
+    throw UnsupportedError("device '" + options.device +
+                           "': this build of tether has no Vulkan engine (the Vulkan headers or glslc were missing when "
+                           "it was built); install libvulkan-dev, glslc and mesa-vulkan-drivers and build it again, or "
+                           "compile with device='cpu'");
+  }
+};
+
+}  // namespace
+
+const DeviceBackend& device_backend() {
+  static const AbsentBackend backend;
+  return backend;
 }
-
-std::vector<DeviceInfo> devices() { return {}; }
-
-std::vector<std::string> op_types() { return {}; }
-
-bool validation_enabled() { return false; }
-
-std::vector<std::string> take_validation_messages() { return {}; }
 
 }  // namespace tether::engine::vulkan

@@ -307,19 +307,21 @@ void Instance::enumerate() {
     info.index = static_cast<int>(k);
     info.name = props.deviceName;
     info.type = device_type(props.deviceType);
-    info.driver_name = driver.driverName;
-    info.driver_version = driver.driverInfo[0] != '\0' ? std::string(driver.driverInfo) : version_text(props.driverVersion);
-    info.api_version = version_text(props.apiVersion);
-    info.fp16 = f16i8.shaderFloat16 == VK_TRUE;
-    info.int8 = f16i8.shaderInt8 == VK_TRUE;
+    d.driver_name = driver.driverName;
+    d.driver_version = driver.driverInfo[0] != '\0' ? std::string(driver.driverInfo) : version_text(props.driverVersion);
     // TETHER_VULKAN_NO_FP16_STORAGE=1 treats every device as one without 16-bit storage.
     const char* no16 = std::getenv("TETHER_VULKAN_NO_FP16_STORAGE");
     d.storage16 = storage16.storageBuffer16BitAccess == VK_TRUE && !(no16 != nullptr && std::string(no16) == "1");
-    info.fp16_storage = d.storage16;
-    info.subgroup_size = static_cast<int>(subgroup.subgroupSize);
     for (uint32_t h = 0; h < d.memory.memoryHeapCount; ++h)
       if (d.memory.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
         info.memory_bytes += static_cast<int64_t>(d.memory.memoryHeaps[h].size);
+    info.properties = {{"driver_name", d.driver_name},
+                       {"driver_version", d.driver_version},
+                       {"api_version", version_text(props.apiVersion)},
+                       {"fp16", f16i8.shaderFloat16 == VK_TRUE},
+                       {"int8", f16i8.shaderInt8 == VK_TRUE},
+                       {"fp16_storage", d.storage16},
+                       {"subgroup_size", int64_t{subgroup.subgroupSize}}};
     if (d.api_version < VK_API_VERSION_1_1)
       d.unusable = "it supports Vulkan " + version_text(d.api_version) + "; tether needs 1.1 or later";
     else if (d.queue_family < 0)

@@ -20,6 +20,8 @@ struct PhysicalDevice {
   std::string unusable;         ///< why tether cannot compile for it ("" when it can)
   VkPhysicalDeviceProperties properties{};  ///< vendor, device and driver ids, pipeline cache UUID, limits
   VkPhysicalDeviceLimits limits{};
+  std::string driver_name;      ///< "llvmpipe", "NVIDIA", ...
+  std::string driver_version;   ///< the driver's description of its version
   bool storage16 = false;       ///< float16 and 16-bit integers in storage buffers (enabled when present)
   uint32_t timestamp_bits = 0;  ///< valid bits of timestamps on the compute queue (0: no timestamps)
   VkPhysicalDeviceMemoryProperties memory{};
@@ -50,6 +52,10 @@ class Instance {
   std::vector<PhysicalDevice> devices_;
   bool validation_ = false;
 };
+
+/// What the validation layer (and note_validation_message) recorded since the last call, one
+/// line each; clears the list.
+std::vector<std::string> take_validation_messages();
 
 /// Records a message as validation would (tether's own checks of what it asks of Vulkan).
 void note_validation_message(const std::string& message);

@@ -97,23 +97,43 @@ void from_half(const std::byte* src, int64_t n, float* dst) {
 
 }  // namespace
 
-std::unique_ptr<Session> compile(const ir::Model& model, const CompileOptions& options) {
-  std::shared_ptr<Device> device = Device::open(options.device);
-  return std::make_unique<VulkanSession>(model, options, std::move(device));
-}
+namespace {
 
-std::vector<DeviceInfo> devices() {
-  std::vector<DeviceInfo> out;
-  if (const Instance* instance = Instance::get())
-    for (const PhysicalDevice& d : instance->devices()) out.push_back(d.info);
-  return out;
-}
+class VulkanDeviceBackend final : public DeviceBackend {
+ public:
+  std::string_view name() const override { return "vulkan"; }
+  bool claims(std::string_view device) const override { return device == "vulkan" || device.rfind("vulkan:", 0) == 0; }
+  std::string device_forms() const override { return "vulkan, vulkan:N"; }
 
-std::vector<std::string> op_types() { return vulkan_backend().op_types(); }
+  std::vector<DeviceInfo> devices() const override {
+    std::vector<DeviceInfo> out;
+    if (const Instance* instance = Instance::get())
+      for (const PhysicalDevice& d : instance->devices()) out.push_back(d.info);
+    return out;
+  }
 
-bool validation_enabled() {
-  const Instance* instance = Instance::get();
-  return instance != nullptr && instance->validation();
+  std::vector<std::string> op_types() const override { return vulkan_backend().op_types(); }
+
+  std::unique_ptr<Session> compile(const ir::Model& model, const CompileOptions& options) const override {
+    std::shared_ptr<Device> device = Device::open(options.device);
+    return std::make_unique<VulkanSession>(model, options, std::move(device));
+  }
+
+  BackendDiagnostics take_diagnostics() const override {
+    BackendDiagnostics d;
+    d.backend = "vulkan";
+    const Instance* instance = Instance::get();
+    d.enabled = instance != nullptr && instance->validation();
+    d.messages = take_validation_messages();
+    return d;
+  }
+};
+
+}  // namespace
+
+const DeviceBackend& device_backend() {
+  static const VulkanDeviceBackend backend;
+  return backend;
 }
 
 bool VulkanSession::half(size_t i) const {
@@ -155,8 +175,9 @@ VulkanSession::VulkanSession(const ir::Model& model, const CompileOptions& optio
     shapes += s.shapes_only;
   }
   const int on_cpu = static_cast<int>(steps_.size()) - on_gpu - shapes;
-  report << "vulkan: device " << info.device << " '" << info.name << "' (" << info.type << ", " << info.driver_name << " "
-         << info.driver_version << ", Vulkan " << info.api_version << ")"
+  const PhysicalDevice& phys = device_->physical();
+  report << "vulkan: device " << info.device << " '" << info.name << "' (" << info.type << ", " << phys.driver_name << " "
+         << phys.driver_version << ", Vulkan " << version_text(phys.properties.apiVersion) << ")"
          << (Instance::get()->validation() ? ", validation layer on" : "") << "\n";
   int segments = 0;
   for (size_t s = 0; s < steps_.size(); ++s) segments += s == 0 || (steps_[s].gpu != nullptr) != (steps_[s - 1].gpu != nullptr);
@@ -418,18 +439,9 @@ void VulkanSession::upload_weights(Gpu& gpu) {
 
 Plan& VulkanSession::plan_for(const std::vector<const ir::Tensor*>& bound, bool capture) const {
   auto key = std::make_pair(plan_key(bound, shape_input_, inputs_, "vulkan"), capture);
-  ++clock_;
-  auto it = plans_.find(key);
-  if (it == plans_.end()) {
-    std::unique_ptr<Plan> plan = make_plan(bound, capture);  // may throw: nothing cached then
-    if (plans_.size() >= kMaxPlans) {
-      auto oldest = plans_.begin();
-      for (auto p = plans_.begin(); p != plans_.end(); ++p)
-        if (p->second.last_use < oldest->second.last_use) oldest = p;
-      plans_.erase(oldest);
-    }
-    it = plans_.emplace(std::move(key), Cached{std::move(plan), clock_}).first;
-    const Plan& p = *it->second.plan;
+  bool made = false;
+  Plan& p = *plans_.get(std::move(key), [&] { return make_plan(bound, capture); }, &made);
+  if (made) {
     last_.arena_bytes = p.arena_bytes;
     last_.intermediate_bytes = p.intermediate_bytes;
     last_.scratch_bytes = p.host_bytes + p.scratch_bytes;
@@ -438,8 +450,7 @@ Plan& VulkanSession::plan_for(const std::vector<const ir::Tensor*>& bound, bool 
     last_.plans = static_cast<int64_t>(plans_.size());
     last_.arenas = last_.plans;
   }
-  it->second.last_use = clock_;
-  return *it->second.plan;
+  return p;
 }
 
 std::vector<ir::Tensor> VulkanSession::run(const std::vector<std::pair<std::string, ir::Tensor>>& inputs) const {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/kernel.h"
+#include "engine/plan_cache.h"
 #include "engine/vulkan/device.h"
 #include "engine/vulkan/kernel.h"
 #include "tether/engine.h"
@@ -178,13 +179,8 @@ class VulkanSession final : public Session {
   // Runs are serialised: a plan's command buffers, arena and staging serve one run at a time.
   mutable std::mutex run_mutex_;
   mutable std::string broken_;  // set when the device failed under a run: every later run says so
-  static constexpr size_t kMaxPlans = 8;
-  struct Cached {
-    std::unique_ptr<Plan> plan;
-    uint64_t last_use = 0;
-  };
-  mutable std::map<std::pair<std::vector<Dims>, bool>, Cached> plans_;
-  mutable uint64_t clock_ = 0;
+  // Plans by input shapes and whether the run captures values, at most kMaxPlans of them.
+  mutable PlanCache<std::pair<std::vector<Dims>, bool>, std::unique_ptr<Plan>> plans_;
   mutable MemoryStats last_;
   mutable std::vector<Dims> last_dims_;  // the running plan's dims (read by capture callbacks)
   // Profiling: per step (CPU: wall time; Vulkan: time on the device between timestamps), and
