@@ -22,6 +22,7 @@ from tether.parity._golden import (
 from tether.parity._inputs import check_dims, check_feeds, generate_inputs, iter_feeds, load_npz
 from tether.parity._litert import LiteRTRunner
 from tether.parity._metrics import PROFILES, Metrics, Tolerance, compare_arrays
+from tether.parity._reduce import ReduceResult, reduce
 from tether.parity._report import BisectResult, LayerResult, OutputResult, ParityReport, SliceResult
 from tether.parity._runners import CallableRunner, OnnxRuntimeRunner, TetherRunner, TorchRunner, as_runner
 from tether.parity._state import ParityState
@@ -42,6 +43,7 @@ __all__ = [
     "OutputResult",
     "ParityReport",
     "ParityState",
+    "ReduceResult",
     "Runner",
     "SliceResult",
     "TetherRunner",
@@ -60,6 +62,7 @@ __all__ = [
     "load_npz",
     "model_sha256",
     "read_onnx_test_dir",
+    "reduce",
     "report_from_state",
     "save_golden",
     "write_onnx_test_dir",
