@@ -7,6 +7,7 @@ Example:
     $ tether compare model.onnx --against onnxruntime --layerwise --html report.html
     $ tether compare model.onnx --against cpu --device vulkan --layerwise
     $ tether compare edited.onnx --against original.onnx --runner onnxruntime --json -
+    $ tether debug reduce model.int8.onnx --against model.onnx --profile int8 -o small.onnx
     $ tether quantize model.onnx --data calib.npz --method entropy -o model.int8.onnx --html int8.html
 """
 
@@ -177,9 +178,50 @@ def _compare(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _ncnn_ranges(path: str, model: str) -> dict[str, tuple[float, float, str]]:
+    """The input ranges of an ncnn table as tensor ranges: each layer (an ONNX node name of the
+    prepared model) gives its first input ``±127 / scale``; a tensor read by several layers takes
+    the widest."""
+    _, inputs = tether.quantize.read_ncnn_table(path)
+    first_input = {n.name: n.inputs[0] for n in tether.quantize.prepare(tether.load(model)).nodes if n.inputs}
+    unknown = sorted(set(inputs) - set(first_input))
+    if unknown:
+        raise tether.ArgumentError(f"--ranges '{path}': {len(unknown)} layers of the ncnn table are not nodes of "
+                                   f"'{model}': {unknown[:10]}")
+    out: dict[str, tuple[float, float, str]] = {}
+    for layer, scale in inputs.items():
+        t = 127.0 / scale
+        tensor = first_input[layer]
+        if tensor not in out or t > out[tensor][1]:
+            out[tensor] = (-t, t, "ncnn-table")
+    return out
+
+
+def _ranges_file(path: str, model: str) -> dict[str, Any]:
+    """Ranges by tensor from a TensorRT cache, an ncnn table or a JSON object of ``[lo, hi]``."""
+    with open_regular(path, what="--ranges") as f:
+        head = f.read(4)
+    if path.lower().endswith(".json"):
+        try:
+            with open(path, encoding="utf-8") as f:
+                ranges = json.load(f)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise tether.ArgumentError(f"--ranges '{path}' is not JSON: {e}") from None
+        if not isinstance(ranges, dict):
+            raise tether.ArgumentError(f"--ranges '{path}': expected a JSON object of tensor: [lo, hi]")
+        return {k: tuple(v) if isinstance(v, list) else v for k, v in ranges.items()}
+    if head == b"TRT-":
+        return tether.quantize.read_tensorrt_cache(path)
+    try:
+        return _ncnn_ranges(path, model)
+    except tether.ParseError as e:
+        raise tether.ParseError(f"--ranges: not a TensorRT cache (no 'TRT-' header), not .json, and {e}") from None
+
+
 def _quantize(args: argparse.Namespace) -> int:
     if args.html and args.eval_samples <= 0:
         raise tether.ArgumentError("--html needs evaluation samples (--eval-samples > 0)")
+    ranges = _ranges_file(args.ranges, args.model) if args.ranges else None
     with open_regular(args.data, what="--data") as f:
         try:
             npz = np.load(f, allow_pickle=False)
@@ -198,7 +240,8 @@ def _quantize(args: argparse.Namespace) -> int:
         per_channel=not args.per_tensor, activation_type=args.activation_type, reduce_range=args.reduce_range or None,
         exclude_nodes=args.exclude, batch_size=args.batch_size, threads=args.threads,
         skip_nonfinite=args.skip_nonfinite, labels=labels, max_accuracy_drop=args.max_accuracy_drop,
-        min_sqnr_db=args.min_sqnr, eval_samples=args.eval_samples, runner=args.runner)
+        min_sqnr_db=args.min_sqnr, eval_samples=args.eval_samples, runner=args.runner, ranges=ranges,
+        algorithms=args.algorithm)
     res.save(args.output)
     print(res.report.table() if res.report is not None else res.summary.table())
     print(f"quantized model written to {args.output}")
@@ -212,6 +255,71 @@ def _quantize(args: argparse.Namespace) -> int:
         res.write_ncnn_table(args.ncnn_table)
         print(f"ncnn table written to {args.ncnn_table}")
     return 0 if res.summary.budget_met is not False else 1
+
+
+def _named_arrays(items: Sequence[str]) -> dict[str, np.ndarray]:
+    """``--input NAME=FILE.npy`` options as arrays by input name."""
+    out = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise tether.ArgumentError(f"--input {item!r}: expected NAME=FILE.npy")
+        if name in out:
+            raise tether.ArgumentError(f"--input {item!r}: input '{name}' is given twice")
+        with open_regular(path, what=f"--input {name}") as f:
+            try:
+                out[name] = np.load(f, allow_pickle=False)
+            except (OSError, ValueError, EOFError) as e:
+                raise tether.ArgumentError(f"--input {name}: '{path}' is not a .npy array: {e}") from None
+        if not isinstance(out[name], np.ndarray):
+            raise tether.ArgumentError(f"--input {name}: '{path}' is an .npz archive; give one .npy array per input")
+    return out
+
+
+def _debug_reduce(args: argparse.Namespace) -> int:
+    if not os.path.isfile(args.model):
+        raise tether.ArgumentError(f"model '{args.model}': no such file" if not os.path.exists(args.model)
+                                   else f"model '{args.model}' is not a file")
+    if args.input and args.inputs:
+        raise tether.ArgumentError("--input and --inputs both give the inputs; use one")
+    tol: Tolerance | None = None  # by each value's dtype
+    if args.profile or args.atol is not None or args.rtol is not None:
+        base = Tolerance.profile(args.profile or "fp32")
+        tol = Tolerance(args.atol if args.atol is not None else base.atol,
+                        args.rtol if args.rtol is not None else base.rtol, base.rule)
+    inputs: object = _named_arrays(args.input) if args.input else args.inputs
+    result = tether.parity.reduce(args.model, inputs, against=args.against, device=args.device, runner=args.runner,
+                                  tolerance=tol, output=args.output, golden=args.golden, threads=args.threads,
+                                  seed=args.seed)
+    print(result)
+    return 0 if result.model_path else 1
+
+
+def _debug_parser(sub: Any) -> None:
+    debug = sub.add_parser("debug", help="tools for a model that fails: 'reduce' cuts it to the smallest failing part")
+    tools = debug.add_subparsers(dest="tool", required=True)
+    red = tools.add_parser("reduce", help="cut a model that fails a comparison down to the smallest subgraph that "
+                           "still fails; write it with a golden bundle of its inputs and the reference's outputs; "
+                           "exit 1 when the model does not fail")
+    red.add_argument("model", help="an ONNX file: the candidate, run by --runner")
+    red.add_argument("--against", default="onnxruntime", help="the reference: 'onnxruntime' (default) running the "
+                     "same file, another ONNX file run by onnxruntime (the float model of an INT8 one), or a golden "
+                     "bundle folder")
+    red.add_argument("-o", "--output", help="the reduced model (default: MODEL.reduced.onnx beside the model)")
+    red.add_argument("--golden", help="the reduced model's golden bundle folder (default: the output's name with "
+                     ".golden)")
+    red.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                     help="one input's array; repeatable (default: random inputs, or the golden bundle's)")
+    red.add_argument("--inputs", help=".npz file with one array per input name")
+    red.add_argument("--runner", choices=_ENGINES, default="tether", help="what runs the model (default tether)")
+    red.add_argument("--profile", choices=sorted(PROFILES),
+                     help="tolerance profile (default: by each value's dtype; 'int8' for an INT8 model)")
+    red.add_argument("--atol", type=float, help="absolute tolerance (overrides the profile)")
+    red.add_argument("--rtol", type=float, help="relative tolerance (overrides the profile)")
+    red.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    red.add_argument("--device", default="cpu")
+    red.add_argument("--threads", type=int, default=None)
+    red.set_defaults(run=_debug_reduce)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -265,6 +373,7 @@ def _parser() -> argparse.ArgumentParser:
     cmp.add_argument("--threads", type=int, default=None)
     cmp.add_argument("--no-optimize", action="store_true", help="compile without tether's graph passes")
     cmp.set_defaults(run=_compare)
+    _debug_parser(sub)
     q = sub.add_parser("quantize", help="calibrate INT8 from an .npz of samples and write a QDQ model; exit 1 when a "
                        "budget is not met")
     q.add_argument("model", help="a float ONNX file (only read)")
@@ -294,6 +403,10 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--html", help="write the HTML report here")
     q.add_argument("--trt-cache", help="write TensorRT's calibration cache here")
     q.add_argument("--ncnn-table", help="write ncnn's int8 table here")
+    q.add_argument("--ranges", help="use these activation ranges instead of calibrated ones: a TensorRT calibration "
+                   "cache, an ncnn int8 table (layers named by ONNX node) or a .json object of tensor: [lo, hi]")
+    q.add_argument("--algorithm", action="append", default=[], choices=list(tether.quantize.ALGORITHMS),
+                   help="an accuracy-recovering rewrite before calibration; repeatable")
     q.set_defaults(run=_quantize)
     return parser
 

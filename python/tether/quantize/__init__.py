@@ -16,6 +16,7 @@ Example:
 """
 
 from tether.quantize._calibrator import Calibrator, iter_batches
+from tether.quantize._equalize import ALGORITHMS, equalize
 from tether.quantize._evaluate import Budget, LayerSensitivity, Score
 from tether.quantize._files import read_ncnn_table, read_tensorrt_cache
 from tether.quantize._plan import make_options, prepare, profile_options, profiles
@@ -39,6 +40,7 @@ def methods() -> list[str]:
 
 
 __all__ = [
+    "ALGORITHMS",
     "DEFAULT_METHODS",
     "Budget",
     "Calibrator",
@@ -48,6 +50,7 @@ __all__ = [
     "QuantizeResult",
     "Score",
     "TensorSummary",
+    "equalize",
     "iter_batches",
     "make_options",
     "methods",

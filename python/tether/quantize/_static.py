@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -15,8 +16,9 @@ from tether.parity._inputs import Feeds, iter_feeds
 from tether.parity._metrics import Tolerance
 from tether.parity._runners import OnnxRuntimeRunner, TetherRunner
 from tether.quantize._calibrator import Calibrator, _progress, _specs, iter_batches
+from tether.quantize._equalize import check_algorithms, cross_layer_equalization
 from tether.quantize._evaluate import Budget, Evaluator, LayerSensitivity, Score, sensitivity, smallest_float_set
-from tether.quantize._plan import exclusions, plan
+from tether.quantize._plan import exclusions, plan, prepare
 from tether.quantize._result import QuantizeResult, QuantParams
 from tether.quantize._summary import QuantizationSummary, TensorSummary
 
@@ -76,6 +78,75 @@ def _tensor_summaries(cal: Calibrator, ranges: Mapping[str, tuple[float, float, 
     return out
 
 
+#: The method recorded for a range given without one.
+GIVEN_METHOD = "given"
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _bound(name: str, which: str, v: Any) -> float:
+    """A range bound as a float: a real number (not a bool) that float32 holds as a finite value."""
+    if isinstance(v, bool | np.bool_) or not isinstance(v, int | float | np.integer | np.floating):
+        raise _core.ArgumentError(f"ranges['{name}']: {which} {v!r} is not a number")
+    f = float(v)
+    if not math.isfinite(f) or abs(f) > _FLOAT32_MAX:
+        raise _core.ArgumentError(f"ranges['{name}']: {which} {f!r} is not a finite float32 number")
+    return f
+
+
+def _one_range(name: Any, value: Any) -> tuple[float, float, str]:
+    if not isinstance(name, str):
+        raise _core.ArgumentError(f"ranges: the key {name!r} is not a tensor name (a str)")
+    if isinstance(value, np.ndarray):
+        value = value.tolist() if value.ndim == 1 else value
+    if not isinstance(value, tuple | list) or len(value) not in (2, 3):
+        raise _core.ArgumentError(f"ranges['{name}'] is {value!r}: expected (lo, hi) or (lo, hi, method)")
+    if len(value) == 3 and not isinstance(value[2], str):
+        raise _core.ArgumentError(f"ranges['{name}']: the third item {value[2]!r} is not a method name (a str)")
+    lo, hi = _bound(name, "lo", value[0]), _bound(name, "hi", value[1])
+    if lo > hi:
+        raise _core.ArgumentError(f"ranges['{name}'] = ({lo!r}, {hi!r}): lo is greater than hi")
+    return lo, hi, value[2] if len(value) == 3 else GIVEN_METHOD
+
+
+def _given_ranges(ranges: Mapping[str, Sequence[Any]], cal: Calibrator, source: Model
+                  ) -> tuple[dict[str, tuple[float, float, str]], list[str]]:
+    """Checked ranges for the planned tensors of ``cal``, each group taking the union of the
+    ranges given for its members, and notes on names the plan does not quantize."""
+    if not isinstance(ranges, Mapping):
+        raise _core.ArgumentError(f"ranges must map tensor names to (lo, hi) pairs, got {type(ranges).__name__}")
+    checked = {name: _one_range(name, value) for name, value in ranges.items()}
+    planned = {t.name: t.group for t in cal.plan.tensors}
+    weights = set(cal.model.initializer_names) | set(source.initializer_names)
+    known = set(cal.model.value_types()) | set(source.value_types()) | {v.name for v in source.inputs}
+    unknown = sorted(n for n in checked if n not in planned and (n not in known or n in weights))
+    if unknown:
+        what = [f"'{n}' ({'a weight: weights are quantized from their values' if n in weights else 'no such value'})"
+                for n in unknown[:10]]
+        more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
+        raise _core.ArgumentError(f"ranges: names that are not activations of the model ({len(unknown)}): "
+                                  f"{', '.join(what)}{more}")
+    notes = []
+    ignored = sorted(n for n in checked if n not in planned)
+    if ignored:
+        notes.append(f"ranges given for {len(ignored)} tensors the plan does not quantize were not used: "
+                     f"{ignored[:10]}")
+    by_group: dict[int, list[str]] = {}
+    for name in checked:
+        if name in planned:
+            by_group.setdefault(planned[name], []).append(name)
+    out: dict[str, tuple[float, float, str]] = {}
+    for group, names in by_group.items():
+        lo, hi = min(checked[n][0] for n in names), max(checked[n][1] for n in names)
+        methods = sorted({checked[n][2] for n in names})
+        if len({checked[n][:2] for n in names}) > 1:
+            notes.append(f"ranges given for {names}, which share quantization parameters, differ: they share "
+                         f"their union [{lo}, {hi}]")
+        for t, g in planned.items():
+            if g == group:
+                out[t] = (lo, hi, methods[0] if len(methods) == 1 else GIVEN_METHOD)
+    return out, notes
+
+
 class _Quantizer:
     """One float model, its calibration and plan; QDQ variants of it with nodes kept in float."""
 
@@ -113,7 +184,8 @@ def static(model: Model | str | os.PathLike[str] | bytes, batches: Any, *, metho
            max_accuracy_drop: float | None = None, min_sqnr_db: float | None = None,
            tolerance: Tolerance | str | None = None, eval_data: Any = None, eval_samples: int = 128,
            runner: str = "tether", sensitivity_analysis: bool | None = None,
-           progress: bool | None = None) -> QuantizeResult:
+           progress: bool | None = None, ranges: Mapping[str, Sequence[Any]] | None = None,
+           algorithms: Sequence[str] | str = ()) -> QuantizeResult:
     """Quantizes a float model to INT8 QDQ from numpy calibration batches, in one call.
 
     The model (a :class:`tether.Model` or a path; the file is only read) is prepared
@@ -133,32 +205,67 @@ def static(model: Model | str | os.PathLike[str] | bytes, batches: Any, *, metho
     ``tolerance``) the most sensitive nodes are kept in float until it holds; when even the
     all-float model misses it, the float model is returned and the report says so.
 
+    ``ranges`` (tensor name -> ``(lo, hi)`` or ``(lo, hi, method)``, the form of
+    :attr:`QuantizeResult.ranges` and of :func:`read_tensorrt_cache`) sets the ranges of those
+    activations instead of calibration; a tensor that shares parameters with others (a group)
+    gives the group its range (the union, when several members are given). Names the model has
+    but the plan does not quantize are ignored with a note; any other name, a bound that is not a
+    finite float32 number, ``lo > hi`` or a tuple of another length raises ArgumentError. When
+    ``ranges`` covers every planned tensor, ``batches`` may be None: nothing is calibrated, and
+    the report needs ``eval_data``.
+
+    ``algorithms``: accuracy-recovering rewrites applied before calibration, in order:
+    ``"cross_layer_equalization"`` (see :func:`equalize`; ``float_model`` is then the equalized
+    float model, which computes the same function). An unknown name raises ArgumentError.
+
     Example:
         >>> res = tt.quantize.static("cnn.onnx", x_calib, method="entropy", labels=y_calib,
         ...                          max_accuracy_drop=0.005)        # doctest: +SKIP
         >>> res.save("cnn.int8.onnx"); res.report.to_html("int8.html")   # doctest: +SKIP
+        >>> trt = tt.quantize.read_tensorrt_cache("cnn.cache")      # doctest: +SKIP
+        >>> res = tt.quantize.static("cnn.onnx", None, ranges=trt, profile="tensorrt",
+        ...                          eval_data=x_test)               # doctest: +SKIP
+        >>> res = tt.quantize.static("mobilenet.onnx", x_calib, per_channel=False,
+        ...                          algorithms=["cross_layer_equalization"])   # doctest: +SKIP
     """
-    source = model if isinstance(model, Model) else load(model)
+    source = original = model if isinstance(model, Model) else load(model)
+    pre_notes: list[str] = []
+    for name in check_algorithms(algorithms):
+        if name == "cross_layer_equalization":
+            source, sets, eq_notes = cross_layer_equalization(prepare(source))
+            chains = ", ".join(" -> ".join(s.nodes) for s in sets[:10]) + (", ..." if len(sets) > 10 else "")
+            done = f"{len(sets)} chains equalized ({chains})" if sets else "no Conv -> Conv chain to equalize"
+            pre_notes += [f"cross-layer equalization: {done}", *eq_notes]
     budget = Budget(max_accuracy_drop, min_sqnr_db,
                     Tolerance.profile(tolerance) if isinstance(tolerance, str) else tolerance)
     if max_accuracy_drop is not None and labels is None:
         raise _core.ArgumentError("max_accuracy_drop needs labels: pass labels=... (one per evaluation sample)")
-    if budget.given and eval_samples <= 0 and eval_data is None:
-        raise _core.ArgumentError("a budget needs evaluation samples: eval_samples must be > 0, or give eval_data")
+    if budget.given and (eval_samples <= 0 or batches is None) and eval_data is None:
+        raise _core.ArgumentError("a budget needs evaluation samples: eval_samples must be > 0 with calibration "
+                                  "batches, or give eval_data")
     cal = Calibrator(source, profile=profile, bins=bins, threads=threads, skip_nonfinite=skip_nonfinite,
                      options=_overrides(per_channel, activation_type, weight_type, symmetric_activations,
                                         symmetric_weights, reduce_range, op_types, exclude_nodes))
     method = method or DEFAULT_METHODS.get(profile, "minmax")
+    given, given_notes = ({}, []) if ranges is None else _given_ranges(ranges, cal, original)
+    pre_notes += given_notes
+    if batches is None:
+        missing = [t.name for t in cal.plan.tensors if t.name not in given]
+        if missing:
+            raise _core.ArgumentError(f"no calibration batches, and ranges= does not cover {len(missing)} of the "
+                                      f"{len(cal.plan.tensors)} tensors the plan quantizes (first: {missing[:5]}); "
+                                      "give batches, or a range for each")
 
     # Calibrate, keeping the first samples for evaluation when no evaluation set is given.
     kept: list[Feeds] = []
     want = eval_samples if eval_data is None else 0
-    for feeds in _progress(iter_batches(batches, cal.model, batch_size), progress, "calibrating"):
+    stream = () if batches is None else iter_batches(batches, cal.model, batch_size)
+    for feeds in _progress(stream, progress, "calibrating"):
         cal._core.observe(dict(feeds))
         have = sum(_rows(f) for f in kept)
         if have < want:
             kept.append(_take(feeds, want - have))
-    if cal.batches == 0:
+    if cal.batches == 0 and batches is not None:
         raise _core.ArgumentError("no calibration data: the iterable of batches was empty")
     eval_feeds = kept if eval_data is None else list(iter_feeds(eval_data, _specs(cal.model)))
     eval_labels = None
@@ -173,18 +280,20 @@ def static(model: Model | str | os.PathLike[str] | bytes, batches: Any, *, metho
 
     return _finish(cal, method, eval_feeds, percentile=percentile, exclude_nodes=exclude_nodes, labels=eval_labels,
                    label_output=label_output, budget=budget, runner=runner, threads=threads,
-                   sensitivity_analysis=sensitivity_analysis)
+                   sensitivity_analysis=sensitivity_analysis, given=given, notes=pre_notes)
 
 
 def _finish(cal: Calibrator, method: str, eval_feeds: list[Feeds], *, percentile: float = 99.999,
            exclude_nodes: Sequence[str] = (), labels: np.ndarray | None = None, label_output: str | None = None,
            budget: Budget | None = None, runner: str = "tether", threads: int | None = None,
-           sensitivity_analysis: bool | None = None) -> QuantizeResult:
+           sensitivity_analysis: bool | None = None, given: Mapping[str, tuple[float, float, str]] | None = None,
+           notes: Sequence[str] = ()) -> QuantizeResult:
     """The part of :func:`static` after calibration: ranges by ``method`` from the statistics
     of ``cal`` (observed here, or merged from other processes' states), the QDQ model, its
     evaluation on ``eval_feeds`` (with ``labels``, one per evaluation sample), the budget's
     repair and the report. Given the same statistics and evaluation batches it returns what
-    :func:`static` returns.
+    :func:`static` returns. ``given``: checked ranges that replace the computed ones (see
+    :func:`_given_ranges`); ``notes``: notes for the report from the steps before calibration.
 
     Example:
         >>> cal = Calibrator("cnn.onnx"); cal.merge(shard_states)          # doctest: +SKIP
@@ -192,10 +301,12 @@ def _finish(cal: Calibrator, method: str, eval_feeds: list[Feeds], *, percentile
     """
     budget = budget or Budget(None, None, None)
     eval_labels = labels
-    ranges = cal.compute(method, percentile=percentile)
+    given = dict(given or {})
+    covered = all(t.name in given for t in cal.plan.tensors)
+    ranges = {**({} if covered else cal.compute(method, percentile=percentile)), **given}
     q = _Quantizer(cal, ranges)
     float_nodes: dict[str, str] = {n: "excluded by the caller" for n in exclude_nodes}
-    notes = list(cal.plan.notes)
+    notes = [*notes, *cal.plan.notes]
     chosen: tuple[str, ...] = ()
     layers: list[LayerSensitivity] | None = None
     budget_met: bool | None = None
@@ -245,7 +356,8 @@ def _finish(cal: Calibrator, method: str, eval_feeds: list[Feeds], *, percentile
     scales = {**activations, **{k: QuantParams._from_core(v) for k, v in weights.items()}}
 
     summary = QuantizationSummary(
-        str(cal.options.get("profile", "onnxruntime")), method, cal.samples, cal.batches, cal.skipped,
+        str(cal.options.get("profile", "onnxruntime")), GIVEN_METHOD if covered else method, cal.samples,
+        cal.batches, cal.skipped,
         _tensor_summaries(cal, ranges, activations),
         float_nodes, layers, budget.describe() if budget.given else None, budget_met,
         None if evaluator is None else evaluator.float_accuracy, None if score is None else score.accuracy,
