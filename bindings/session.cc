@@ -3,10 +3,6 @@
 #include <variant>
 
 #include "bindings.h"
-#include "engine/cpu/gemm.h"
-#include "engine/cpu/qgemm.h"
-#include "util/cpu_features.h"
-#include "util/thread_pool.h"
 
 namespace tether::py {
 
@@ -121,18 +117,12 @@ void register_session(pyb::module_& m) {
            });
 
   m.def("cpu_info", [] {
-    const util::CpuFeatures& f = util::cpu_features();
+    const engine::DeviceInfo cpu = engine::device_info("cpu");
     pyb::dict d;
-    d["brand"] = f.brand;
-    d["isa"] = util::isa_name();
-    d["avx2"] = f.avx2;
-    d["avx512"] = f.avx512;
-    d["avx512_vnni"] = f.avx512_vnni;
-    d["amx_int8"] = f.amx_int8;
-    d["avx_vnni"] = f.avx_vnni;
-    d["gemm_kernel"] = engine::cpu::gemm_isa().name;
-    d["int8_gemm_kernel"] = engine::cpu::qgemm_isa_name(engine::cpu::qgemm_isa());
-    d["physical_cores"] = util::ThreadPool::physical_cores();
+    d["brand"] = cpu.name;
+    for (const char* key : {"isa", "avx2", "avx512", "avx512_vnni", "amx_int8", "avx_vnni", "gemm_kernel", "int8_gemm_kernel"})
+      std::visit([&d, key](const auto& v) { d[key] = v; }, cpu.properties.at(key));
+    d["physical_cores"] = std::get<int64_t>(cpu.properties.at("cores"));
     return d;
   });
 

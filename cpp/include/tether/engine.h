@@ -72,7 +72,7 @@ struct DeviceInfo {
   int64_t memory_bytes = 0;    ///< the memory its runs allocate from: physical memory, device-local memory
   /// The backend's own facts, by name. The CPU: "cores", "threads", "isa" (the widest
   /// instruction set tether's kernels use), "avx2", "avx512", "avx512_vnni", "avx_vnni",
-  /// "amx_int8". Vulkan: "driver_name", "driver_version", "api_version", "fp16", "int8"
+  /// "amx_int8", "gemm_kernel" and "int8_gemm_kernel" (the GEMM micro-kernels chosen). Vulkan: "driver_name", "driver_version", "api_version", "fp16", "int8"
   /// (arithmetic in shaders), "fp16_storage" (what precision "fp16" needs), "subgroup_size".
   std::map<std::string, DeviceProperty> properties;
 };
@@ -81,6 +81,13 @@ struct DeviceInfo {
 /// "vulkan:N" numbers them. Without a Vulkan loader or driver, the CPU alone; never throws for
 /// a missing one.
 std::vector<DeviceInfo> devices();
+
+/// The entry of devices() named `device` ("cpu", "vulkan:0", ...), asking its backend only
+/// (the CPU's never opens the Vulkan loader). ArgumentError naming the devices otherwise.
+///
+///   const engine::DeviceInfo cpu = engine::device_info("cpu");
+///   std::get<std::string>(cpu.properties.at("isa"));   // "avx512", "avx2" or "generic"
+DeviceInfo device_info(const std::string& device);
 
 /// What a backend's driver diagnostics reported (Vulkan: the validation layer, on when
 /// TETHER_VULKAN_VALIDATION=1 was set before the first Vulkan call).

@@ -31,6 +31,18 @@ std::vector<DeviceInfo> devices() {
   return out;
 }
 
+DeviceInfo device_info(const std::string& device) {
+  std::string names;
+  for (const DeviceBackend* b : device_backends()) {
+    const bool mine = b->claims(device);
+    for (DeviceInfo& d : b->devices()) {
+      if (mine && d.device == device) return std::move(d);
+      names += (names.empty() ? "" : ", ") + d.device;
+    }
+  }
+  throw ArgumentError("no device '" + device + "'; the devices are: " + names + " (see devices())");
+}
+
 std::vector<BackendDiagnostics> take_diagnostics() {
   std::vector<BackendDiagnostics> out;
   for (const DeviceBackend* b : device_backends()) out.push_back(b->take_diagnostics());

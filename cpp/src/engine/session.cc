@@ -11,6 +11,8 @@
 #include <unordered_map>
 
 #include "engine/backends.h"
+#include "engine/cpu/gemm.h"
+#include "engine/cpu/qgemm.h"
 #include "engine/evaluate.h"
 #include "engine/half.h"
 #include "engine/kernel.h"
@@ -807,7 +809,9 @@ class CpuDeviceBackend final : public DeviceBackend {
                       {"avx512", f.avx512},
                       {"avx512_vnni", f.avx512_vnni},
                       {"avx_vnni", f.avx_vnni},
-                      {"amx_int8", f.amx_int8}};
+                      {"amx_int8", f.amx_int8},
+                      {"gemm_kernel", std::string(cpu::gemm_isa().name)},
+                      {"int8_gemm_kernel", cpu::qgemm_isa_name(cpu::qgemm_isa())}};
     return {cpu};
   }
 

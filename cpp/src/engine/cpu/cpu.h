@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/kernel.h"
+#include "ops/conv_geometry.h"
 #include "util/multiversion.h"
 #include "util/thread_pool.h"
 
@@ -165,14 +166,9 @@ class BroadcastRows {
   std::vector<int64_t> inner_;
 };
 
-/// A convolution's attributes resolved against actual sizes (auto_pad needs the input and
-/// output dims): for Conv, ConvInteger and QLinearConv, and with `transpose` for ConvTranspose.
-struct ConvGeometry {
-  std::vector<int64_t> kernel, strides, dilations, pad_begin;
-  int64_t group = 1;
-};
-ConvGeometry conv_geometry(const ir::Node& n, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
-                           const std::vector<int64_t>& y, bool transpose);
+/// A convolution's attributes resolved against actual sizes (ops/conv_geometry.h).
+using ops::ConvGeometry;
+using ops::conv_geometry;
 
 /// The view of a constant tensor (for checks shared between compile time and run time).
 inline View view_of(const ir::Tensor& t) { return View{t.dtype(), t.dims(), const_cast<void*>(t.raw_data())}; }

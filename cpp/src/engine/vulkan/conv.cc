@@ -5,12 +5,12 @@
 // convolution of shaders/conv2d.comp (groups, depthwise, dilations, strides, pads), each
 // invocation 4 pixels of a row for up to 8 output channels. ConvTranspose by
 // shaders/conv_transpose2d.comp. Pads, auto_pad and the output sizes of ConvTranspose resolve
-// as on the CPU engine (its conv_geometry).
+// as on the CPU engine (ops/conv_geometry.h).
 #include <algorithm>
 
-#include "engine/cpu/cpu.h"
 #include "engine/vulkan/matmul.h"
 #include "engine/vulkan/ops.h"
+#include "ops/conv_geometry.h"
 
 namespace tether::engine::vulkan {
 
@@ -28,7 +28,7 @@ struct ConvPush {
 
 // A 1-D convolution is a 2-D one of height 1.
 ConvPush conv_push(const ir::Node& node, const GpuTensor& x, const GpuTensor& w, const GpuTensor& y, bool transpose) {
-  const cpu::ConvGeometry g = cpu::conv_geometry(node, x.dims, w.dims, y.dims, transpose);
+  const ops::ConvGeometry g = ops::conv_geometry(node, x.dims, w.dims, y.dims, transpose);
   check_u32(node, x.numel(), "the input");
   check_u32(node, y.numel(), "the output");
   const bool two_d = x.dims.size() == 4;
