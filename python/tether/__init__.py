@@ -8,7 +8,8 @@ Example:
     >>> print(model.summary())                      # doctest: +SKIP
 """
 
-from tether import _native, export, parity, quantize, testing  # noqa: F401  (_native first: it loads the core)
+from tether import _native, edit, export, parity, quantize, testing  # noqa: F401  (_native first: it loads the core)
+from tether._bench import BenchResult, bench
 from tether._builder import GraphBuilder
 from tether._core import (
     ArgumentError,
@@ -36,6 +37,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ArgumentError",
+    "BenchResult",
     "CalibrationError",
     "DeviceError",
     "Error",
@@ -56,6 +58,7 @@ __all__ = [
     "UnsupportedError",
     "ValueInfo",
     "WriteError",
+    "bench",
     "compare",
     "compile",
     "cpu_info",
@@ -63,6 +66,7 @@ __all__ = [
     "supported_ops",
     "load",
     "optimize",
+    "edit",
     "export",
     "parity",
     "quantize",

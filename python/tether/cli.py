@@ -8,6 +8,8 @@ Example:
     $ tether compare model.onnx --against cpu --device vulkan --layerwise
     $ tether compare edited.onnx --against original.onnx --runner onnxruntime --json -
     $ tether debug reduce model.int8.onnx --against model.onnx --profile int8 -o small.onnx
+    $ tether bench model.onnx --threads 4 --batch 8 --against onnxruntime,openvino --json bench.json
+    $ tether edit model.onnx -o fixed.onnx --input x:1,3,224,224 --simplify
     $ tether quantize model.onnx --data calib.npz --method entropy -o model.int8.onnx --html int8.html
 """
 
@@ -41,6 +43,7 @@ from tether.parity import (
     generate_inputs,
     iter_feeds,
 )
+from tether.parity._inputs import int_ranges_option
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -74,15 +77,24 @@ def _dims(items: Sequence[str], inputs: object = None) -> dict[str, int]:
     return dims
 
 
+def _int_ranges(items: Sequence[str], specs: Sequence[Any], inputs: object) -> dict[str, tuple[int, int]]:
+    if items and inputs is not None:
+        raise tether.ArgumentError("--int-range bounds the generated inputs; it does not apply to inputs that are "
+                                   "given (--inputs or a golden bundle's samples)")
+    return int_ranges_option(items, specs)
+
+
 def _run(args: argparse.Namespace) -> int:
-    sess = tether.compile(args.model, device=args.device, threads=args.threads)
+    model = tether.load(args.model)
+    sess = tether.compile(model, device=args.device, threads=args.threads)
     runner = TetherRunner(sess)
     dims = _dims(args.dim, args.inputs)
+    ranges = _int_ranges(args.int_range, runner.input_specs(), args.inputs)
     if args.inputs:
         feeds = next(iter_feeds(args.inputs, runner.input_specs()))
         check_feeds(feeds, runner.input_specs(), args.inputs)
     else:
-        feeds = generate_inputs(runner.input_specs(), seed=args.seed, dims=dims)[0]
+        feeds = generate_inputs(runner.input_specs(), seed=args.seed, dims=dims, ranges=ranges, model=model)[0]
     outputs = sess.run(feeds)  # the first run plans memory for these shapes
     times = []
     for _ in range(args.repeat):
@@ -160,9 +172,11 @@ def _compare(args: argparse.Namespace) -> int:
         name += " (candidate)"
     candidate = _engine(args.runner, args.model, args, name)
     dims = _dims(args.dim, args.inputs if args.inputs else (True if golden else None))
+    ranges = _int_ranges(args.int_range, reference.input_specs() or candidate.input_specs(),
+                         args.inputs if args.inputs else (True if golden else None))
     inputs: object = args.inputs
     report = compare(reference, candidate, inputs, tolerance=tol, layerwise=args.layerwise, seed=args.seed,
-                     dims=dims, model=candidate.model, output_map=_output_map(args.output_map))
+                     ranges=ranges, dims=dims, model=candidate.model, output_map=_output_map(args.output_map))
     to_stdout = "-" in (args.json, args.html)
     # A report on standard output stays parseable: the table goes to standard error then.
     text = sys.stderr if to_stdout else sys.stdout
@@ -322,6 +336,79 @@ def _debug_parser(sub: Any) -> None:
     red.set_defaults(run=_debug_reduce)
 
 
+def _edit(args: argparse.Namespace) -> int:
+    from tether.edit._cli import run_edit
+
+    return run_edit(args)
+
+
+def _edit_parser(sub: Any) -> None:
+    ed = sub.add_parser("edit", help="fix input dims, extract a subgraph, rename inputs and outputs, convert the "
+                        "opset or simplify; checked by parity against the original; exit 1 when the check fails")
+    ed.add_argument("model", help="an ONNX file (only read)")
+    ed.add_argument("-o", "--output", required=True, help="where to write the edited model")
+    ed.add_argument("--input", action="append", default=[], metavar="NAME:D1,D2,...",
+                    help="fix an input's shape (a size or a symbol per dim); repeatable")
+    ed.add_argument("--extract-inputs", metavar="A,B", help="the subgraph's inputs: values of the graph")
+    ed.add_argument("--extract-outputs", metavar="C,D", help="the subgraph's outputs: values of the graph")
+    ed.add_argument("--rename", action="append", default=[], metavar="OLD=NEW",
+                    help="rename a graph input or output; repeatable")
+    ed.add_argument("--opset", type=int, help="convert to this version of the default ONNX operator set")
+    ed.add_argument("--simplify", action="store_true", help="fold constants, drop dead nodes, infer shapes")
+    ed.add_argument("--no-check", action="store_true", help="write without the parity check")
+    ed.add_argument("--runner", choices=_ENGINES, default="tether", help="what runs both models for the check")
+    ed.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
+                    help="size of a symbolic dim left in the inputs, for the check (default 1); repeatable")
+    ed.add_argument("--seed", type=int, default=0, help="seed of the check's random inputs")
+    ed.add_argument("--device", default="cpu")
+    ed.add_argument("--threads", type=int, default=None)
+    ed.set_defaults(run=_edit)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    res = tether.bench(args.model, device=args.device, threads=args.threads, batch=args.batch, precision=args.precision,
+                       inputs=args.inputs, dims=_dims(args.dim, args.inputs), seed=args.seed, warmup=args.warmup,
+                       iterations=args.iterations, seconds=args.time, against=args.against, profile=args.profile)
+    text = sys.stderr if args.json == "-" else sys.stdout  # JSON on standard output stays parseable
+    print(res, file=text)
+    if args.json == "-":
+        sys.stdout.write(res.to_json() + "\n")
+    elif args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            f.write(res.to_json() + "\n")
+        print(f"JSON written to {args.json}", file=text)
+    return 0
+
+
+def _bench_parser(sub: Any) -> None:
+    b = sub.add_parser("bench", help="latency percentiles, throughput, cold start, memory and top kernels of a model "
+                       "in tether, beside onnxruntime and OpenVINO (when installed) in interleaved rounds")
+    b.add_argument("model", help="an ONNX file")
+    b.add_argument("--device", default="cpu", help="tether's device: cpu, vulkan or vulkan:N (peers run on the CPU)")
+    b.add_argument("--threads", type=int, default=None, help="threads per run, for every engine (default: physical "
+                   "cores)")
+    b.add_argument("--batch", type=int, help="size of dim 0 of every input (a symbolic dim; a static one must "
+                   "equal it)")
+    b.add_argument("--precision", choices=["fp32", "fp16"], default="fp32", help="fp16: float16 tensors on Vulkan")
+    b.add_argument("--inputs", help=".npz file with one array per input name (default: random inputs)")
+    b.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
+                   help="size of another symbolic dim for random inputs (default 1); repeatable")
+    b.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    b.add_argument("--warmup", type=int, default=5, help="untimed runs per engine after the first (default 5)")
+    b.add_argument("--iterations", type=int, help="timed runs per engine")
+    b.add_argument("--time", type=float, help="seconds of timed runs per engine (default 3, unless --iterations)")
+    b.add_argument("--against", default="", metavar="PEERS", help="peers measured alike, comma-separated: "
+                   "onnxruntime, openvino (each only when installed)")
+    b.add_argument("--json", help="write the results as JSON here ('-': standard output, the table then goes to "
+                   "standard error)")
+    b.add_argument("--profile", action="store_true", help="also list each engine's 10 slowest kernels")
+    b.set_defaults(run=_bench)
+
+
+_INT_RANGE_HELP = ("random integers from [LO, HI) for every integer input, or for input NAME; repeatable (default "
+                   "[0, 10), or the rows of the data an index input reads through Gather)")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tether", description="Carry models to deployment and prove parity.")
     parser.add_argument("--version", action="version", version=f"tether {tether.__version__}")
@@ -337,6 +424,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
                      help="size of a symbolic dim of the model for random inputs (default 1); repeatable")
     run.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    run.add_argument("--int-range", action="append", default=[], metavar="[NAME=]LO:HI", help=_INT_RANGE_HELP)
     run.add_argument("--device", default="cpu")
     run.add_argument("--threads", type=int, default=None, help="threads per run (default: physical cores)")
     run.add_argument("--repeat", type=int, default=10, help="timed runs after the first (0: none)")
@@ -369,11 +457,14 @@ def _parser() -> argparse.ArgumentParser:
     cmp.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
                      help="size of a symbolic dim of the model for random inputs (default 1); repeatable")
     cmp.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    cmp.add_argument("--int-range", action="append", default=[], metavar="[NAME=]LO:HI", help=_INT_RANGE_HELP)
     cmp.add_argument("--device", default="cpu")
     cmp.add_argument("--threads", type=int, default=None)
     cmp.add_argument("--no-optimize", action="store_true", help="compile without tether's graph passes")
     cmp.set_defaults(run=_compare)
     _debug_parser(sub)
+    _bench_parser(sub)
+    _edit_parser(sub)
     q = sub.add_parser("quantize", help="calibrate INT8 from an .npz of samples and write a QDQ model; exit 1 when a "
                        "budget is not met")
     q.add_argument("model", help="a float ONNX file (only read)")
@@ -424,6 +515,10 @@ _NUMBERS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "max_accuracy_drop": ("a number from 0 to 1 (a share of the samples)", lambda v: 0 <= v <= 1),
     "min_sqnr": ("a finite number of dB", math.isfinite),
     "eval_samples": ("an integer >= 0", lambda v: v >= 0),
+    "batch": ("an integer >= 1", lambda v: v >= 1),
+    "warmup": ("an integer >= 0", lambda v: v >= 0),
+    "iterations": ("an integer >= 1", lambda v: v >= 1),
+    "time": ("a finite number of seconds > 0", lambda v: 0 < v < math.inf),
 }
 
 #: Options naming a file the command writes, by destination ("-": standard output).
