@@ -10,10 +10,10 @@ import numpy as np
 
 from tether import _core
 from tether._model import Model
-from tether.parity._inputs import Feeds, check_feeds, generate_inputs, iter_feeds
+from tether.parity._inputs import Feeds, check_feeds, generate_inputs, index_ranges, iter_feeds
 from tether.parity._metrics import Metrics, Tolerance, compare_arrays
 from tether.parity._provenance import NodeOrigin, node_origins
-from tether.parity._report import BisectResult, LayerResult, OutputResult, ParityReport
+from tether.parity._report import BisectResult, LayerResult, OutputResult, ParityReport, _badness
 from tether.parity._runners import OnnxRuntimeRunner, TetherRunner, TorchRunner, as_runner
 from tether.parity._state import ParityState
 from tether.parity._types import InputSpec, Runner
@@ -34,19 +34,25 @@ def _permutation(spec: str | Sequence[int]) -> tuple[int, ...]:
     return perm
 
 
-def _name_torch(runner: Runner, other: Runner) -> None:
-    """A torch module compared with an ONNX model takes the model's names in order, as
-    torch.onnx.export gives them, unless names were declared."""
+def _name_torch(runner: Runner, other: Runner) -> str:
+    """A torch module compared with an ONNX model or a golden bundle takes the other side's
+    names in order, as torch.onnx.export gives them, unless names were declared. Returns the
+    note saying so when outputs were named that way, else ``""``."""
     if not isinstance(runner, TorchRunner):
-        return
+        return ""
     specs = other.input_specs()
     if runner.input_names is None and specs:
         runner.input_names = [s.name for s in specs]
         if not runner.input_specs():
             runner._specs = list(specs)
     names = getattr(other, "output_names", None)
-    if runner.names is None and callable(names):
-        runner.names = list(names())
+    if runner.names is not None or not callable(names):
+        return ""
+    runner.names = list(names())
+    runner.names_from = other.name
+    return (f"the outputs of '{runner.name}' are paired in order with those of '{other.name}' "
+            f"({', '.join(runner.names)}): a module's outputs carry no names (declare them with "
+            "TorchRunner(module, output_names=[...]) to pair them otherwise)")
 
 
 def _specs(reference: Runner, candidate: Runner) -> list[InputSpec]:
@@ -86,9 +92,10 @@ def _model_file(runner: Runner) -> dict[str, str] | None:
     return None
 
 
-def _hash_notes(reference: Runner, candidate: Runner) -> list[str]:
+def _hash_notes(reference: Runner, candidate: Runner, failed: bool) -> list[str]:
     """A note when a golden bundle records the SHA-256 of another model file than the one the
-    other side runs."""
+    other side runs; when the other side is a Session (no file to hash) and the comparison
+    failed, a note that the file could not be checked."""
     from tether.parity._golden import GoldenRunner, model_sha256
 
     notes = []
@@ -98,11 +105,17 @@ def _hash_notes(reference: Runner, candidate: Runner) -> list[str]:
         recorded = golden.bundle.metadata.get("model_sha256")
         model = getattr(other, "model", None)
         path = model.path if isinstance(model, Model) else ""
+        bundle = golden.path or golden.name
+        if recorded and failed and isinstance(other, TetherRunner) and other.model is None:
+            # A Session keeps no link to the file it was compiled from.
+            notes.append(f"golden bundle '{bundle}' was recorded for a model with SHA-256 {recorded[:16]}…; "
+                         f"'{other.name}' is a Session, which does not keep its model file, so that file was not "
+                         "checked against it: compare with TetherRunner(path) to check it")
         if not recorded or not path or not os.path.isfile(path):
             continue
         actual = model_sha256(path)
         if actual != recorded:
-            notes.append(f"golden bundle '{golden.name}' was recorded for a model with SHA-256 {recorded[:16]}…, "
+            notes.append(f"golden bundle '{bundle}' was recorded for a model with SHA-256 {recorded[:16]}…, "
                          f"but {os.path.basename(path)} has SHA-256 {actual[:16]}…: a different model file (its "
                          "outputs may differ by design, e.g. after quantization)")
     return notes
@@ -112,8 +125,16 @@ def _map_outputs(ref_out: dict[str, np.ndarray], cand_out: dict[str, np.ndarray]
                  layouts: Mapping[str, tuple[int, ...]], reference: Runner, candidate: Runner
                  ) -> list[tuple[str, str, np.ndarray, np.ndarray]]:
     pairs = []
+    unknown = [k for k in output_map if k not in ref_out]
+    if unknown:
+        raise _core.ArgumentError(f"output_map names {unknown[0]!r}, which is not an output of {reference.name}; its "
+                                  f"outputs are {sorted(ref_out)}")
     for name, r in ref_out.items():
         cname = output_map.get(name, name)
+        if cname not in cand_out and name in output_map:
+            raise _core.ArgumentError(
+                f"output_map maps '{name}' to '{cname}', which is not an output of {candidate.name}; its outputs are "
+                f"{sorted(cand_out)}")
         if cname not in cand_out:
             raise _core.ArgumentError(
                 f"output '{name}' of {reference.name} has no counterpart in {candidate.name}, whose outputs are "
@@ -147,11 +168,14 @@ def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: To
     to the reference's layout (``"NHWC->NCHW"`` or a permutation): names and layouts are
     declared, never guessed. ``layerwise=True`` also compares every intermediate value
     (both runners must offer ``intermediates``; ``model`` gives the graph when neither runner
-    holds it) on the first batch; when a fused kernel of the candidate writes the first
-    divergent value, each node of the kernel is bisected and ``first_divergent_bisect`` names
-    the one that creates the error. With a torch module on one side, layer-wise comparison goes
-    module by module against its dynamo export. ``labels`` (one per sample, in input order)
-    breaks a classifier output (``label_output``, default the first) down by label.
+    holds it) on one batch: with several, the batch holding the worst element of the first
+    failing output (``layer_batch`` says which; batch 0 when every output passes). When a
+    fused kernel of the candidate writes the first divergent value, each node of the kernel is
+    bisected and ``first_divergent_bisect`` names the one that creates the error. With a torch
+    module on one side, layer-wise comparison goes module by module against its dynamo export;
+    a module's outputs take the other side's output names in order (a note says so).
+    ``labels`` (one per sample, in input order) breaks a classifier output (``label_output``,
+    default the first) down by label.
 
     Example:
         >>> rep = compare(OnnxRuntimeRunner("m.onnx"), TetherRunner("m.onnx"), layerwise=True)  # doctest: +SKIP
@@ -160,8 +184,7 @@ def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: To
     """
     ref, cand = as_runner(reference), as_runner(candidate)
     cand_label = f"{cand.name} (candidate)" if cand.name == ref.name else cand.name
-    _name_torch(ref, cand)
-    _name_torch(cand, ref)
+    pairing_notes = [n for n in (_name_torch(ref, cand), _name_torch(cand, ref)) if n]
     given = Tolerance.profile(tolerance) if isinstance(tolerance, str) else tolerance
     output_map = dict(output_map or {})
     perms = {k: _permutation(v) for k, v in (layouts or {}).items()}
@@ -178,13 +201,19 @@ def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: To
         stream = iter_feeds(inputs, specs)
     else:
         inputs_note = f"inputs generated from the input specs with seed {seed}"
-        stream = iter(generate_inputs(specs, seed=seed, batches=batches, ranges=ranges, dims=dims))
+        graph = next((m for m in (model, getattr(ref, "model", None), getattr(cand, "model", None))
+                      if isinstance(m, Model)), None)
+        indexed = {k: v for k, v in (index_ranges(graph) if graph is not None else {}).items()
+                   if k not in (ranges or {})}
+        inputs_note += "".join(f"; integer input '{k}' in [{lo}, {hi}): {why}" for k, (lo, hi, why) in indexed.items())
+        stream = iter(generate_inputs(specs, seed=seed, batches=batches, ranges=ranges, dims=dims, model=graph))
     where = os.fspath(inputs) if isinstance(inputs, str | os.PathLike) else ""
 
     per_output: dict[str, list[Metrics]] = {}
     state = ParityState(given, label_output=label_output)
     errors: dict[str, list[np.ndarray]] = {}
     first_feeds: Feeds | None = None
+    worst = _WorstFeeds()
     top1: list[tuple[np.ndarray, np.ndarray]] = []
     count = 0
     for feeds in stream:
@@ -198,6 +227,8 @@ def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: To
         for name, _, r, c in pairs:
             per_output.setdefault(name, []).append(compare_arrays(r, c, given or Tolerance.for_dtype(r.dtype)))
             _keep_errors(errors.setdefault(name, []), r, c)
+        if layerwise:
+            worst.offer(count - 1, feeds, {name: m[-1] for name, m in per_output.items()})
         if labels is not None:
             target = label_output or pairs[0][0]
             match = [p for p in pairs if p[0] == target]
@@ -218,20 +249,55 @@ def compare(reference: Any, candidate: Any, inputs: Any = None, *, tolerance: To
     report._errors = {k: np.concatenate(v) if v else np.zeros(0) for k, v in errors.items()}
     if inputs_note:
         report.notes.append(inputs_note)
-    report.notes.extend(_hash_notes(ref, cand))
+    report.notes.extend(pairing_notes)
+    report.notes.extend(_hash_notes(ref, cand, not report.ok))
     report.models = {role: f for role, r in (("reference", ref), ("candidate", cand)) if (f := _model_file(r))}
+    report.devices = {role: str(r.device) for role, r in (("reference", ref), ("candidate", cand))
+                      if isinstance(r, TetherRunner)}
+    report.graph = next((m for m in (model, getattr(ref, "model", None), getattr(cand, "model", None))
+                         if isinstance(m, Model)), None)
     if layerwise:
+        layer_feeds = first_feeds
+        if count > 1:
+            report.layer_batch, layer_feeds, why = worst.pick(report, first_feeds)
+            report.notes.append(f"layer-wise comparison ran on batch {report.layer_batch} of {count}{why}")
         if isinstance(ref, TorchRunner) or isinstance(cand, TorchRunner):
-            report.layers, torch_notes = _torch_side(ref, cand, _graph_model(ref, cand, model), first_feeds, given)
+            report.layers, torch_notes = _torch_side(ref, cand, _graph_model(ref, cand, model), layer_feeds, given)
             report.notes.extend(torch_notes)
             report.notes.append("layer-wise against torch: each submodule's output (forward hooks) compared with "
                                 "the value its nodes hand on, matched through the exporter's module scopes")
         else:
-            report.layers = layerwise_compare(ref, cand, first_feeds, tolerance=given, model=model)
-        if count > 1:
-            report.notes.append("layer-wise comparison ran on the first batch")
-        report.first_divergent_bisect = _bisect_fused_first(ref, cand, report, first_feeds, given, model)
+            report.layers = layerwise_compare(ref, cand, layer_feeds, tolerance=given, model=model)
+        report.first_divergent_bisect = _bisect_fused_first(ref, cand, report, layer_feeds, given, model)
     return report
+
+
+class _WorstFeeds:
+    """Per output, a copy of the feeds of its worst batch so far (the batch ``worst_batch``
+    names), so that layer-wise comparison runs where an output fails rather than on a batch
+    where nothing does. Copies, because an iterable of batches may refill one buffer."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, tuple[tuple[bool, bool, float], int, Feeds]] = {}
+
+    def offer(self, index: int, feeds: Feeds, metrics: Mapping[str, Metrics]) -> None:
+        copied: Feeds | None = None
+        for name, m in metrics.items():
+            bad = _badness(m)
+            if name in self._kept and bad <= self._kept[name][0]:
+                continue
+            if copied is None:
+                copied = {k: np.array(v, copy=True) for k, v in feeds.items()}
+            self._kept[name] = (bad, index, copied)
+
+    def pick(self, report: ParityReport, first: Feeds) -> tuple[int, Feeds, str]:
+        """The batch of the first failing output's worst element (batch 0 when every output
+        passes), its feeds, and why it was chosen."""
+        failing = next((o.name for o in report.outputs if not o.metrics.ok and o.name in self._kept), None)
+        if failing is None:
+            return 0, first, " (every output is within tolerance on every batch)"
+        _, index, feeds = self._kept[failing]
+        return index, feeds, f", the batch holding the worst element of output '{failing}'"
 
 
 def _keep_errors(kept: list[np.ndarray], r: np.ndarray, c: np.ndarray) -> None:

@@ -384,6 +384,16 @@ class GoldenRunner:
         first = self.bundle.samples[0][0] if self.bundle.samples else {}
         return [InputSpec(n, a.dtype, tuple(a.shape)) for n, a in first.items()]
 
+    def output_names(self) -> list[str]:
+        """The outputs of the first sample, in stored order (a torch module compared with the
+        bundle takes these names in order).
+
+        Example:
+            >>> GoldenRunner(GoldenBundle([({"x": np.ones(1)}, {"logits": np.ones(1)})])).output_names()
+            ['logits']
+        """
+        return list(self.bundle.samples[0][1]) if self.bundle.samples else []
+
     def samples(self) -> list[_Arrays]:
         """Copies of the stored input dicts, in bundle order."""
         return [{n: a.copy() for n, a in inputs.items()} for inputs, _ in self.bundle.samples]

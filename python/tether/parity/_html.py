@@ -12,6 +12,7 @@ import numpy as np
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from tether._model import Model
     from tether.parity._metrics import Metrics
     from tether.parity._report import LayerResult, OutputResult, ParityReport, SliceResult
 
@@ -332,15 +333,15 @@ def _header(report: ParityReport) -> str:
         meta += (f'<dt>{_esc(role)} {_esc(f.get("kind", "model"))}</dt><dd class="{role}_file">'
                  f'<span class="path">{_esc(f["path"])}</span><br>{what} <code class="sha256">'
                  f'{_esc(f["sha256"] or "not recorded")}</code></dd>')
-    out = [f"<h1>tether parity: {_esc(report.candidate)} vs {_esc(report.reference)}</h1>",
+    out = [f"<h1>tether parity: {_esc(report.title())}</h1>",
            f'<p id="verdict" class="{verdict.lower()}">{verdict}</p>', f'<dl class="meta">{meta}</dl>']
     if report.notes:
         out.append('<ul id="notes">' + "".join(f"<li>{_esc(n)}</li>" for n in report.notes) + "</ul>")
     return "\n".join(out)
 
 
-def render(report: ParityReport) -> str:
-    """The report as one self-contained HTML page (inline CSS and SVG charts, no script, no network).
+def render(report: ParityReport, model: Model | None = None) -> str:
+    """The report as one self-contained HTML page (inline CSS, SVG charts and script; no network).
 
     Sections: the verdict and run description (``#verdict``), the per-output table
     (``table#outputs``) and one error histogram per output (``figure.histogram``); in
@@ -348,6 +349,8 @@ def render(report: ParityReport) -> str:
     ``#first-divergent``) and the SNR chart (``figure.snr``); with labels the per-label table
     (``table#slices``); for a quantized candidate the quantization section
     (``section#quantization``: nodes kept in float, layer sensitivity chart, ranges per tensor).
+    The graph view (``section#graph``) draws ``model``'s graph, else the report's model file
+    (reference first), each node coloured by its layer-wise parity or INT8 sensitivity.
     Every name from the report is HTML-escaped. Needs matplotlib.
 
     Example:
@@ -355,13 +358,22 @@ def render(report: ParityReport) -> str:
         >>> page = render(rep)                                  # doctest: +SKIP
         >>> 'id="verdict"' in page                              # doctest: +SKIP
         True
+        >>> page = render(rep, model=tt.load("m.onnx"))          # doctest: +SKIP
     """
-    title = f"parity {report.candidate} vs {report.reference}: {'PASS' if report.ok else 'FAIL'}"
+    from tether.parity._graph_script import CSS as GRAPH_CSS
+    from tether.parity._graph_script import SCRIPT as GRAPH_SCRIPT
+    from tether.parity._graph_view import section
+
+    title = f"parity {report.title()}: {'PASS' if report.ok else 'FAIL'}"
+    graph = section(report, model)
+    # The graph's script only where there is a graph to draw.
+    graph_script = f'\n<script id="tether-graph">{GRAPH_SCRIPT}</script>' if "tether-graph-data" in graph else ""
     body = [_header(report), "<h2>Outputs</h2>",
             _table("outputs", _OUTPUT_HEADER, [_output_row(o) for o in report.outputs]),
             "<h2>Error distribution</h2>",
             '<div id="histograms">' + "".join(_histogram(o.name, report._errors.get(o.name), o.metrics)
-                                              for o in report.outputs) + "</div>"]
+                                              for o in report.outputs) + "</div>",
+            graph]
     if report.layers is not None:
         first = report.first_divergent
         origin = report.first_divergent_bisect.origin if report.first_divergent_bisect is not None else None
@@ -386,5 +398,6 @@ def render(report: ParityReport) -> str:
     if report.quantization is not None:
         body.append('<section id="quantization">' + report.quantization.html() + "</section>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{_esc(title)}</title><style>{_CSS}</style></head>\n<body>\n"
-            + "\n".join(body) + f'\n<script id="tether-tables">{_SCRIPT}</script>\n</body></html>\n')
+            f"<title>{_esc(title)}</title><style>{_CSS}{GRAPH_CSS}</style></head>\n<body>\n"
+            + "\n".join(body) + f'\n<script id="tether-tables">{_SCRIPT}</script>'
+            f"{graph_script}\n</body></html>\n")

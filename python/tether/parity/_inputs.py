@@ -31,12 +31,14 @@ def native_byte_order(array: Any) -> np.ndarray:
 
 def generate_inputs(specs: Sequence[InputSpec], *, seed: int = 0, batches: int = 1,
                     ranges: Mapping[str, tuple[float, float]] | None = None,
-                    dims: Mapping[str, int] | None = None) -> list[Feeds]:
+                    dims: Mapping[str, int] | None = None, model: Any = None) -> list[Feeds]:
     """``batches`` feeds drawn from the input specs with ``seed``.
 
     Floats are uniform in ``ranges[name]`` (default ``(-1, 1)``), integers uniform in
-    ``[low, high)`` (default ``(0, 10)``), bools fair coins. A symbolic dim takes its size from
-    ``dims[symbol]`` (default 1); an unknown dim or rank raises ArgumentError naming the input.
+    ``[low, high)`` (default ``(0, 10)``, or with ``model`` (a :class:`tether.Model`) the rows
+    of the data an integer input indexes, see :func:`index_ranges`), bools fair coins. A
+    symbolic dim takes its size from ``dims[symbol]`` (default 1); an unknown dim or rank
+    raises ArgumentError naming the input.
 
     Example:
         >>> spec = InputSpec("x", np.dtype("float32"), ("batch", 3))
@@ -44,7 +46,9 @@ def generate_inputs(specs: Sequence[InputSpec], *, seed: int = 0, batches: int =
         (2, 3)
     """
     rng = np.random.default_rng(seed)
-    ranges = dict(ranges or {})
+    found = index_ranges(model) if model is not None else {}
+    named = {s.name for s in specs}
+    ranges = {**{k: (lo, hi) for k, (lo, hi, _) in found.items() if k in named}, **dict(ranges or {})}
     dims = dict(dims or {})
     unknown = set(ranges) - {s.name for s in specs}
     if unknown:
@@ -67,6 +71,108 @@ def generate_inputs(specs: Sequence[InputSpec], *, seed: int = 0, batches: int =
                 raise _core.ArgumentError(f"input '{s.name}' is {s.dtype}; give its values instead of generating them")
         out.append(feeds)
     return out
+
+
+def int_ranges_option(items: Sequence[str], specs: Sequence[InputSpec], option: str = "--int-range"
+                      ) -> dict[str, tuple[int, int]]:
+    """Command-line ranges for generated integers as ``ranges`` for :func:`generate_inputs`:
+    ``LO:HI`` applies to every integer input, ``NAME=LO:HI`` to one (it wins over ``LO:HI``);
+    values are drawn from ``[LO, HI)``. ArgumentError for a malformed item, an empty range, or a
+    name that is not an integer input.
+
+    Example:
+        >>> ids = InputSpec("ids", np.dtype("int64"), ("batch", 6))
+        >>> int_ranges_option(["0:5"], [ids])
+        {'ids': (0, 5)}
+    """
+    integer = [s.name for s in specs if s.dtype.kind in "iu"]
+    every: tuple[int, int] | None = None
+    named: dict[str, tuple[int, int]] = {}
+    for item in items:
+        name, sep, bounds = item.rpartition("=")
+        lo, colon, hi = bounds.partition(":")
+        if not colon or not lo.strip().lstrip("-").isdigit() or not hi.strip().lstrip("-").isdigit() \
+                or (sep and not name):
+            raise _core.ArgumentError(f"{option} {item!r}: expected LO:HI or NAME=LO:HI (integers, HI excluded)")
+        pair = (int(lo), int(hi))
+        if pair[0] >= pair[1]:
+            raise _core.ArgumentError(f"{option} {item!r}: the range [{pair[0]}, {pair[1]}) is empty; HI is excluded, "
+                                      "so it must be above LO")
+        if not sep:
+            every = pair
+        elif name not in integer:
+            listed = ", ".join(integer) if integer else "none"
+            raise _core.ArgumentError(f"{option} {item!r}: '{name}' is not an integer input of the model; its integer "
+                                      f"inputs: {listed}")
+        else:
+            named[name] = pair
+    if every is not None and not integer:
+        raise _core.ArgumentError(f"{option}: the model has no integer input")
+    out = {**({n: every for n in integer} if every is not None else {}), **named}
+    for s in specs:
+        if s.name in out:
+            info, (low, high) = np.iinfo(s.dtype), out[s.name]
+            if low < info.min or high - 1 > info.max:  # values past the dtype would wrap silently
+                raise _core.ArgumentError(f"{option}: [{low}, {high}) does not fit input '{s.name}' of dtype "
+                                          f"{s.dtype} ([{info.min}, {info.max}])")
+    return out
+
+
+# Ops that hand an integer tensor on with its values unchanged (only its shape or type).
+_VALUE_PRESERVING = {"Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose"}
+
+
+def index_ranges(model: Any) -> dict[str, tuple[int, int, str]]:
+    """For each integer graph input that indexes data through ``Gather`` (an embedding's ids),
+    the range ``(0, rows, why)`` of valid indices: ``rows`` is the size of the gathered axis of
+    the data (the smallest when it feeds several). Found through ops that keep values (Cast,
+    Reshape, Squeeze, ...); an input whose data size is not known is left out.
+
+    Example:
+        >>> index_ranges(tt.load("embedding.onnx"))                 # doctest: +SKIP
+        {'ids': (0, 5, "the 5 rows of 'e.weight' that Gather 'node_embedding' indexes")}
+    """
+    consumers: dict[str, list[Any]] = {}
+    for node in model.nodes:
+        for i in node.inputs:
+            consumers.setdefault(i, []).append(node)
+    types = None
+    out: dict[str, tuple[int, int, str]] = {}
+    for value in model.inputs:
+        if not any(value.dtype.startswith(t) for t in ("int", "uint")):
+            continue
+        frontier, seen = [value.name], set()
+        while frontier:
+            name = frontier.pop()
+            seen.add(name)
+            for node in consumers.get(name, []):
+                if node.op_type in _VALUE_PRESERVING and node.domain in ("", "ai.onnx"):
+                    frontier.extend(o for o in node.outputs[:1] if o and o not in seen)
+                elif node.op_type == "Gather" and len(node.inputs) > 1 and node.inputs[1] == name:
+                    if types is None:
+                        types = _value_shapes(model)
+                    rows = _axis_size(types.get(node.inputs[0]), int(node.attributes.get("axis", 0)))
+                    if rows and (value.name not in out or rows < out[value.name][1]):
+                        out[value.name] = (0, rows, f"the {rows} rows of '{node.inputs[0]}' that Gather "
+                                                    f"'{node.name or node.outputs[0]}' indexes")
+    return out
+
+
+def _value_shapes(model: Any) -> dict[str, tuple[Any, ...] | None]:
+    shapes: dict[str, tuple[Any, ...] | None] = {n: v.shape for n, v in model.value_types().items()}
+    for name in model.initializer_names:
+        try:
+            shapes[name] = tuple(model.initializer(name).shape)
+        except _core.Error:  # a dtype numpy lacks: its declared shape stays
+            continue
+    return shapes
+
+
+def _axis_size(shape: tuple[Any, ...] | None, axis: int) -> int:
+    if not shape or not -len(shape) <= axis < len(shape):
+        return 0
+    d = shape[axis]
+    return d if isinstance(d, int) and d > 0 else 0
 
 
 def symbolic_dims(specs: Sequence[InputSpec]) -> list[str]:

@@ -196,6 +196,16 @@ def _num(x: float) -> str:
     return f"{x:.3g}"
 
 
+def _with_device(name: str, device: str) -> str:
+    """``name`` with ``device`` after the engine's name (``"tether vulkan:0 (candidate)"``,
+    ``"tether cpu: edited.onnx"``), unless the name already says it."""
+    if not device or device in name.replace(":", " ").split() or device in name.split():
+        return name
+    base, mark, rest = name.partition(" (candidate)")
+    head, colon, tail = base.partition(": ")
+    return f"{head} {device}{colon}{tail}{mark}{rest}"
+
+
 def _file_text(f: dict[str, str]) -> str:
     if f.get("kind") == "golden bundle":
         recorded = f"recorded for a model with SHA-256 {f['sha256']}" if f["sha256"] else "no model hash recorded"
@@ -223,9 +233,18 @@ def _metric_cells(m: Metrics) -> list[str]:
         return ["FAIL", m.problem, "", "", "", "", ""]
     if m.exact:  # integers, bools, strings: only the count of unequal elements means something
         return ["ok" if m.ok else "FAIL", _num(m.max_abs_error) if math.isfinite(m.max_abs_error) else "", "", "", "",
-                f"{m.mismatches} of {m.elements}", "exact"]
+                _out_of_tolerance(m), "exact"]
     return ["ok" if m.ok else "FAIL", _num(m.max_abs_error), _num(m.max_rel_error), _num(m.cosine),
-            _num(m.snr_db), f"{m.mismatch_fraction:.2%}", f"{_num(m.required_atol)} / {_num(m.required_rtol)}"]
+            _num(m.snr_db), _out_of_tolerance(m), f"{_num(m.required_atol)} / {_num(m.required_rtol)}"]
+
+
+def _out_of_tolerance(m: Metrics) -> str:
+    """``"1 of 100,000"``, with the share beside the count only when it rounds to something:
+    a rounded "0.00%" on a failing row would read as nothing out of tolerance."""
+    if not m.mismatches:
+        return f"0 of {m.elements:,}"
+    share = f" ({m.mismatch_fraction:.2%})" if m.mismatch_fraction >= 0.00005 else ""
+    return f"{m.mismatches:,} of {m.elements:,}{share}"
 
 
 _METRIC_HEADER = ["", "max abs", "max rel", "cosine", "SNR dB", "out of tol", "needs atol / rtol"]
@@ -263,6 +282,13 @@ class ParityReport:
     #: The files each side ran, by role ("reference", "candidate"): ``path`` and ``sha256``
     #: (for a golden bundle, the folder and the model hash it records).
     models: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: In dataset mode with layer-wise comparison, the batch the layers were compared on: the
+    #: one holding the worst element of the first failing output (0 when every output passes).
+    layer_batch: int | None = None
+    #: The device each side ran on, by role, for runners that have one (tether's: "cpu", "vulkan:0").
+    devices: dict[str, str] = field(default_factory=dict)
+    #: The model the comparison ran on (the graph the HTML report draws), when a side had one.
+    graph: Any = field(default=None, repr=False, compare=False)
     _errors: dict[str, Any] = field(default_factory=dict, repr=False)  # output -> sample of |c - r| for the HTML
 
     @property
@@ -321,14 +347,42 @@ class ParityReport:
                 out.append(f"node '{origin}' comes from {traced.where()}")
         return out
 
+    def _no_divergent_layer_text(self) -> str:
+        """Why no layer is named while an output fails: the layers were compared on one batch
+        only, or the failing value is one that was not compared layer by layer."""
+        failing = [o.name for o in self.outputs if not o.metrics.ok]
+        if not failing:
+            return "no layer leaves tolerance"
+        batch = 0 if self.layer_batch is None else self.layer_batch
+        passes_there = [o.name for o in self.outputs if not o.metrics.ok and len(o.batches) > 1
+                        and batch < len(o.batches) and o.batches[batch].ok]
+        if passes_there:
+            return (f"no layer leaves tolerance on batch {batch}, where output '{passes_there[0]}' is within "
+                    "tolerance: it fails on other batches")
+        skipped = sum(1 for la in self.layers or [] if la.status != "compared")
+        return (f"no compared layer leaves tolerance, yet output '{failing[0]}' fails: its error is in a value not "
+                f"compared layer by layer ({skipped} inside fused kernels or missing on one side; compare with "
+                "TetherRunner(model, optimize=False)), or in how the outputs were paired (output_map, layouts)")
+
     def worst_layers(self, k: int = 5) -> list[LayerResult]:
         """The ``k`` compared layers with the lowest SNR (largest error relative to the signal)."""
         compared = [la for la in self.layers or [] if la.metrics is not None]
         return sorted(compared, key=lambda la: (la.metrics.snr_db if la.metrics else 0.0))[:k]
 
+    def title(self) -> str:
+        """``"candidate vs reference"``, each side with the device it ran on when its name does
+        not say it already.
+
+        Example:
+            >>> tt.compare(TetherRunner(m, device="vulkan"), TetherRunner(m)).title()   # doctest: +SKIP
+            'tether cpu (candidate) vs tether vulkan:0'
+        """
+        return (f"{_with_device(self.candidate, self.devices.get('candidate', ''))} vs "
+                f"{_with_device(self.reference, self.devices.get('reference', ''))}")
+
     def table(self) -> str:
         """The per-output table, then the layer-wise summary when there is one, as text."""
-        lines = [f"parity: {self.candidate} vs {self.reference} ({self.batches} batch"
+        lines = [f"parity: {self.title()} ({self.batches} batch"
                  f"{'es' if self.batches != 1 else ''}; tolerance {self.tolerance.rule}: atol={self.tolerance.atol:g}"
                  f" rtol={self.tolerance.rtol:g}): {'PASS' if self.ok else 'FAIL'}"]
         for role, f in self.models.items():
@@ -340,8 +394,8 @@ class ParityReport:
             if not m.ok and m.worst_index is not None:
                 batch = "" if o.worst_batch is None else f" (batch {o.worst_batch})"
                 lines.append(f"worst element of '{o.name}'{batch}: index {list(m.worst_index)}: reference "
-                             f"{m.worst_reference!r}, candidate {m.worst_candidate!r} ({m.mismatches} of "
-                             f"{m.elements} out of tolerance)")
+                             f"{m.worst_reference!r}, candidate {m.worst_candidate!r} ({m.mismatches:,} of "
+                             f"{m.elements:,} out of tolerance)")
         for o in self.outputs:
             if o.metrics.nonfinite:
                 lines.append(f"NaN or infinity in output '{o.name}': {o.metrics.nonfinite_text()}"
@@ -349,10 +403,11 @@ class ParityReport:
         if self.layers is not None:
             compared = sum(1 for la in self.layers if la.status == "compared")
             fused = sum(1 for la in self.layers if la.status == "fused")
-            lines.append(f"layer-wise: {compared} values compared, {fused} inside fused kernels of the candidate")
+            on = "" if self.layer_batch is None else f" on batch {self.layer_batch}"
+            lines.append(f"layer-wise{on}: {compared} values compared, {fused} inside fused kernels of the candidate")
             first = self.first_divergent
             if first is None:
-                lines.append("no layer leaves tolerance")
+                lines.append(self._no_divergent_layer_text())
             else:
                 assert first.metrics is not None
                 lines.append(f"first divergent node: '{first.node}' ({first.op_type}), value '{first.value}': "
@@ -399,6 +454,8 @@ class ParityReport:
             "slices": None if self.slices is None else [s.to_dict() for s in self.slices],
             "notes": list(self.notes),
             "models": {k: dict(v) for k, v in self.models.items()},
+            "layer_batch": self.layer_batch,
+            "devices": dict(self.devices),
             "quantization": None if self.quantization is None else self.quantization.to_dict(),
         }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -36,6 +37,14 @@ def _as_model(source: ModelSource) -> Model:
     return source if isinstance(source, Model) else load(source)
 
 
+def _resolved_device(session: Session) -> str:
+    # "vulkan" leaves the choice to compile; its report names the device it chose.
+    if session.device != "vulkan":
+        return session.device
+    found = re.search(r"\bdevice (vulkan:\d+)", session.report)
+    return found.group(1) if found else session.device
+
+
 class TetherRunner:
     """A model run by tether's own engine, from a model (compiled here) or a compiled
     :class:`tether.Session`. Besides ``run`` it reads every intermediate value from the
@@ -57,6 +66,17 @@ class TetherRunner:
         else:
             self.model = _as_model(model)
             self.session = compile(self.model, device, threads=threads, optimize=optimize)
+
+    @property
+    def device(self) -> str:
+        """The device the session runs on, as :func:`tether.devices` names it: ``"cpu"``,
+        ``"vulkan:0"`` (for ``device="vulkan"``, the device compile chose).
+
+        Example:
+            >>> TetherRunner("model.onnx", device="vulkan").device   # doctest: +SKIP
+            'vulkan:0'
+        """
+        return _resolved_device(self.session)
 
     def input_specs(self) -> list[InputSpec]:
         """The session's inputs."""
@@ -134,6 +154,9 @@ class OnnxRuntimeRunner:
 
     def _make_session(self, data: bytes | str) -> Any:
         so = self._ort.SessionOptions()
+        # Failures reach the caller as exceptions that tether words itself; onnxruntime's own
+        # error log would print the same failure first, in its format.
+        so.log_severity_level = 4
         if self._options["threads"]:
             so.intra_op_num_threads = int(self._options["threads"])
         if not self._options["optimize"]:
@@ -218,6 +241,8 @@ class TorchRunner:
         self.module = module
         self.input_names = list(input_names) if input_names is not None else None
         self.names = list(output_names) if output_names is not None else None
+        #: The runner whose output names ``names`` were taken from (in order), when not declared.
+        self.names_from = ""
         self._specs = list(input_specs or [])
 
     def input_specs(self) -> list[InputSpec]:
@@ -243,6 +268,10 @@ class TorchRunner:
         flat = _flatten(out)
         arrays = [t.detach().cpu().numpy() if hasattr(t, "detach") else np.asarray(t) for t in flat]
         names_out = self.names or (["output"] if len(arrays) == 1 else [f"output_{i}" for i in range(len(arrays))])
+        if len(names_out) != len(arrays) and self.names_from:
+            raise _core.ArgumentError(f"runner '{self.name}': the module returned {len(arrays)} outputs, but "
+                                      f"'{self.names_from}' has {len(names_out)} ({names_out}) to pair them with in "
+                                      "order; declare TorchRunner(module, output_names=[...]) and output_map")
         if len(names_out) != len(arrays):
             raise _core.ArgumentError(f"runner '{self.name}': the module returned {len(arrays)} outputs, "
                                       f"but {len(names_out)} output names were declared: {names_out}")
