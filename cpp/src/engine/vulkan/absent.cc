@@ -7,11 +7,8 @@ namespace tether::engine::vulkan {
 
 namespace {
 
-class AbsentBackend final : public DeviceBackend {
+class AbsentBackend final : public NamedBackend {
  public:
-  std::string_view name() const override { return "vulkan"; }
-  bool claims(std::string_view device) const override { return device == "vulkan" || device.rfind("vulkan:", 0) == 0; }
-  std::string device_forms() const override { return "vulkan, vulkan:N"; }
   std::vector<DeviceInfo> devices() const override { return {}; }
   std::vector<std::string> op_types() const override { return {}; }
   std::unique_ptr<Session> compile(const ir::Model&, const CompileOptions& options) const override {

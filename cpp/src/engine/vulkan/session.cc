@@ -99,11 +99,8 @@ void from_half(const std::byte* src, int64_t n, float* dst) {
 
 namespace {
 
-class VulkanDeviceBackend final : public DeviceBackend {
+class VulkanDeviceBackend final : public NamedBackend {
  public:
-  std::string_view name() const override { return "vulkan"; }
-  bool claims(std::string_view device) const override { return device == "vulkan" || device.rfind("vulkan:", 0) == 0; }
-  std::string device_forms() const override { return "vulkan, vulkan:N"; }
 
   std::vector<DeviceInfo> devices() const override {
     std::vector<DeviceInfo> out;
