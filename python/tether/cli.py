@@ -23,6 +23,7 @@ import os
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
@@ -256,9 +257,14 @@ def _quantize(args: argparse.Namespace) -> int:
         skip_nonfinite=args.skip_nonfinite, labels=labels, max_accuracy_drop=args.max_accuracy_drop,
         min_sqnr_db=args.min_sqnr, eval_samples=args.eval_samples, runner=args.runner, ranges=ranges,
         algorithms=args.algorithm)
-    res.save(args.output)
+    with warnings.catch_warnings():  # the line below says it in the command's words
+        warnings.simplefilter("ignore", UserWarning)
+        res.save(args.output)
     print(res.report.table() if res.report is not None else res.summary.table())
-    print(f"quantized model written to {args.output}")
+    if res.quantized:
+        print(f"quantized model written to {args.output}")
+    else:
+        print(f"nothing quantized: the float model written to {args.output} (see the report above)")
     if args.html and res.report is not None:
         res.report.to_html(args.html)
         print(f"HTML report written to {args.html}")

@@ -124,3 +124,27 @@ def test_a_nan_row_raises_the_local_calibration_error_naming_its_dataset_row(clu
                                             skip_nonfinite=True)
     assert dist_skipped.summary.skipped == skipped.summary.skipped == [137, 201]  # rows of the whole dataset
     _same_quantization(skipped, dist_skipped)
+
+
+@ray.remote(max_restarts=1)
+class _Restartable:
+    def __init__(self, blob: object) -> None:
+        self.size = len(blob)  # type: ignore[arg-type]
+
+    def ping(self) -> int:
+        return self.size
+
+
+def test_jobs_log_no_error_level_ray_line_on_success(cluster, data, model_path, capfd) -> None:
+    """Ray logs "constructor arguments in the object store and max_restarts > 0" at error level,
+    once per process, for the first restartable actor given an argument by reference, as Ray
+    Data's actor pools are; tether's jobs create none. The actor made at the end proves the line
+    would have been seen: nothing in this process had logged it before."""
+    x, y = data
+    tt.distributed.calibrate(model_path, _dataset(x[:64]), method="minmax", eval_samples=0, batch_size=32)
+    tt.distributed.compare(model_path, model_path, _dataset(x[:64], y[:64]), labels_column="label", batch_size=32)
+    assert "constructor arguments in the object store" not in capfd.readouterr().err
+    actor = _Restartable.remote(ray.put(b"x" * 200_000))
+    assert ray.get(actor.ping.remote()) == 200_000
+    ray.kill(actor)
+    assert "constructor arguments in the object store" in capfd.readouterr().err

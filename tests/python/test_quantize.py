@@ -4,6 +4,7 @@ profiles, calibration files, mixed precision, reports."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import onnx
@@ -300,3 +301,49 @@ def test_a_bias_whose_scale_would_be_subnormal_stays_float():
     assert "bias" not in res.scales and "bias_quantized" not in tt.load(res.model.to_bytes()).initializer_names
     assert any("bias 'bias' stays float" in n for n in res.summary.notes)
     onnx.checker.check_model(onnx.load_from_string(res.model.to_bytes()), full_check=True)
+
+
+def _quantized_activations(model: tt.Model) -> set[str]:
+    """The activations a QDQ file quantizes, read from the file: the non-constant inputs of its
+    QuantizeLinear nodes."""
+    proto = onnx.load_from_string(model.to_bytes())
+    consts = {i.name for i in proto.graph.initializer}
+    return {n.input[0] for n in proto.graph.node if n.op_type == "QuantizeLinear" and n.input[0] not in consts}
+
+
+def test_a_budget_only_the_float_model_meets_is_reported_as_nothing_quantized(tmp_path, cnn, data):
+    res = tt.quantize.static(cnn, data, min_sqnr_db=200, eval_samples=16)
+    assert res.summary.budget_met is True and _quantized_activations(res.model) == set() and not res.quantized
+    assert "NOTHING QUANTIZED, the float model: the budget SQNR >= 200 dB on every output is met only" in repr(res)
+    assert f"0 of {len(res.summary.tensors)} activations quantized" in repr(res)
+    table = res.report.table()
+    assert "NOTHING QUANTIZED: the returned model is the float model" in table
+    assert "met only with every node in float" in table
+    with pytest.warns(UserWarning, match="is the float model: nothing is quantized"):
+        res.save(tmp_path / "float.onnx")
+    assert "QuantizeLinear" not in {n.op_type for n in onnx.load(str(tmp_path / "float.onnx")).graph.node}
+
+
+def test_repr_counts_the_activations_the_file_quantizes(tmp_path, cnn, data):
+    res = tt.quantize.static(cnn, data, method="minmax", eval_samples=0)
+    quantized = _quantized_activations(res.model)
+    assert quantized and res.quantized
+    assert f"{len(quantized)} of {len(res.summary.tensors)} activations quantized" in repr(res)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res.save(tmp_path / "int8.onnx")
+
+
+def test_an_unbisected_fused_kernel_is_noted_with_advice_that_names_the_node(cnn, data):
+    """Evaluation data three times wider than calibration clips: the first divergent value is
+    the fused Conv+Relu kernel's, which reads 'x_dequantized', a value the float model lacks."""
+    res = tt.quantize.static(cnn, data, method="minmax", eval_data=data * 3, sensitivity_analysis=True)
+    first = res.report.first_divergent
+    assert first is not None and len(first.fused_from) > 1
+    notes = [n for n in res.report.notes if "bisected" in n]
+    assert notes and all("optimize=False" not in n for n in notes)
+    assert "'x_dequantized' is a value the quantized model adds" in notes[0] and "most sensitive layers" in notes[0]
+    # The advice holds: the sensitivity table names a node of that kernel with the error it adds alone.
+    by_node = {s.node: s.sqnr_db for s in res.sensitivity or []}
+    assert any(math.isfinite(by_node.get(n, math.inf)) for n in first.fused_from)
+    assert "most sensitive layers" in res.report.table()

@@ -48,6 +48,12 @@ def test_a_missed_budget_exits_1(files):
              "--min-sqnr", "1000", "--runner", "onnxruntime")
     assert r.returncode == 1, r.stderr
     assert "budget: SQNR >= 1000 dB on every output: NOT met" in r.stdout
+    written = {n.op_type for n in onnx.load(str(files / "m.onnx")).graph.node}
+    if "QuantizeLinear" not in written:  # the float model came back: the command says so, not "quantized"
+        assert f"nothing quantized: the float model written to {files / 'm.onnx'}" in r.stdout
+        assert "quantized model written" not in r.stdout and "UserWarning" not in r.stderr
+    else:
+        assert "quantized model written to" in r.stdout
 
 
 @pytest.mark.parametrize("case, message", [

@@ -1,7 +1,7 @@
 """tether.distributed: calibration and parity sweeps over a whole ``ray.data.Dataset``.
 
-Ray Data schedules the work: ``map_batches`` runs a pool of actors, each of which compiles
-the model once and turns every batch it is given into a state (calibration statistics, or
+Ray Data schedules the work: ``map_batches`` runs tasks, each Ray worker process compiles
+the model once, and every batch becomes a state (calibration statistics, or
 parity sums and counts) that the driver merges in dataset order. The merged state is the one
 a single process would have built, so the results are the single-process ones:
 :func:`calibrate` returns what :func:`tether.quantize.static` returns, :func:`compare` what

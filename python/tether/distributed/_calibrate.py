@@ -20,7 +20,9 @@ from tether.distributed._common import (
     fail_once,
     feeds_of,
     head,
+    job_token,
     loaded,
+    per_process,
     portable,
     rows_of,
     specs,
@@ -35,18 +37,17 @@ _SAMPLE = re.compile(r"^calibration sample (\d+) \(batch \d+, row (\d+)\): (.*)$
 
 
 class _CalibrateWorker:
-    """One Ray actor: compiles the model once, then turns each batch into the calibration
-    state of that batch alone (compressed bytes), or the CalibrationError it raised."""
+    """A Ray worker process's share of a calibration: compiles the model once, then turns each
+    batch into the calibration state of that batch alone (compressed bytes), or the
+    CalibrationError it raised."""
 
     def __init__(self, model: str | bytes, profile: str, options: dict[str, Any], bins: int, threads: int,
-                 skip_nonfinite: bool, fail_marker: str | None = None) -> None:
+                 skip_nonfinite: bool) -> None:
         self.cal = Calibrator(model, profile=profile, options=options, bins=bins, threads=threads,
                               skip_nonfinite=skip_nonfinite)
         self.specs = specs(self.cal.model)
-        self.fail_marker = fail_marker
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        fail_once(self.fail_marker)
         rows = rows_of(batch)
         error = ""
         blob = b""
@@ -59,6 +60,13 @@ class _CalibrateWorker:
             self.cal.reset()
         return {"state": np.array([blob], dtype=object), "rows": np.array([rows], dtype=np.int64),
                 "error": np.array([error], dtype=object)}
+
+
+def _calibrate_batch(batch: dict[str, np.ndarray], *, token: str, fail_marker: str | None,
+                     **worker: Any) -> dict[str, np.ndarray]:
+    """One Ray task: a batch through this process's worker for job ``token``."""
+    fail_once(fail_marker)
+    return per_process(token, lambda: _CalibrateWorker(**worker))(batch)
 
 
 def _located(message: str, first_row: int, rows: int) -> str:
@@ -105,13 +113,13 @@ def calibrate(model: ModelSource, dataset: Any, *, method: str | None = None, pe
 
     ``dataset`` holds one column per model input (numpy rows: ``ray.data.from_numpy``,
     ``from_items``, Parquet, ...), and may hold a ``labels_column``. Ray Data's ``map_batches``
-    runs ``concurrency`` actors (``threads_per_worker`` engine threads each), every one of which
-    compiles the model once: the model travels as its path (which every node must be able to
-    read) or as ONNX bytes. Each batch of ``batch_size`` rows becomes the calibration state of
-    that batch, and the driver merges the states in dataset order: the statistics, ranges,
-    scales and written model are bit for bit those of one process over all rows. Ray restarts
-    an actor whose process dies and retries its batch (Ray Data's actor pools do so by
-    default); a batch's state is emitted once, by the attempt that succeeded. Progress shows
+    runs up to ``concurrency`` tasks at once (``threads_per_worker`` engine threads each), and
+    each Ray worker process compiles the model once: the model travels as its path (which every
+    node must be able to read) or as ONNX bytes. Each batch of ``batch_size`` rows becomes the
+    calibration state of that batch, and the driver merges the states in dataset order: the
+    statistics, ranges, scales and written model are bit for bit those of one process over all
+    rows. Ray retries a batch whose process dies (Ray Data's default for its tasks); a batch's
+    state is emitted once, by the attempt that succeeded. Progress shows
     as Ray Data's progress bars.
 
     The evaluation, the budget and the report are :func:`tether.quantize.static`'s, run on
@@ -149,11 +157,11 @@ def calibrate(model: ModelSource, dataset: Any, *, method: str | None = None, pe
     start = time.perf_counter()
     with dataset_order():
         results = dataset.map_batches(
-            _CalibrateWorker, batch_size=batch_size, batch_format="numpy",
-            compute=ray.data.ActorPoolStrategy(size=concurrency), num_cpus=threads_per_worker,
-            fn_constructor_kwargs={"model": portable(model), "profile": profile, "options": options, "bins": bins,
-                                   "threads": threads_per_worker, "skip_nonfinite": skip_nonfinite,
-                                   "fail_marker": _fail_once})
+            _calibrate_batch, batch_size=batch_size, batch_format="numpy",
+            compute=ray.data.TaskPoolStrategy(size=concurrency), num_cpus=threads_per_worker,
+            fn_kwargs={"token": job_token(), "fail_marker": _fail_once, "model": portable(model), "profile": profile,
+                       "options": options, "bins": bins, "threads": threads_per_worker,
+                       "skip_nonfinite": skip_nonfinite})
         _merge_in_order(cal, results, timings)
     timings["calibrate_seconds"] = time.perf_counter() - start
     if cal.batches == 0:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
-from typing import Any
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -20,6 +21,35 @@ from tether.parity._types import InputSpec
 DEFAULT_BATCH_ROWS = 512
 
 ModelSource = Model | str | os.PathLike[str] | bytes
+
+_T = TypeVar("_T")
+
+# In a Ray worker process: the compiled state of the latest job whose batches ran there.
+_STATE: dict[str, Any] = {}
+
+
+def job_token() -> str:
+    """A name for one job's compiled worker state, unique across jobs."""
+    return uuid.uuid4().hex
+
+
+def per_process(token: str, build: Callable[[], _T]) -> _T:
+    """The state the batches of job ``token`` share in this process, built by the first of them
+    to run here: a job compiles its models once per Ray worker process, as an actor would.
+
+    The jobs run as Ray tasks rather than on an actor pool: Ray Data hands an actor pool its
+    transform through the object store, and Ray then logs an error-level line for an actor that
+    may restart (ray-project/ray#53727); tasks are retried with the same guarantees.
+    A process keeps the latest job's state only.
+
+    Example:
+        >>> cal = per_process(token, lambda: Calibrator(model))    # doctest: +SKIP
+    """
+    state = _STATE.get(token)
+    if state is None:
+        _STATE.clear()
+        state = _STATE[token] = build()
+    return state
 
 
 def portable(model: ModelSource) -> str | bytes:
@@ -92,7 +122,7 @@ def dataset_order() -> Iterator[None]:
 
 def fail_once(marker: str | None) -> None:
     """Kills the worker's process the first time it is called (a file marks that it was):
-    lets the tests see Ray restart an actor and retry its batch."""
+    lets the tests see Ray retry a batch whose process died."""
     if marker and not os.path.exists(marker):
         with open(marker, "w") as f:
             f.write("failed once\n")

@@ -19,7 +19,9 @@ from tether.distributed._common import (
     fail_once,
     feeds_of,
     head,
+    job_token,
     loaded,
+    per_process,
     portable,
     rows_of,
     specs,
@@ -41,13 +43,12 @@ def _runner(model: Any, kind: str, threads: int | None) -> Any:
 
 
 class _CompareWorker:
-    """One Ray actor: compiles both models once, then turns each batch into the parity state
-    of that batch alone (its rows counted from 0)."""
+    """A Ray worker process's share of a sweep: compiles both models once, then turns each
+    batch into the parity state of that batch alone (its rows counted from 0)."""
 
     def __init__(self, reference: str | bytes, candidate: str | bytes, reference_runner: str, candidate_runner: str,
                  tolerance: dict[str, Any] | None, output_map: dict[str, str], layouts: dict[str, Any],
-                 label_output: str | None, labels_column: str | None, threads: int,
-                 fail_marker: str | None = None) -> None:
+                 label_output: str | None, labels_column: str | None, threads: int) -> None:
         self.ref = _runner(reference, reference_runner, threads)
         self.cand = _runner(candidate, candidate_runner, threads)
         self.specs = self.ref.input_specs() or self.cand.input_specs()
@@ -56,10 +57,8 @@ class _CompareWorker:
         self.layouts = {k: _permutation(v) for k, v in layouts.items()}
         self.label_output = label_output
         self.labels_column = labels_column
-        self.fail_marker = fail_marker
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        fail_once(self.fail_marker)
         feeds = feeds_of(batch, self.specs)
         pairs = _map_outputs(self.ref.run(feeds), self.cand.run(feeds), self.output_map, self.layouts, self.ref,
                              self.cand)
@@ -67,6 +66,13 @@ class _CompareWorker:
         state.add_pairs(pairs, first_row=0, labels=batch[self.labels_column] if self.labels_column else None)
         return {"state": np.array([state.to_bytes()], dtype=object),
                 "rows": np.array([rows_of(batch)], dtype=np.int64)}
+
+
+def _compare_batch(batch: dict[str, np.ndarray], *, token: str, fail_marker: str | None,
+                   **worker: Any) -> dict[str, np.ndarray]:
+    """One Ray task: a batch through this process's worker for job ``token``."""
+    fail_once(fail_marker)
+    return per_process(token, lambda: _CompareWorker(**worker))(batch)
 
 
 def compare(reference: ModelSource, candidate: ModelSource, dataset: Any, *, labels_column: str | None = None,
@@ -77,19 +83,20 @@ def compare(reference: ModelSource, candidate: ModelSource, dataset: Any, *, lab
             _timings: dict[str, float] | None = None,
             _fail_once: str | None = None) -> ParityReport:
     """Compares two ONNX models on every row of a ``ray.data.Dataset``: the dataset-mode
-    :class:`ParityReport` of :func:`tether.compare`, computed by a pool of Ray actors.
+    :class:`ParityReport` of :func:`tether.compare`, computed by Ray tasks.
 
-    ``reference`` and ``candidate`` are paths (read by every worker, so visible on every node),
-    ONNX bytes or :class:`tether.Model` objects (sent as bytes), run by ``reference_runner``
-    and ``candidate_runner`` (``"tether"`` or ``"onnxruntime"``); each of the ``concurrency``
-    actors compiles them once. Each batch of ``batch_size`` rows becomes a parity state (exact
-    sums for the mean error, cosine and SNR, counts, extremes, the worst element, per-label
-    agreement), and the driver merges them in dataset order: every output's metrics, the worst
-    element's row and the per-label table equal those of :func:`tether.compare` over the same
-    rows in one process. ``labels_column`` names the dataset's column of labels (one per row)
-    for the per-label table of ``label_output`` (default: the first output). ``tolerance``,
-    ``output_map`` and ``layouts`` are :func:`tether.compare`'s. Ray restarts a worker whose
-    process dies and retries its batch (Ray Data's default for actor pools); the batch is counted once.
+    ``reference`` and ``candidate`` are paths (read by every worker, so visible on every
+    node), ONNX bytes or :class:`tether.Model` objects (sent as bytes), run by
+    ``reference_runner`` and ``candidate_runner`` (``"tether"`` or ``"onnxruntime"``); up to
+    ``concurrency`` tasks run at once, and each Ray worker process compiles them once. Each
+    batch of ``batch_size`` rows becomes a parity state (exact sums for the mean error, cosine
+    and SNR, counts, extremes, the worst element, per-label agreement), and the driver merges
+    them in dataset order: every output's metrics, the worst element's row and the per-label
+    table equal those of :func:`tether.compare` over the same rows in one process.
+    ``labels_column`` names the dataset's column of labels (one per row) for the per-label
+    table of ``label_output`` (default: the first output). ``tolerance``, ``output_map`` and
+    ``layouts`` are :func:`tether.compare`'s. Ray retries a batch whose process dies (Ray
+    Data's default for its tasks); the batch is counted once.
 
     The report holds no per-batch list (Ray chooses the batches) and ``batches`` counts Ray's.
     Errors before any worker starts: ArgumentError when a model input or the labels column is
@@ -127,10 +134,10 @@ def compare(reference: ModelSource, candidate: ModelSource, dataset: Any, *, lab
     merging = 0.0
     with dataset_order():
         results = dataset.map_batches(
-            _CompareWorker, batch_size=batch_size, batch_format="numpy",
-            compute=ray.data.ActorPoolStrategy(size=concurrency), num_cpus=threads_per_worker,
-            fn_constructor_kwargs={
-                "reference": portable(reference), "candidate": portable(candidate),
+            _compare_batch, batch_size=batch_size, batch_format="numpy",
+            compute=ray.data.TaskPoolStrategy(size=concurrency), num_cpus=threads_per_worker,
+            fn_kwargs={
+                "token": job_token(), "reference": portable(reference), "candidate": portable(candidate),
                 "reference_runner": reference_runner, "candidate_runner": candidate_runner,
                 "tolerance": None if given is None else given.to_dict(), "output_map": dict(output_map or {}),
                 "layouts": perms, "label_output": label_output, "labels_column": labels_column,

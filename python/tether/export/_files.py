@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 from tether import _core
+from tether.parity import ParityReport
 
 _GOLDEN_INDEX = "golden.json"
 
@@ -48,6 +49,15 @@ class Staging:
             else:
                 os.replace(entry, target)
         self.discard()
+
+    def name_final(self, *reports: ParityReport | None) -> None:
+        """After :meth:`commit`: the model entries of ``reports`` (``report.models``) that name
+        the staged file name the final one, where it now is (same bytes, same SHA-256)."""
+        staged = os.path.abspath(self.path)
+        for report in reports:
+            for info in (getattr(report, "models", None) or {}).values():
+                if isinstance(info, dict) and os.path.abspath(str(info.get("path", ""))) == staged:
+                    info["path"] = os.fspath(self.final)
 
     def discard(self) -> None:
         """Removes the staging folder and everything in it."""

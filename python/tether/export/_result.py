@@ -104,6 +104,20 @@ def fail(result: ExportResult, why: str, details: str = "") -> NoReturn:
     raise err
 
 
+def suggest_tolerance(report: ParityReport) -> str:
+    """A tolerance, as code, under which every failing output of ``report`` would pass: twice the
+    largest atol they need (one significant digit) at the report's rtol.
+
+    Example:
+        >>> suggest_tolerance(report)                  # doctest: +SKIP
+        'Tolerance(atol=0.2, rtol=0.1)'
+    """
+    atol = max((o.metrics.required_atol for o in report.outputs if not o.metrics.ok), default=0.0)
+    rtol = report.tolerance.rtol
+    rounded = float(f"{2 * atol:.1g}") if atol > 0 else report.tolerance.atol
+    return f"Tolerance(atol={rounded:g}, rtol={rtol:g})"
+
+
 def note(notes: list[str], message: str) -> None:
     """Appends ``message`` to ``notes`` unless it is there already."""
     if message not in notes:

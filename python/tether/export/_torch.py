@@ -51,6 +51,27 @@ def _input_names(module: Any, count: int, given: Sequence[str] | None) -> list[s
     return names
 
 
+def _output_names(given: Sequence[str] | None) -> list[str] | None:
+    """``output_names`` checked as far as it can be before exporting: non-empty, distinct strings."""
+    if given is None:
+        return None
+    names = list(given)
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise _core.ArgumentError(f"output_names must be non-empty strings, one per output of the module; got {names}")
+    if len(set(names)) != len(names):
+        raise _core.ArgumentError(f"output_names must be distinct; got {names}")
+    return names
+
+
+def _check_output_count(given: list[str] | None, exported: list[str]) -> None:
+    """The exporters name as many outputs as they are given names and leave the rest (or drop
+    the extra names) silently: a count that is not the module's is an error."""
+    if given is not None and len(given) != len(exported):
+        raise _core.ArgumentError(f"output_names holds {len(given)} name{'s' * (len(given) != 1)}; the module "
+                                  f"returns {len(exported)} outputs (the exported graph's outputs: {exported}): give "
+                                  "one name per output, in the order forward() returns them (nested outputs flattened)")
+
+
 def _dims(dynamic: Dynamic | None, names: list[str],
           named_by: str) -> tuple[dict[str, dict[int, str]], tuple[Any, ...]]:
     """Both styles of ``dynamic`` as (names per input and axis, torch.export dynamic_shapes in
@@ -220,7 +241,7 @@ def torch(module: Any, example_inputs: Any, path: str | os.PathLike[str], *, dyn
 
     ``example_inputs``: a tensor or a tuple of tensors, the forward's positional arguments; the
     graph's inputs take ``input_names`` (default: the forward's parameter names), its outputs
-    ``output_names`` (default: the exporter's names).
+    ``output_names`` (default: the exporter's names; one per output, else ArgumentError).
     ``dynamic``: dims that must stay symbolic, per input name, as names
     (``{"x": {0: "batch"}}``) or ``torch.export.Dim`` objects (``{"x": {0: Dim("batch")}}``).
     ``custom_translation_table``: ``{torch op: onnxscript function}`` for ops the dynamo
@@ -267,8 +288,7 @@ def torch(module: Any, example_inputs: Any, path: str | os.PathLike[str], *, dyn
     _check_options(exporter, external_data, custom_translation_table, generated_inputs)
     names = _input_names(module, len(args), input_names)
     dims, shapes = _dims(dynamic, names, "inputs of forward()" if input_names is None else "in input_names")
-    ex = _Export(names, list(output_names) if output_names else None, dims, shapes, opset,
-                 custom_translation_table)
+    ex = _Export(names, _output_names(output_names), dims, shapes, opset, custom_translation_table)
     for n, a in zip(names, args, strict=True):
         for axis, dim in dims.get(n, {}).items():
             if axis >= a.dim():
@@ -359,8 +379,10 @@ def _export(module: Any, args: tuple[Any, ...], staging: Staging, result: Export
         ex.tracer = _tracer_warnings(caught)
         for w in ex.tracer:
             note(ex.notes, _describe_warning(w))
+        exported = load(raw)
+        _check_output_count(ex.outputs, [o.name for o in exported.outputs])
         # tether's "auto" keeps weights inside unless the file would pass protobuf's 2 GiB limit.
-        files = load(raw).save(staging.path, external_data=external_data)
+        files = exported.save(staging.path, external_data=external_data)
     shutil.rmtree(raw_dir, ignore_errors=True)
     return len(files) > 1
 

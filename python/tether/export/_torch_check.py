@@ -15,7 +15,7 @@ import numpy as np
 from tether import _core
 from tether._model import load
 from tether.export._files import golden_path
-from tether.export._result import ExportResult, fail, note, whole
+from tether.export._result import ExportResult, fail, note, suggest_tolerance, whole
 from tether.parity import (
     InputSpec,
     OnnxRuntimeRunner,
@@ -98,7 +98,7 @@ def _judge(result: ExportResult, opts: Options, dtypes: Mapping[str, np.dtype],
             why = (f"the exported model differs from the module {where} by float rounding only: {rounding}. Neither a "
                    "fixed dim nor a wrong op: the tolerance is tighter than this model's float arithmetic allows")
             if k == 0 and opts.check:
-                fail(result, f"{why}; pass a looser one, e.g. tolerance={_suggest(report)}", report.table())
+                fail(result, f"{why}; pass a looser one, e.g. tolerance={suggest_tolerance(report)}", report.table())
             # Inputs tether made up (generated values, the second size) may drive the model where its
             # float arithmetic is coarse: worth a warning, not a refusal of a faithful file.
             note(result.warnings, why)
@@ -179,13 +179,6 @@ def _rounding_in_float64(reference: TorchRunner, runs: list[Run], report: Parity
         return ""
     return "; ".join(f"output '{n}' is {file[n]:.3g} from the module evaluated in float64, where the module's own "
                      f"float32 result is {own[n]:.3g} from it (these inputs amplify rounding)" for n in bad)
-
-
-def _suggest(report: ParityReport) -> str:
-    atol = max((o.metrics.required_atol for o in report.outputs if not o.metrics.ok), default=0.0)
-    rtol = report.tolerance.rtol
-    rounded = float(f"{2 * atol:.1g}") if atol > 0 else report.tolerance.atol
-    return f"Tolerance(atol={rounded:g}, rtol={rtol:g})"
 
 
 def _candidate(path: Path, threads: int | None, result: ExportResult, example: Feeds) -> Any:

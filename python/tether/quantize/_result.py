@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +46,12 @@ class QuantParams:
                            dtype)
 
 
+# What the parity comparison says when it cannot bisect a fused kernel because the reference lacks
+# a value: for a float reference against its QDQ copy, that value is one quantization added.
+_UNBISECTED = re.compile(r"^the fused kernel writing '(?P<value>[^']+)' could not be bisected node by node: the "
+                         r"reference did not produce value '(?P<missing>[^']+)'")
+
+
 def _write(path: str | os.PathLike[str], text: str) -> None:
     try:
         with open(path, "w", encoding="utf-8") as f:
@@ -65,6 +73,15 @@ class QuantizeResult:
     ``sensitivity``: per node, the error it adds alone, most sensitive first (when computed);
     ``plan``: what ``model`` quantizes (None when every node stayed float).
 
+    When nothing is quantized (only the float model meets the budget, or every node was kept
+    in float), ``quantized`` is False, ``repr`` and the report say so and :meth:`save` warns:
+    the file it writes is the float model.
+
+    The report compares the float model with its quantized copy, whose fused kernels read
+    values (``x_dequantized``) the float model never has: a kernel that cannot be bisected for
+    that reason is noted with what does name the node adding the error, the sensitivity
+    analysis (``sensitivity_analysis=True``: each node's SQNR with only that node quantized).
+
     Example:
         >>> res = tt.quantize.static(model, batches, method="entropy")   # doctest: +SKIP
         >>> res.save("model.int8.onnx"); print(res.report)                # doctest: +SKIP
@@ -80,13 +97,47 @@ class QuantizeResult:
     sensitivity: list[LayerSensitivity] | None
     plan: Any
 
+    def __post_init__(self) -> None:
+        if self.report is not None:
+            self.report.notes = [self._bisect_note(n) for n in self.report.notes]
+
+    def _bisect_note(self, note: str) -> str:
+        """A note that a fused kernel could not be bisected, with advice for this comparison in
+        place of advice about compiling the reference (quantize compiles it, and the missing
+        value is one quantization added)."""
+        m = _UNBISECTED.match(note)
+        if m is None:
+            return note
+        where = ("the quantization section's 'most sensitive layers' table gives the error each node adds alone"
+                 if self.sensitivity else "tt.quantize.static(..., sensitivity_analysis=True) gives the error each "
+                 "node adds alone (the output's SQNR with only that node quantized)")
+        values = {o for n in self.float_model.nodes for o in n.outputs}
+        why = ("the float model computes it inside a fused kernel of its own" if m["missing"] in values
+               else "a value the quantized model adds and the float model lacks")
+        return (f"the fused kernel writing '{m['value']}' is not bisected node by node: '{m['missing']}' is {why}; "
+                f"{where}")
+
+    @property
+    def quantized(self) -> bool:
+        """Whether ``model`` quantizes anything (holds a QuantizeLinear or DequantizeLinear node).
+
+        Example:
+            >>> res.quantized                                       # doctest: +SKIP
+            True
+        """
+        return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in self.model.nodes)
+
     def save(self, path: str | os.PathLike[str], *, external_data: bool = False) -> None:
         """Writes the quantized model (weights inline, or beside it with ``external_data``).
+        Warns when nothing is quantized: the file is then the float model.
 
         Example:
             >>> res.save("model.int8.onnx")                        # doctest: +SKIP
         """
         self.model.save(path, external_data=external_data)
+        if not self.quantized:
+            why = self.summary.float_only() or "every node was kept in float"
+            warnings.warn(f"'{os.fspath(path)}' is the float model: nothing is quantized; {why}", stacklevel=2)
 
     def tensorrt_scales(self) -> dict[str, float]:
         """Per activation ``model`` quantizes, TensorRT's symmetric scale: max(|min|, |max|) / 127.
@@ -132,5 +183,9 @@ class QuantizeResult:
         _write(path, _core.quant_write_ncnn_table(weights, inputs))
 
     def __repr__(self) -> str:
-        return (f"<QuantizeResult: {len(self.ranges)} activations, {len(self.float_nodes)} nodes in float, "
-                f"profile {self.summary.profile}, method {self.summary.method}>")
+        counts = (f"{self.summary.quantized_activations} of {len(self.summary.tensors)} activations quantized, "
+                  f"{len(self.float_nodes)} nodes in float")
+        if not self.quantized:
+            why = self.summary.float_only() or "every node was kept in float"
+            counts = f"NOTHING QUANTIZED, the float model: {why}; {counts}"
+        return f"<QuantizeResult: {counts}, profile {self.summary.profile}, method {self.summary.method}>"

@@ -51,6 +51,31 @@ class QuantizationSummary:
     runner: str = "tether"
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def quantized_activations(self) -> int:
+        """How many activations the returned model quantizes (0: it is the float model)."""
+        return sum(1 for t in self.tensors if t.scale is not None)
+
+    def float_only(self) -> str | None:
+        """Why the returned model is the float model, or None when it quantizes something.
+
+        Example:
+            >>> res.summary.float_only()                              # doctest: +SKIP
+            'the budget SQNR >= 200 dB on every output is met only with every node in float'
+        """
+        if self.quantized_activations:
+            return None
+        if self.budget and self.budget_met:
+            return f"the budget {self.budget} is met only with every node in float"
+        if self.budget and self.budget_met is False:
+            return f"the budget {self.budget} is not met even with every node in float"
+        return "every node was kept in float" if self.float_nodes else "the model has nothing to quantize"
+
+    def _budget_verdict(self) -> str:
+        if not self.budget_met:
+            return "NOT met"
+        return "met only with every node in float" if not self.quantized_activations else "met"
+
     def problems(self) -> list[str]:
         """Lines for what calibration found suspicious: dead channels, zero ranges, heavy clipping."""
         out = []
@@ -72,13 +97,15 @@ class QuantizationSummary:
         acc = ""
         if self.accuracy is not None and self.float_accuracy is not None:
             acc = f"; top-1 accuracy {self.float_accuracy:.2%} float -> {self.accuracy:.2%} int8"
-        written = sum(1 for t in self.tensors if t.scale is not None)
         lines = [f"quantization: profile {self.profile}, method {self.method}, {self.samples} calibration samples in "
-                 f"{self.batches} batches, {written} activations quantized ({len(self.tensors)} calibrated), "
-                 f"{len(self.float_nodes)} nodes in float; evaluated on {self.evaluated_samples} samples by "
-                 f"{self.runner}{acc}"]
+                 f"{self.batches} batches, {self.quantized_activations} activations quantized ({len(self.tensors)} "
+                 f"calibrated), {len(self.float_nodes)} nodes in float; evaluated on {self.evaluated_samples} samples "
+                 f"by {self.runner}{acc}"]
+        why = self.float_only()
+        if why:
+            lines.append(f"NOTHING QUANTIZED: the returned model is the float model; {why}")
         if self.budget:
-            lines.append(f"budget: {self.budget}: {'met' if self.budget_met else 'NOT met'}")
+            lines.append(f"budget: {self.budget}: {self._budget_verdict()}")
         if self.float_nodes:
             lines.append(_table(["kept in float", "why"], [[n, w] for n, w in self.float_nodes.items()]))
         if self.sensitivity:
@@ -101,6 +128,7 @@ class QuantizationSummary:
             "sensitivity": None if self.sensitivity is None else [s.to_dict() for s in self.sensitivity],
             "budget": self.budget, "budget_met": self.budget_met, "float_accuracy": self.float_accuracy,
             "accuracy": self.accuracy, "evaluated_samples": self.evaluated_samples, "runner": self.runner,
+            "quantized_activations": self.quantized_activations, "float_only": self.float_only(),
             "problems": self.problems(), "notes": list(self.notes),
         }
 
@@ -108,8 +136,11 @@ class QuantizationSummary:
         """The section of the HTML report: summary, float layers, sensitivity chart, tensor table."""
         e = html.escape
         parts = [f"<h2>Quantization</h2><p>{e(self.table().splitlines()[0])}</p>"]
+        why = self.float_only()
+        if why:
+            parts.append(f"<p><b>Nothing quantized</b>: the returned model is the float model; {e(why)}</p>")
         if self.budget:
-            parts.append(f"<p>budget: {e(self.budget)}: <b>{'met' if self.budget_met else 'NOT met'}</b></p>")
+            parts.append(f"<p>budget: {e(self.budget)}: <b>{self._budget_verdict()}</b></p>")
         if self.float_nodes:
             rows = "".join(f"<tr><td class='name'>{e(n)}</td><td class='text'>{e(w)}</td></tr>"
                            for n, w in self.float_nodes.items())
