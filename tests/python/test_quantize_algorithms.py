@@ -189,5 +189,5 @@ def test_equalized_quantization_is_the_same_whatever_the_batching():
 @pytest.mark.parametrize("algorithms", [["smoothquant_typo"], ["cross_layer_equalization", 3]])
 def test_an_unknown_algorithm_is_an_argument_error_naming_it(algorithms):
     model, x = _mobilenet_digits()
-    with pytest.raises(tt.ArgumentError, match=r"unknown quantization algorithm .*known: \['cross_layer_equalization'\]"):
+    with pytest.raises(tt.ArgumentError, match=r"unknown quantization algorithm .*known: \['cross_layer_equalization', "):
         tt.quantize.static(model, x[:8], algorithms=algorithms, eval_samples=0)

@@ -23,7 +23,7 @@ from tether import _core
 from tether._model import Model, Node, load
 
 #: The names ``tt.quantize.static(..., algorithms=[...])`` takes.
-ALGORITHMS = ("cross_layer_equalization",)
+ALGORITHMS = ("cross_layer_equalization", "smooth_quant", "bias_correction")
 
 #: Activations that commute with a positive per-channel scale.
 _HOMOGENEOUS = ("Relu", "LeakyRelu")

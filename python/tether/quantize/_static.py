@@ -4,22 +4,25 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from tether import _core
 from tether._model import Model, load
+from tether._session import compile as _compile
 from tether.parity._compare import compare
 from tether.parity._inputs import Feeds, iter_feeds
 from tether.parity._metrics import Tolerance
 from tether.parity._runners import OnnxRuntimeRunner, TetherRunner
+from tether.quantize._bias_correction import BiasCorrector, add_zero_biases
 from tether.quantize._calibrator import Calibrator, _progress, _specs, iter_batches
-from tether.quantize._equalize import check_algorithms, cross_layer_equalization
+from tether.quantize._equalize import check_algorithms, cross_layer_equalization, with_initializers
 from tether.quantize._evaluate import Budget, Evaluator, LayerSensitivity, Score, sensitivity, smallest_float_set
 from tether.quantize._plan import exclusions, plan, prepare
 from tether.quantize._result import QuantizeResult, QuantParams
+from tether.quantize._smooth_quant import check_alpha, smooth_quant
 from tether.quantize._summary import QuantizationSummary, TensorSummary
 
 #: The method each profile calibrates with unless told otherwise: onnxruntime's quantize_static
@@ -150,9 +153,14 @@ def _given_ranges(ranges: Mapping[str, Sequence[Any]], cal: Calibrator, source: 
 class _Quantizer:
     """One float model, its calibration and plan; QDQ variants of it with nodes kept in float."""
 
-    def __init__(self, cal: Calibrator, ranges: dict[str, tuple[float, float, str]]) -> None:
+    def __init__(self, cal: Calibrator, ranges: dict[str, tuple[float, float, str]], model: Model | None = None,
+                 originals: Mapping[str, tuple[str, np.ndarray]] | None = None) -> None:
         self.cal = cal
         self.ranges = ranges
+        # The model quantized: ``cal.model`` or its bias-corrected copy, whose nodes kept in
+        # float get their ``originals`` (bias name, value) back.
+        self.model = model or cal.model
+        self.originals = dict(originals or {})
         self._cache: dict[tuple[str, ...], tuple[Model, dict[str, Any], dict[str, Any], list[str], Any]] = {}
 
     def build(self, float_nodes: Sequence[str] = ()) -> tuple[Model, dict[str, Any], dict[str, Any], list[str], Any]:
@@ -164,13 +172,18 @@ class _Quantizer:
             except _core.ModelError:  # every node that could be quantized is kept in float
                 self._cache[key] = (self.cal.model, {}, {}, [], None)
                 return self._cache[key]
-            m, acts, weights, notes = _core.quant_quantize_qdq(self.cal.model._core, p, self.ranges, options)
+            m, acts, weights, notes = _core.quant_quantize_qdq(self._source(key)._core, p, self.ranges, options)
             self._cache[key] = (Model(m), dict(acts), dict(weights), list(notes), p)
         return self._cache[key]
 
+    def _source(self, float_nodes: Sequence[str]) -> Model:
+        back = {b: v for n, (b, v) in self.originals.items() if n in float_nodes}
+        return with_initializers(self.model, back) if back else self.model
+
     def only(self, node: str) -> Model:
         sub = _core.quant_restrict_plan(self.cal.plan, [node])
-        m, _, _, _ = _core.quant_quantize_qdq(self.cal.model._core, sub, self.ranges, self.cal.options)
+        source = self._source([n for n in self.originals if n != node])
+        m, _, _, _ = _core.quant_quantize_qdq(source._core, sub, self.ranges, self.cal.options)
         return Model(m)
 
 
@@ -185,7 +198,8 @@ def static(model: Model | str | os.PathLike[str] | bytes, batches: Any, *, metho
            tolerance: Tolerance | str | None = None, eval_data: Any = None, eval_samples: int = 128,
            runner: str = "tether", sensitivity_analysis: bool | None = None,
            progress: bool | None = None, ranges: Mapping[str, Sequence[Any]] | None = None,
-           algorithms: Sequence[str] | str = ()) -> QuantizeResult:
+           algorithms: Sequence[str] | str = (),
+           smooth_quant_alpha: float | Sequence[float] | str = 0.5) -> QuantizeResult:
     """Quantizes a float model to INT8 QDQ from numpy calibration batches, in one call.
 
     The model (a :class:`tether.Model` or a path; the file is only read) is prepared
@@ -216,7 +230,14 @@ def static(model: Model | str | os.PathLike[str] | bytes, batches: Any, *, metho
 
     ``algorithms``: accuracy-recovering rewrites applied before calibration, in order:
     ``"cross_layer_equalization"`` (see :func:`equalize`; ``float_model`` is then the equalized
-    float model, which computes the same function). An unknown name raises ArgumentError.
+    float model, which computes the same function); ``"smooth_quant"`` (MatMul/Gemm inputs
+    divided by ``s_j = max|X_j|^alpha / max|W_j|^(1 - alpha)`` per channel, weights multiplied
+    by it; ``smooth_quant_alpha``: one alpha, a list of them or ``"search"`` for 0.3 to 0.8, the
+    best output SQNR on the calibration batches deciding; it reads ``batches`` more than once, so
+    they must not be a one-shot iterator); ``"bias_correction"`` (after calibration, each
+    quantized Conv/Gemm/MatMul bias loses the mean output shift ``(W_q - W) E[x]`` measured on
+    the calibration batches; the report still compares against the uncorrected float model).
+    An unknown name raises ArgumentError.
 
     Example:
         >>> res = tt.quantize.static("cnn.onnx", x_calib, method="entropy", labels=y_calib,
@@ -227,10 +248,46 @@ def static(model: Model | str | os.PathLike[str] | bytes, batches: Any, *, metho
         ...                          eval_data=x_test)               # doctest: +SKIP
         >>> res = tt.quantize.static("mobilenet.onnx", x_calib, per_channel=False,
         ...                          algorithms=["cross_layer_equalization"])   # doctest: +SKIP
+        >>> res = tt.quantize.static("bert.onnx", x_calib, algorithms=["smooth_quant", "bias_correction"],
+        ...                          smooth_quant_alpha="search")   # doctest: +SKIP
     """
     source = original = model if isinstance(model, Model) else load(model)
     pre_notes: list[str] = []
-    for name in check_algorithms(algorithms):
+    method = method or DEFAULT_METHODS.get(profile, "minmax")
+    names = check_algorithms(algorithms)
+    alphas = check_alpha(smooth_quant_alpha)
+    kept_float: list[str] = []  # inserted SmoothQuant Muls
+    if batches is None and ("smooth_quant" in names or "bias_correction" in names):
+        raise _core.ArgumentError("smooth_quant and bias_correction need calibration batches; batches is None")
+    for name in names:
+        if name == "bias_correction":  # applied after calibration; here each Conv/Gemm gets a bias
+            source, added = add_zero_biases(prepare(source))
+            if added:
+                pre_notes.append(f"bias correction: a zero bias added to {len(added)} Conv/Gemm nodes without one")
+        if name == "smooth_quant":
+            if isinstance(batches, Iterator):
+                raise _core.ArgumentError("smooth_quant reads the calibration batches more than once (channel "
+                                          "maxima, then calibration): pass a list, an array or a dict of arrays, "
+                                          "not a one-shot iterator or generator")
+            prepared = prepare(source)
+
+            def quantize_with(m: Model, inserted: list[str]) -> Any:
+                c = Calibrator(m, profile=profile, bins=bins, threads=threads, skip_nonfinite=skip_nonfinite,
+                               options=_overrides(per_channel, activation_type, weight_type, symmetric_activations,
+                                                  symmetric_weights, reduce_range, op_types,
+                                                  [*exclude_nodes, *inserted]))
+                c.observe_all(batches, batch_size=batch_size)
+                qm, _, _, _ = _core.quant_quantize_qdq(c.model._core, c.plan, c.compute(method, percentile=percentile),
+                                                       c.options)
+                sess = _compile(Model(_core.quant_fold_dequantized_constants(qm)), threads=threads)
+                return lambda feeds: list(sess.run(feeds).values())
+
+            def calib_stream(p: Model = prepared) -> Iterator[Feeds]:
+                return iter_batches(batches, p, batch_size)
+
+            source, inserted, sq_notes = smooth_quant(prepared, calib_stream, alphas, quantize_with, threads)
+            kept_float += inserted
+            pre_notes += sq_notes
         if name == "cross_layer_equalization":
             source, sets, eq_notes = cross_layer_equalization(prepare(source))
             chains = ", ".join(" -> ".join(s.nodes) for s in sets[:10]) + (", ..." if len(sets) > 10 else "")
@@ -245,8 +302,8 @@ def static(model: Model | str | os.PathLike[str] | bytes, batches: Any, *, metho
                                   "batches, or give eval_data")
     cal = Calibrator(source, profile=profile, bins=bins, threads=threads, skip_nonfinite=skip_nonfinite,
                      options=_overrides(per_channel, activation_type, weight_type, symmetric_activations,
-                                        symmetric_weights, reduce_range, op_types, exclude_nodes))
-    method = method or DEFAULT_METHODS.get(profile, "minmax")
+                                        symmetric_weights, reduce_range, op_types, [*exclude_nodes, *kept_float]))
+    corrector = BiasCorrector(cal.model, cal.plan, threads) if "bias_correction" in names else None
     given, given_notes = ({}, []) if ranges is None else _given_ranges(ranges, cal, original)
     pre_notes += given_notes
     if batches is None:
@@ -262,6 +319,8 @@ def static(model: Model | str | os.PathLike[str] | bytes, batches: Any, *, metho
     stream = () if batches is None else iter_batches(batches, cal.model, batch_size)
     for feeds in _progress(stream, progress, "calibrating"):
         cal._core.observe(dict(feeds))
+        if corrector is not None:
+            corrector.observe(dict(feeds))
         have = sum(_rows(f) for f in kept)
         if have < want:
             kept.append(_take(feeds, want - have))
@@ -280,20 +339,21 @@ def static(model: Model | str | os.PathLike[str] | bytes, batches: Any, *, metho
 
     return _finish(cal, method, eval_feeds, percentile=percentile, exclude_nodes=exclude_nodes, labels=eval_labels,
                    label_output=label_output, budget=budget, runner=runner, threads=threads,
-                   sensitivity_analysis=sensitivity_analysis, given=given, notes=pre_notes)
+                   sensitivity_analysis=sensitivity_analysis, given=given, notes=pre_notes, corrector=corrector)
 
 
 def _finish(cal: Calibrator, method: str, eval_feeds: list[Feeds], *, percentile: float = 99.999,
            exclude_nodes: Sequence[str] = (), labels: np.ndarray | None = None, label_output: str | None = None,
            budget: Budget | None = None, runner: str = "tether", threads: int | None = None,
            sensitivity_analysis: bool | None = None, given: Mapping[str, tuple[float, float, str]] | None = None,
-           notes: Sequence[str] = ()) -> QuantizeResult:
+           notes: Sequence[str] = (), corrector: BiasCorrector | None = None) -> QuantizeResult:
     """The part of :func:`static` after calibration: ranges by ``method`` from the statistics
     of ``cal`` (observed here, or merged from other processes' states), the QDQ model, its
     evaluation on ``eval_feeds`` (with ``labels``, one per evaluation sample), the budget's
     repair and the report. Given the same statistics and evaluation batches it returns what
     :func:`static` returns. ``given``: checked ranges that replace the computed ones (see
-    :func:`_given_ranges`); ``notes``: notes for the report from the steps before calibration.
+    :func:`_given_ranges`); ``notes``: notes for the report from the steps before calibration;
+    ``corrector``: bias correction, its layer inputs observed, applied once the ranges are fixed.
 
     Example:
         >>> cal = Calibrator("cnn.onnx"); cal.merge(shard_states)          # doctest: +SKIP
@@ -305,8 +365,13 @@ def _finish(cal: Calibrator, method: str, eval_feeds: list[Feeds], *, percentile
     covered = all(t.name in given for t in cal.plan.tensors)
     ranges = {**({} if covered else cal.compute(method, percentile=percentile)), **given}
     q = _Quantizer(cal, ranges)
-    float_nodes: dict[str, str] = {n: "excluded by the caller" for n in exclude_nodes}
     notes = [*notes, *cal.plan.notes]
+    if corrector is not None:
+        folded = Model(_core.quant_fold_dequantized_constants(q.build()[0]._core))
+        corrected, originals, bc_notes = corrector.correct(folded)
+        q = _Quantizer(cal, ranges, corrected, originals)
+        notes += bc_notes
+    float_nodes: dict[str, str] = {n: "excluded by the caller" for n in exclude_nodes}
     chosen: tuple[str, ...] = ()
     layers: list[LayerSensitivity] | None = None
     budget_met: bool | None = None
