@@ -84,7 +84,7 @@ Evaluation evaluate_node(const ir::Node& node, const std::vector<const ir::Tenso
     result.why_not = "cpu: " + why;
     return result;
   }
-  std::unique_ptr<Kernel> kernel = cpu.create(init);
+  std::unique_ptr<HostKernel> kernel = create_host_kernel(init);
 
   std::vector<View> in_views, out_views;
   for (size_t i = 0; i < ins.size(); ++i)

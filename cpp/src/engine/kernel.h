@@ -43,10 +43,21 @@ struct RunContext {
   std::byte* scratch = nullptr;  ///< scratch_bytes() bytes, 64-byte aligned, not zeroed
 };
 
-/// One node, ready to run: attributes read and constant inputs (weights) prepared once.
+/// One node, ready for its backend: attributes read and constant inputs (weights) prepared
+/// once. Each backend runs its own kind: the CPU backend's are HostKernels (run on host
+/// memory), the Vulkan backend's GpuKernels (engine/vulkan/kernel.h: they record dispatches).
 class Kernel {
  public:
   virtual ~Kernel() = default;
+  /// True for a kernel that sizes and allocates its outputs itself (ops whose output sizes
+  /// depend on input values: NonZero, Unique, NonMaxSuppression, control flow): an
+  /// AllocatingKernel. The session plans the steps after it once it knows the sizes.
+  virtual bool allocates_outputs() const { return false; }
+};
+
+/// A kernel that computes on host memory: the CPU backend's.
+class HostKernel : public Kernel {
+ public:
   /// Scratch memory one run needs with these shapes (views carry dims only).
   virtual int64_t scratch_bytes(const std::vector<View>& inputs, const std::vector<View>& outputs) const {
     return 0;
@@ -57,26 +68,18 @@ class Kernel {
   /// Computes outputs from inputs. Output views are allocated with the planned dims; the view
   /// of an input the kernel packed has no data.
   virtual void run(const RunContext& ctx, const std::vector<View>& inputs, std::vector<View>& outputs) const = 0;
-
-  /// True for a kernel that sizes and allocates its outputs itself (ops whose output sizes
-  /// depend on input values: NonZero, Unique, NonMaxSuppression, control flow). The session
-  /// then calls run_alloc instead of run, and plans the steps after it once it knows the sizes.
-  virtual bool allocates_outputs() const { return false; }
-  /// For a kernel that allocates its outputs: one tensor per node output (invalid where the
-  /// output is omitted). `outputs` carries the dims and dtypes as planned (dims may be empty
-  /// when the plan could not know them) and no data.
-  virtual std::vector<ir::Tensor> run_alloc(const RunContext& ctx, const std::vector<View>& inputs,
-                                            const std::vector<View>& outputs) const {
-    throw InternalError("run_alloc called on a kernel that writes planned outputs");
-  }
 };
 
-/// A kernel whose outputs' sizes depend on its inputs' values: subclasses implement compute();
+/// A kernel whose outputs' sizes depend on its inputs' values: subclasses implement run_alloc;
 /// run() (used when a plan knows the sizes anyway) copies into the planned outputs.
-class AllocatingKernel : public Kernel {
+class AllocatingKernel : public HostKernel {
  public:
   bool allocates_outputs() const final { return true; }
   void run(const RunContext& ctx, const std::vector<View>& inputs, std::vector<View>& outputs) const final;
+  /// One tensor per node output (invalid where the output is omitted). `outputs` carries the
+  /// dims and dtypes as planned (dims may be empty when the plan could not know them) and no data.
+  virtual std::vector<ir::Tensor> run_alloc(const RunContext& ctx, const std::vector<View>& inputs,
+                                            const std::vector<View>& outputs) const = 0;
 };
 
 /// What a kernel factory sees of its node.
@@ -154,6 +157,10 @@ class RegistryBackend : public Backend {
 
 /// The CPU backend.
 const Backend& cpu_backend();
+
+/// The CPU backend's kernel for `init` (precondition: cpu_backend().supports(init) is ""),
+/// as the HostKernel every kernel of that backend is.
+std::unique_ptr<HostKernel> create_host_kernel(const KernelInit& init);
 
 // ---- subgraphs (If, Loop, Scan) ---------------------------------------------------------------
 

@@ -61,7 +61,7 @@ std::vector<std::byte> channels_first(const void* data, size_t esize, const Dims
 
 struct Step {
   const ir::Node* node = nullptr;
-  std::unique_ptr<Kernel> kernel;
+  std::unique_ptr<HostKernel> kernel;
   std::vector<int> inputs;   // value index, -1 when omitted
   std::vector<int> outputs;  // value index, -1 when omitted
   // Profiling totals (atomic: runs may be concurrent).
@@ -294,7 +294,7 @@ void CpuSession::create_steps(const Backend& backend) {
     }
     Step& step = steps_.emplace_back();
     step.node = n;
-    step.kernel = backend.create(init);
+    step.kernel = create_host_kernel(init);
     has_allocating_ = has_allocating_ || step.kernel->allocates_outputs();
     // Weights packed from a file mapping leave memory now (read again from the file if
     // anything reads the original later): the packed copy does not join them.
@@ -687,7 +687,7 @@ std::vector<ir::Tensor> CpuSession::run_steps(const std::vector<std::pair<std::s
       if (!step.kernel->allocates_outputs()) {
         step.kernel->run(ctx, ins, outs);
       } else {
-        std::vector<ir::Tensor> made = step.kernel->run_alloc(ctx, ins, outs);
+        std::vector<ir::Tensor> made = static_cast<const AllocatingKernel&>(*step.kernel).run_alloc(ctx, ins, outs);
         for (size_t k = 0; k < step.outputs.size(); ++k) {
           const int o = step.outputs[k];
           if (o < 0) continue;

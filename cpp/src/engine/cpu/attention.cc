@@ -113,7 +113,7 @@ bool scores_stay_finite(const float* q, int64_t rows, int64_t q_stride, int64_t 
   return true;
 }
 
-class AttentionKernel final : public Kernel {
+class AttentionKernel final : public HostKernel {
  public:
   explicit AttentionKernel(const KernelInit& init)
       : q_heads_(init.node.attr_int("q_num_heads", 0)),
@@ -437,7 +437,7 @@ std::string attention_check(const KernelInit& init) {
 // Rotates the first rotary_embedding_dim entries of each head by the cached angles of its
 // position: halves (x1, x2) or interleaved pairs, (x1 cos - x2 sin, x1 sin + x2 cos); the rest
 // of the head is copied.
-class RotaryKernel final : public Kernel {
+class RotaryKernel final : public HostKernel {
  public:
   explicit RotaryKernel(const KernelInit& init)
       : interleaved_(init.node.attr_int("interleaved", 0) != 0),

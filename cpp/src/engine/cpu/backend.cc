@@ -147,4 +147,9 @@ const Backend& cpu_backend() {
   return backend;
 }
 
+std::unique_ptr<HostKernel> create_host_kernel(const KernelInit& init) {
+  // Every CPU kernel derives from HostKernel (the registry's factories make nothing else).
+  return std::unique_ptr<HostKernel>(static_cast<HostKernel*>(cpu_backend().create(init).release()));
+}
+
 }  // namespace tether::engine

@@ -614,7 +614,7 @@ void conv_direct(const RunContext& ctx, const View& x, const View& y, const Conv
 // Conv (and FusedConv): the GEMM of the weights (A) with the im2col matrix (B), whose blocks
 // are expanded on demand straight into packed panels, with the bias and activation fused into
 // the GEMM's tiles.
-class ConvKernel final : public Kernel {
+class ConvKernel final : public HostKernel {
  public:
   explicit ConvKernel(const KernelInit& init)
       : node_(init.node), epilogue_(Epilogue::from_node(init.node)), threads_(init.threads) {
@@ -747,7 +747,7 @@ class ConvKernel final : public Kernel {
 // then a scatter (col2im) that adds each column value into output pixel i * stride - pad +
 // t * dilation. The transposed weights are packed once when constant. Ranks 3 to 5 (1-D to
 // 3-D) run as 3-D with leading sizes of 1.
-class ConvTransposeKernel final : public Kernel {
+class ConvTransposeKernel final : public HostKernel {
  public:
   explicit ConvTransposeKernel(const KernelInit& init) : node_(init.node), threads_(init.threads) {
     const ir::Tensor* w = init.constant(1);

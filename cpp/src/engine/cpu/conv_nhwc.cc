@@ -96,7 +96,7 @@ struct Sizes {
 inline int64_t tile_count(int64_t len, int64_t mr) { return (len + mr - 1) / mr; }
 inline int64_t tile_begin(int64_t len, int64_t tiles, int64_t t) { return len * t / tiles; }
 
-class NhwcConv final : public Kernel {
+class NhwcConv final : public HostKernel {
  public:
   explicit NhwcConv(const KernelInit& init)
       : node_(init.node), epilogue_(Epilogue::from_node(init.node)), threads_(init.threads), isa_(nhwc_conv_isa()) {
@@ -375,7 +375,7 @@ class NhwcConv final : public Kernel {
 // output pixels, so for each kernel position (a, b) the output is a 1x1 convolution of the
 // input whose pixels land sw * C_out floats apart. No output is written twice and none is
 // summed.
-class NhwcConvTranspose final : public Kernel {
+class NhwcConvTranspose final : public HostKernel {
  public:
   explicit NhwcConvTranspose(const KernelInit& init) : isa_(nhwc_conv_isa()) {
     const ir::Tensor& w = *init.constant(1);  // [cin, cout, kh, kw]

@@ -199,7 +199,7 @@ void parallel(const RunContext& ctx, int64_t n, int64_t grain, F&& f) {
 
 /// A kernel made from a function of (context, inputs, outputs), for stateless ops.
 template <typename Fn>
-class FnKernel final : public Kernel {
+class FnKernel final : public HostKernel {
  public:
   explicit FnKernel(Fn fn) : fn_(std::move(fn)) {}
   void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override { fn_(ctx, in, out); }

@@ -146,7 +146,7 @@ std::vector<Acc> contract(const RunContext& ctx, const Labeled& a, const TA* pa,
   return out;
 }
 
-class EinsumKernel final : public Kernel {
+class EinsumKernel final : public HostKernel {
  public:
   explicit EinsumKernel(const KernelInit& init) : name_(init.node.describe()) {
     parse_equation(init.node.attr_string("equation", ""), &eq_);

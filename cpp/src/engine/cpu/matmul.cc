@@ -11,7 +11,7 @@ namespace tether::engine::cpu {
 namespace {
 
 // MatMul and FusedMatMul (MatMul + optional bias over the last dim + activation).
-class MatMulKernel final : public Kernel {
+class MatMulKernel final : public HostKernel {
  public:
   explicit MatMulKernel(const KernelInit& init) : epilogue_(Epilogue::from_node(init.node)), threads_(init.threads) {
     if (const ir::Tensor* b = init.constant(1); b != nullptr && b->rank() == 2) {
@@ -106,7 +106,7 @@ class MatMulKernel final : public Kernel {
 };
 
 // Gemm and FusedGemm: Y = alpha * op(A) @ op(B) + beta * C, then an activation.
-class GemmKernel final : public Kernel {
+class GemmKernel final : public HostKernel {
  public:
   explicit GemmKernel(const KernelInit& init)
       : alpha_(init.node.attr_float("alpha", 1.0f)),

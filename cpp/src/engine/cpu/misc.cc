@@ -47,7 +47,7 @@ bool topk_before(T a, int64_t ia, T b, int64_t ib, bool largest) {
   return ia < ib;
 }
 
-class TopKKernel final : public Kernel {
+class TopKKernel final : public HostKernel {
  public:
   explicit TopKKernel(const KernelInit& init)
       : axis_(init.node.attr_int("axis", -1)),

@@ -95,7 +95,7 @@ void max_pool2d_plane(const float* x, int64_t ih, int64_t iw, float* y, int64_t 
   }
 }
 
-class PoolKernel final : public Kernel {
+class PoolKernel final : public HostKernel {
  public:
   PoolKernel(const KernelInit& init, PoolKind kind) : kind_(kind), node_(init.node) {}
 
@@ -333,7 +333,7 @@ void int_max_pool_nhwc(const RunContext& ctx, const View& x, View& y, const Conv
   });
 }
 
-class IntMaxPoolKernel final : public Kernel {
+class IntMaxPoolKernel final : public HostKernel {
  public:
   explicit IntMaxPoolKernel(const KernelInit& init)
       : node_(init.node), nhwc_(init.node.domain() == "ai.tether" && init.node.attr_int("channels_last", 0) != 0) {}

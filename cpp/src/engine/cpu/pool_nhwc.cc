@@ -32,7 +32,7 @@ TETHER_MULTIVERSION void add_into_double(double* __restrict y, const float* __re
   for (int64_t c = 0; c < n; ++c) y[c] += static_cast<double>(x[c]);
 }
 
-class NhwcPool final : public Kernel {
+class NhwcPool final : public HostKernel {
  public:
   NhwcPool(const KernelInit& init, Kind kind) : node_(init.node), kind_(kind), threads_(init.threads) {}
 

@@ -224,7 +224,7 @@ TETHER_MULTIVERSION void store_channel(const int32_t* __restrict acc, int64_t n,
   }
 }
 
-class IntegerConvKernel final : public Kernel {
+class IntegerConvKernel final : public HostKernel {
  public:
   explicit IntegerConvKernel(const KernelInit& init)
       : node_(init.node),

@@ -27,7 +27,7 @@ TETHER_MULTIVERSION __attribute__((optimize("fp-contract=off"))) void add_run(co
   }
 }
 
-class QLinearAddKernel final : public Kernel {
+class QLinearAddKernel final : public HostKernel {
  public:
   explicit QLinearAddKernel(const KernelInit& init)
       : name_(init.node.describe()), act_(QActivation::of(init.node)), types_{init.input_dtype(0), init.input_dtype(3), init.output_dtype(0)} {
@@ -117,7 +117,7 @@ std::string qlinear_add_check(const KernelInit& init) {
 
 // The mean of each channel's positions, requantized: s = sum(x) - count * x_zp (exact int64),
 // y = round_half_even(clamp(float(s) * (x_scale / (y_scale * count)), lo - y_zp, hi - y_zp)) + y_zp.
-class QLinearGlobalAveragePoolKernel final : public Kernel {
+class QLinearGlobalAveragePoolKernel final : public HostKernel {
  public:
   explicit QLinearGlobalAveragePoolKernel(const KernelInit& init)
       : name_(init.node.describe()), last_(init.node.attr_int("channels_last", 0) != 0),

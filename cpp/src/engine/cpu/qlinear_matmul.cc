@@ -11,7 +11,7 @@ namespace {
 
 // ---- MatMulInteger and QLinearMatMul ------------------------------------------------------------
 
-class IntegerMatMulKernel final : public Kernel {
+class IntegerMatMulKernel final : public HostKernel {
  public:
   explicit IntegerMatMulKernel(const KernelInit& init)
       : name_(init.node.describe()),

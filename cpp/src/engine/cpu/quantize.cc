@@ -194,7 +194,7 @@ bool dispatch_quantized(DType t, bool with_int32, F&& f) {
 }
 
 // What Q and DQ share: attributes, names and the checks of constant scales and zero points.
-class LinearKernelBase : public Kernel {
+class LinearKernelBase : public HostKernel {
  protected:
   LinearKernelBase(const KernelInit& init, bool quantize)
       : name_(init.node.describe()),
@@ -387,7 +387,7 @@ TETHER_MULTIVERSION MinMax min_max(const float* x, int64_t n) {
 // NaN in x is refused with ArgumentError: onnxruntime's result then depends on where the NaN
 // falls among its SIMD lanes (the scale is sometimes NaN, sometimes computed from part of x)
 // and the reference returns a NaN scale, so there is no answer to match.
-class DynamicQuantizeKernel final : public Kernel {
+class DynamicQuantizeKernel final : public HostKernel {
  public:
   explicit DynamicQuantizeKernel(const KernelInit& init) : name_(init.node.describe()) {}
 

@@ -176,7 +176,7 @@ void sum_columns(const float* __restrict x, int64_t rows, int64_t stride, int64_
   for (int64_t j = 0; j < n; ++j) y[j] = static_cast<float>(acc[j] * scale);
 }
 
-class ReduceKernel final : public Kernel {
+class ReduceKernel final : public HostKernel {
  public:
   ReduceKernel(const KernelInit& init, Reduce op)
       : op_(op),
@@ -246,7 +246,7 @@ class ReduceKernel final : public Kernel {
   bool has_attr_axes_, noop_empty_;
 };
 
-class ArgKernel final : public Kernel {
+class ArgKernel final : public HostKernel {
  public:
   ArgKernel(const KernelInit& init, bool is_max)
       : is_max_(is_max),

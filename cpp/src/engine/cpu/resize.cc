@@ -56,7 +56,7 @@ void mix_pixel(const float* __restrict a, const float* __restrict b, float wa, f
     for (int64_t i = 0; i < c; ++i) out[i] = wa * (w0 * a[c0 + i]);
 }
 
-class ResizeKernel final : public Kernel {
+class ResizeKernel final : public HostKernel {
  public:
   explicit ResizeKernel(const KernelInit& init) : name_(init.node.describe()) {
     const ir::Node& n = init.node;

@@ -124,7 +124,7 @@ struct Sequence {
   bool reverse;
 };
 
-class RecurrentKernel final : public Kernel {
+class RecurrentKernel final : public HostKernel {
  public:
   explicit RecurrentKernel(const KernelInit& init)
       : threads_(init.threads),

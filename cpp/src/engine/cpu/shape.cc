@@ -318,7 +318,7 @@ void copy_box(const RunContext& ctx, std::byte* dst, const std::vector<int64_t>&
 }
 
 // Slice: starts/ends/axes/steps from inputs (opset >= 10) or attributes (older).
-class SliceKernel final : public Kernel {
+class SliceKernel final : public HostKernel {
  public:
   explicit SliceKernel(const KernelInit& init)
       : from_attrs_(init.node.attr("starts") != nullptr),
@@ -464,7 +464,7 @@ std::unique_ptr<Kernel> tile_kernel(const KernelInit&) {
   });
 }
 
-class PadKernel final : public Kernel {
+class PadKernel final : public HostKernel {
  public:
   explicit PadKernel(const KernelInit& init)
       : mode_(init.node.attr_string("mode", "constant")),

@@ -121,9 +121,6 @@ class GpuKernel : public Kernel {
   std::string refuses(const Device& device, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out,
                       int64_t* scratch_bytes = nullptr) const;
 
-  void run(const RunContext&, const std::vector<View>&, std::vector<View>&) const final {
-    throw InternalError("a Vulkan kernel is recorded by a Vulkan session; it never runs on host memory");
-  }
 };
 
 /// The Vulkan backend: the ops it has kernels for. Kernels it creates are GpuKernels.

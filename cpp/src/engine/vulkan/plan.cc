@@ -161,15 +161,15 @@ void VulkanSession::place_steps(Plan& plan) const {
 }
 
 // The CPU kernel of a node whose Vulkan kernel refused a plan's shapes (`why`).
-std::unique_ptr<Kernel> VulkanSession::cpu_fallback(const ir::Node& node, const std::string& why) const {
+std::unique_ptr<HostKernel> VulkanSession::cpu_fallback(const ir::Node& node, const std::string& why) const {
   const NodeInit made = kernel_init(node, model_, pool_, [&](const ir::Value* in) -> const ir::Tensor* {
     const ValueEntry& e = values_[static_cast<size_t>(index_.at(in))];
     return e.is_constant ? e.constant : nullptr;
   });
   std::string why_cpu = cpu_backend().supports(made.init);
-  std::unique_ptr<Kernel> kernel;
+  std::unique_ptr<HostKernel> kernel;
   if (why_cpu.empty()) {
-    kernel = cpu_backend().create(made.init);
+    kernel = create_host_kernel(made.init);
     if (kernel->allocates_outputs()) why_cpu = "the cpu kernel sizes its outputs from data";
   }
   if (!why_cpu.empty())
@@ -359,7 +359,7 @@ void VulkanSession::place_on_host(Plan& plan) const {
     for (int o : step.outputs)
       outs.push_back(o >= 0 ? View{values_[static_cast<size_t>(o)].value->type().dtype(), plan.dims[static_cast<size_t>(o)], nullptr}
                             : View{});
-    const Kernel& kernel = step.gpu != nullptr ? *step.fallback : *step.kernel;
+    const HostKernel& kernel = step.gpu != nullptr ? *step.fallback : *step.host;
     plan.scratch_bytes = std::max(plan.scratch_bytes, kernel.scratch_bytes(ins, outs));
   }
 }

@@ -283,7 +283,9 @@ void VulkanSession::create_steps(const CompileOptions& options) {
       step.kernel = std::move(vulkan_kernel);
       step.gpu = static_cast<GpuKernel*>(step.kernel.get());
     } else {
-      step.kernel = cpu_backend().create(init);
+      std::unique_ptr<HostKernel> host = create_host_kernel(init);
+      step.host = host.get();
+      step.kernel = std::move(host);
       step.why_cpu = why;
       if (step.kernel->allocates_outputs()) dynamic.push_back(n->describe());
     }
@@ -566,7 +568,7 @@ std::vector<ir::Tensor> VulkanSession::run_plan(const std::vector<std::pair<std:
           outs.push_back(o >= 0 ? View{values_[i].value->type().dtype(), plan.dims[i], data[i]} : View{});
         }
         const auto s0 = std::chrono::steady_clock::now();
-        (step.gpu != nullptr ? *step.fallback : *step.kernel).run(ctx, ins, outs);
+        (step.gpu != nullptr ? *step.fallback : *step.host).run(ctx, ins, outs);
         if (profile_) {
           ++step_runs_[static_cast<size_t>(s)];
           step_ns_[static_cast<size_t>(s)] +=

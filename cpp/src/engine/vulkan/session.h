@@ -46,12 +46,13 @@ struct ValueEntry {
 struct Step {
   const ir::Node* node = nullptr;
   std::unique_ptr<Kernel> kernel;
-  GpuKernel* gpu = nullptr;  ///< the kernel, when the step is on the Vulkan backend
+  GpuKernel* gpu = nullptr;   ///< the kernel, when the step is on the Vulkan backend
+  HostKernel* host = nullptr; ///< the kernel, when the step is on the CPU backend
   std::vector<int> inputs;   ///< value index, -1 when omitted
   std::vector<int> outputs;  ///< value index, -1 when omitted
   std::string why_cpu;       ///< a CPU step: why the Vulkan backend does not run it
   /// A Vulkan step's CPU kernel, for plans whose shapes the Vulkan kernel refuses (made on first need).
-  mutable std::unique_ptr<Kernel> fallback;
+  mutable std::unique_ptr<HostKernel> fallback;
   bool shapes_only = false;  ///< a CPU step computing on shapes alone (Shape, integer ops on its results)
   bool dims_only = false;    ///< reads its inputs' dims, never their data (Shape, Size)
 };
@@ -145,7 +146,7 @@ class VulkanSession final : public Session {
   /// `empty` gets whether every output has no elements.
   std::pair<std::vector<GpuTensor>, std::vector<GpuTensor>> step_tensors(const Plan& plan, size_t s, bool ranges,
                                                                          bool& empty) const;
-  std::unique_ptr<Kernel> cpu_fallback(const ir::Node& node, const std::string& why) const;
+  std::unique_ptr<HostKernel> cpu_fallback(const ir::Node& node, const std::string& why) const;
   void place_on_device(Plan& plan) const;
   int64_t plan_transfers(Plan& plan, const std::vector<int>& upload_seg) const;
   void place_on_host(Plan& plan) const;
