@@ -13,14 +13,14 @@ APT_PACKAGES := libprotobuf-dev protobuf-compiler libeigen3-dev libgtest-dev lib
 # Sources whose change needs the extension rebuilt.
 CORE_SOURCES := $(shell find cpp bindings tests/cpp cmake -type f 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all demo test test-cpp test-sanitize test-python setup apt lint clean fuzz
+.PHONY: all demo test test-cpp test-sanitize test-python test-install setup apt lint clean fuzz
 
 all: setup
 
 demo: setup
 	$(VPY) -m tether.demo
 
-test: setup test-cpp test-sanitize test-python lint
+test: setup test-cpp test-sanitize test-python test-install lint
 
 test-cpp: setup
 	ctest --test-dir $(BUILD) --output-on-failure -j2
@@ -39,6 +39,23 @@ test-sanitize: setup
 test-python: setup
 	$(VPY) -m pytest -q
 	$(VPY) -m pytest -q --nbmake notebooks
+
+# The installed library as a program outside this tree uses it: build/py's dev component
+# installed into build/install, examples/cpp built against it with find_package (C++ with
+# libtether.so, C with libtether.a) and with pkg-config (C), and each program's output checked
+# against onnxruntime (examples/cpp/check.py). Incremental, like the build it installs.
+INSTALL_DIR := build/install
+EXAMPLES_BUILD := build/examples
+test-install: setup
+	@$(MAKE) --no-print-directory apt APT_PACKAGES="pkgconf"
+	$(VENV)/bin/cmake --install $(BUILD) --prefix $(INSTALL_DIR) --component dev >/dev/null
+	@test -f $(EXAMPLES_BUILD)/build.ninja || $(VENV)/bin/cmake -S examples/cpp -B $(EXAMPLES_BUILD) -G Ninja \
+	  -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) -DCMAKE_PREFIX_PATH=$(abspath $(INSTALL_DIR)) >/dev/null
+	$(VENV)/bin/cmake --build $(EXAMPLES_BUILD)
+	cc -std=c99 -O1 -o $(EXAMPLES_BUILD)/run_model_pkgconfig examples/cpp/main.c \
+	  $$(PKG_CONFIG_PATH=$(INSTALL_DIR)/lib/pkgconfig pkg-config --cflags --libs tether) -Wl,-rpath,$(abspath $(INSTALL_DIR))/lib
+	$(VPY) examples/cpp/check.py $(EXAMPLES_BUILD)/model.onnx $(EXAMPLES_BUILD)/run_model $(EXAMPLES_BUILD)/run_model_c \
+	  $(EXAMPLES_BUILD)/run_model_pkgconfig
 
 setup: apt $(STAMPS)/build
 
