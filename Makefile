@@ -86,8 +86,9 @@ apt:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "installing Debian packages:" $$missing; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	    mkdir -p $(STAMPS); echo "installing Debian packages (log: $(STAMPS)/apt.log):" $$missing; \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; } \
+	      > $(STAMPS)/apt.log 2>&1 || { cat $(STAMPS)/apt.log; exit 1; }; \
 	  else \
 	    echo "missing Debian packages:" $$missing; \
 	    echo "run as root, or: sudo apt-get install" $$missing; exit 1; \
@@ -100,12 +101,14 @@ $(STAMPS)/venv: pyproject.toml
 	$(VPY) -m pip install -q --upgrade pip
 	# The build runs without isolation so that rebuilds reuse build/py incrementally.
 	$(VPY) -m pip install -q "scikit-build-core>=0.10" "pybind11>=2.12" ninja cmake
+	@echo "installing the Python dependencies and building the C++ core (about 6 minutes on 2 cores)"
 	TETHER_BUILD_TESTS=ON $(VPY) -m pip install -q -e ".[dev]" --no-build-isolation
 	# timm's image models for bench/zoo.py, without torchvision (see pyproject.toml).
 	$(VPY) -m pip install -q --no-deps "timm>=1.0"
 	touch $@
 
 $(STAMPS)/build: $(STAMPS)/venv $(CORE_SOURCES)
+	@echo "building the C++ core (incremental: only what changed)"
 	TETHER_BUILD_TESTS=ON $(VPY) -m pip install -q -e . --no-build-isolation --no-deps
 	touch $@
 

@@ -35,7 +35,7 @@ pyb::object bases(std::initializer_list<PyObject*> items) {
   pyb::tuple t(items.size());
   size_t i = 0;
   for (PyObject* o : items) t[i++] = pyb::reinterpret_borrow<pyb::object>(o);
-  return std::move(t);
+  return t;
 }
 
 pyb::object base(PyObject* cls) { return pyb::reinterpret_borrow<pyb::object>(cls); }

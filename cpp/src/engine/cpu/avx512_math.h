@@ -3,7 +3,7 @@
 // float, with vscalefps for the power of two.
 #pragma once
 
-#include <immintrin.h>
+#include "util/simd.h"
 
 namespace tether::engine::cpu {
 

@@ -1,6 +1,6 @@
 // f32_conv_nhwc_6x16__avx2 and f32_dwconv_nhwc_8x8__avx2 (see conv_nhwc.h). Compiled with
 // AVX2 and FMA flags; called only when the CPU has them.
-#include <immintrin.h>
+#include "util/simd.h"
 
 #include "engine/cpu/conv_nhwc.h"
 

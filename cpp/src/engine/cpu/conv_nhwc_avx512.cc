@@ -1,6 +1,6 @@
 // f32_conv_nhwc_14x32__avx512 and f32_dwconv_nhwc_8x16__avx512 (see conv_nhwc.h). Compiled
 // with AVX-512 flags; called only when the CPU has them.
-#include <immintrin.h>
+#include "util/simd.h"
 
 #include "engine/cpu/conv_nhwc.h"
 

@@ -1,7 +1,7 @@
 // f32_gemm_<R>x16__avx2: R rows x 16 columns of C in 2R YMM accumulators (R = 6 for full
 // tiles; 4, 2, 1 for the rows left over). Compiled with -mavx2 -mfma; called only when the
 // CPU has them.
-#include <immintrin.h>
+#include "util/simd.h"
 
 #include "engine/cpu/gemm.h"
 

@@ -1,7 +1,7 @@
 // f32_gemm_<R>x32__avx512: R rows x 32 columns of C in 2R ZMM accumulators (R = 12 for full
 // tiles; 8, 4, 2, 1 for the rows left over), masked stores for partial tiles. Compiled with
 // AVX-512 flags; called only when the CPU has them.
-#include <immintrin.h>
+#include "util/simd.h"
 
 #include "engine/cpu/gemm.h"
 

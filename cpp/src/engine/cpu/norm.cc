@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include <immintrin.h>
+#include "util/simd.h"
 
 #include "engine/cpu/cpu.h"
 #include "util/cpu_features.h"

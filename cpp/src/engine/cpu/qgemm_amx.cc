@@ -8,7 +8,7 @@
 // load reads past A's last row. The caller loads the tile configuration first
 // (qs8_gemm_32x32__amx_prepare). Compiled with AMX and AVX-512 flags; called only when the
 // CPU has them and the OS let this process use the tile data (util::cpu_features).
-#include <immintrin.h>
+#include "util/simd.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -8,7 +8,7 @@
 // slower for one row, which streams B, and doubled the packed weights.) Also the integer GEMM's
 // tile epilogue compiled for AVX2. Compiled with -mavx2 -mfma; called only when the CPU has
 // them.
-#include <immintrin.h>
+#include "util/simd.h"
 
 #include <cstring>
 #include <type_traits>

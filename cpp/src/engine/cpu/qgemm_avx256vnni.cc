@@ -1,7 +1,7 @@
 // qs8_gemm_6x16__avx256vnni: the YMM vpdpbusd kernel (qgemm_vnni_ymm.inc) in its EVEX
 // encoding (AVX512-VNNI with VL). Compiled with AVX-512 (F, BW, DQ, VL, VNNI) flags; called
 // only when the CPU has them. It stands in for the AVX-VNNI build in tests on AVX-512 machines.
-#include <immintrin.h>
+#include "util/simd.h"
 
 #include <cstring>
 

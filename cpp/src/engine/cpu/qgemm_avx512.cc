@@ -4,7 +4,7 @@
 // products into each int32 lane, exactly (no saturating step). Also the integer GEMM's tile
 // epilogue compiled for AVX-512. Compiled with AVX-512 (F, BW, DQ, VL, VNNI) flags; called only
 // when the CPU has them.
-#include <immintrin.h>
+#include "util/simd.h"
 
 #include <cstring>
 #include <type_traits>

@@ -2,7 +2,7 @@
 // Compiled with -mavx2 -mavxvnni; chosen only on a CPU with AVX-VNNI and without AVX512-VNNI
 // (Alder Lake and later client cores). Not exercised on a machine without AVX-VNNI: there its
 // source is tested through the EVEX build of the same file, qs8_gemm_6x16__avx256vnni.
-#include <immintrin.h>
+#include "util/simd.h"
 
 #include <cstring>
 

@@ -1,7 +1,7 @@
 // The channels-last depthwise convolution of the integer path (see qlinear.h): per ISA, one
 // output pixel at a time where a window crosses the input's border, whole rows of pixels
 // where it does not.
-#include <immintrin.h>
+#include "util/simd.h"
 
 #include <cstring>
 #include <type_traits>

@@ -9,7 +9,7 @@
 #include <cctype>
 #include <cmath>
 
-#include <immintrin.h>
+#include "util/simd.h"
 
 #include "engine/cpu/cpu.h"
 #include "engine/cpu/gemm.h"
