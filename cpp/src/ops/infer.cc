@@ -216,6 +216,7 @@ const Registry& registry() {
     register_reduce(reg);
     register_misc(reg);
     register_fused(reg);
+    register_matmul_nbits(reg);
     register_vision(reg);
     register_signal(reg);
     return reg;

@@ -23,6 +23,7 @@ from tether.quantize._plan import make_options, prepare, profile_options, profil
 from tether.quantize._result import QuantizeResult, QuantParams
 from tether.quantize._static import DEFAULT_METHODS, static
 from tether.quantize._summary import QuantizationSummary, TensorSummary
+from tether.quantize._weight_only import WeightOnlyLayer, WeightOnlyResult, weight_only
 
 
 def methods() -> list[str]:
@@ -50,6 +51,8 @@ __all__ = [
     "QuantizeResult",
     "Score",
     "TensorSummary",
+    "WeightOnlyLayer",
+    "WeightOnlyResult",
     "equalize",
     "iter_batches",
     "make_options",
@@ -60,4 +63,5 @@ __all__ = [
     "read_ncnn_table",
     "read_tensorrt_cache",
     "static",
+    "weight_only",
 ]

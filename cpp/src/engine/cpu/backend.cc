@@ -1,5 +1,6 @@
 // The CPU backend: which ops it runs and how their kernels are made.
 #include "engine/cpu/cpu.h"
+#include "engine/cpu/matmul_nbits.h"
 
 namespace tether::engine {
 
@@ -28,6 +29,7 @@ class CpuBackend final : public RegistryBackend {
     register_control(registry_);
     register_attention(registry_);
     register_pool_nhwc(registry_);
+    register_matmul_nbits(registry_);
   }
 
   std::string_view name() const override { return "cpu"; }
