@@ -3,7 +3,7 @@
 // one zero-extension per 8 bytes (4 bits: the 32-bit lanes then split into low and high
 // nibbles, which is why A arrives with even and odd positions apart). Compiled with -mavx2
 // -mfma; called only when the CPU has them.
-#include <immintrin.h>
+#include "util/simd.h"
 
 #include <cstring>
 
