@@ -24,9 +24,12 @@ class Session:
         >>> logits = sess(np.zeros((1, 3, 32, 32), np.float32))     # doctest: +SKIP
     """
 
-    def __init__(self, core: _core.Session, device: str) -> None:
+    def __init__(self, core: _core.Session, device: str, source_path: str = "") -> None:
         self._core = core
         self.device = device
+        #: The file the model was loaded from ("" for a model built or read from bytes): what
+        #: a golden bundle's recorded SHA-256 is checked against.
+        self.source_path = source_path
 
     @property
     def inputs(self) -> list[ValueInfo]:
@@ -180,7 +183,7 @@ def compile(  # noqa: A001 - the public name mirrors the lifecycle: load, compil
         raise _core.ArgumentError(f"max_memory must be a positive number of bytes, got {max_memory}")
     core = _core.compile(model._core, device, 0 if threads is None else int(threads), optimize, profile, list(keep),
                          bool(strict), 0 if max_memory is None else int(max_memory), str(precision))
-    return Session(core, device)
+    return Session(core, device, model.path)
 
 
 def devices() -> list[dict[str, Any]]:

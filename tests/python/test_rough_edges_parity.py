@@ -102,21 +102,25 @@ def test_a_golden_bundle_pairs_a_torch_modules_outputs_in_order(tmp_path):
         tt.compare(GoldenRunner(two), net)
 
 
-def test_a_golden_bundle_against_a_session_of_another_model_says_the_file_was_not_checked(tmp_path):
+def test_a_golden_bundle_checks_the_file_a_session_was_compiled_from(tmp_path):
     a, b = _capped(tmp_path / "a.onnx", 0.5), _capped(tmp_path / "b.onnx", 0.25)
     x = np.random.default_rng(2).uniform(-1, 1, (3, 4)).astype(np.float32)
     recorded = hashlib.sha256(a.read_bytes()).hexdigest()
+    actual = hashlib.sha256(b.read_bytes()).hexdigest()
     bundle = save_golden(tmp_path / "a.golden", [({"x": x}, {"y": np.minimum(x, np.float32(0.5)) * 2})],
                          {"model_sha256": recorded})
-    rep = tt.compare(GoldenRunner(bundle), tt.compile(b))
-    assert not rep.ok  # numpy: x holds values in (0.25, 0.5], where the two files differ
+    # A session compiled from a path keeps it: the documented form is checked like a file.
+    for other in (tt.compile(b), TetherRunner(b)):
+        rep = tt.compare(GoldenRunner(bundle), other)
+        assert not rep.ok  # numpy: x holds values in (0.25, 0.5], where the two files differ
+        notes = [n for n in rep.notes if "SHA-256" in n]
+        assert len(notes) == 1 and recorded[:16] in notes[0] and actual[:16] in notes[0], rep.notes
+        assert rep.models["candidate"]["sha256"] == actual
+    # A session of a model read from bytes has no file: a failing comparison says so.
+    rep = tt.compare(GoldenRunner(bundle), tt.compile(tt.load(b.read_bytes())))
     notes = [n for n in rep.notes if "SHA-256" in n]
     assert len(notes) == 1 and recorded[:16] in notes[0] and "Session" in notes[0], rep.notes
     assert str(bundle) in notes[0] and "TetherRunner(path)" in notes[0]
-    # With the file itself the hashes are compared.
-    rep = tt.compare(GoldenRunner(bundle), TetherRunner(b))
-    actual = hashlib.sha256(b.read_bytes()).hexdigest()
-    assert [n for n in rep.notes if actual[:16] in n and recorded[:16] in n], rep.notes
 
 
 def test_a_failing_row_counts_its_elements_out_of_tolerance(tmp_path):

@@ -87,8 +87,9 @@ def _model_file(runner: Runner) -> dict[str, str] | None:
         return {"kind": "golden bundle", "path": runner.path,
                 "sha256": str(runner.bundle.metadata.get("model_sha256", ""))}
     model = getattr(runner, "model", None)
-    if isinstance(model, Model) and model.path and os.path.isfile(model.path):
-        return {"kind": "model", "path": model.path, "sha256": model_sha256(model.path)}
+    path = model.path if isinstance(model, Model) else getattr(getattr(runner, "session", None), "source_path", "")
+    if path and os.path.isfile(path):
+        return {"kind": "model", "path": path, "sha256": model_sha256(path)}
     return None
 
 
@@ -104,13 +105,13 @@ def _hash_notes(reference: Runner, candidate: Runner, failed: bool) -> list[str]
             continue
         recorded = golden.bundle.metadata.get("model_sha256")
         model = getattr(other, "model", None)
-        path = model.path if isinstance(model, Model) else ""
+        path = model.path if isinstance(model, Model) else getattr(getattr(other, "session", None), "source_path", "")
         bundle = golden.path or golden.name
-        if recorded and failed and isinstance(other, TetherRunner) and other.model is None:
-            # A Session keeps no link to the file it was compiled from.
+        if recorded and failed and isinstance(other, TetherRunner) and other.model is None and not path:
+            # A Session of a model built in memory or read from bytes: no file to hash.
             notes.append(f"golden bundle '{bundle}' was recorded for a model with SHA-256 {recorded[:16]}…; "
-                         f"'{other.name}' is a Session, which does not keep its model file, so that file was not "
-                         "checked against it: compare with TetherRunner(path) to check it")
+                         f"'{other.name}' is a Session of a model with no file (built in memory or read from "
+                         "bytes), so no file was checked against it: compare with TetherRunner(path) to check it")
         if not recorded or not path or not os.path.isfile(path):
             continue
         actual = model_sha256(path)
