@@ -5,23 +5,12 @@ onnxruntime, the INT8 error each saves (measured here), determinism and typed er
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 import tether as tt
+from test_quantize_algorithms import _run, _sqnr_db
 from tether import _core
 from tether.quantize._bias_correction import BiasCorrector
 from tether.quantize._calibrator import Calibrator
-
-
-def _run(model: tt.Model, x: np.ndarray) -> np.ndarray:
-    sess = ort.InferenceSession(model.to_bytes(), providers=["CPUExecutionProvider"])
-    return sess.run(None, {sess.get_inputs()[0].name: x})[0]
-
-
-def _sqnr_db(ref: np.ndarray, got: np.ndarray) -> float:
-    ref, got = ref.astype(np.float64), got.astype(np.float64)
-    return float(10 * np.log10(np.sum(ref ** 2) / np.sum((ref - got) ** 2)))
-
 
 # ---------------------------------------------------------------- bias correction
 
