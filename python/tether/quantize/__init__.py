@@ -15,8 +15,10 @@ Example:
     >>> ranges = tt.quantize.read_tensorrt_cache("cnn.cache")               # doctest: +SKIP
 """
 
+from tether.quantize._accuracy import AccuracyControlResult
+from tether.quantize._adaround import ALGORITHMS, AdaRound
 from tether.quantize._calibrator import Calibrator, iter_batches
-from tether.quantize._equalize import ALGORITHMS, equalize
+from tether.quantize._equalize import equalize
 from tether.quantize._evaluate import Budget, LayerSensitivity, Score
 from tether.quantize._files import read_ncnn_table, read_tensorrt_cache
 from tether.quantize._plan import make_options, prepare, profile_options, profiles
@@ -43,6 +45,8 @@ def methods() -> list[str]:
 __all__ = [
     "ALGORITHMS",
     "DEFAULT_METHODS",
+    "AccuracyControlResult",
+    "AdaRound",
     "Budget",
     "Calibrator",
     "LayerSensitivity",

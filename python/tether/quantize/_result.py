@@ -13,6 +13,7 @@ import numpy as np
 from tether import _core
 from tether._model import Model
 from tether.parity._report import ParityReport
+from tether.quantize._accuracy import AccuracyControlResult
 from tether.quantize._evaluate import LayerSensitivity
 from tether.quantize._summary import QuantizationSummary
 
@@ -71,7 +72,9 @@ class QuantizeResult:
     ``ranges``: tensor -> (min, max, method); ``scales``: tensor -> :class:`QuantParams` for
     activations, weights and biases; ``float_nodes``: node -> why it stayed float;
     ``sensitivity``: per node, the error it adds alone, most sensitive first (when computed);
-    ``plan``: what ``model`` quantizes (None when every node stayed float).
+    ``plan``: what ``model`` quantizes (None when every node stayed float);
+    ``accuracy_control``: with ``validation_fn``, the metric before and after, the nodes returned
+    to float for it and the evaluations used (:class:`AccuracyControlResult`), else None.
 
     When nothing is quantized (only the float model meets the budget, or every node was kept
     in float), ``quantized`` is False, ``repr`` and the report say so and :meth:`save` warns:
@@ -96,6 +99,7 @@ class QuantizeResult:
     float_nodes: dict[str, str]
     sensitivity: list[LayerSensitivity] | None
     plan: Any
+    accuracy_control: AccuracyControlResult | None = None
 
     def __post_init__(self) -> None:
         if self.report is not None:

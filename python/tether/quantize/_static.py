@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,6 +16,8 @@ from tether.parity._compare import compare
 from tether.parity._inputs import Feeds, iter_feeds
 from tether.parity._metrics import Tolerance
 from tether.parity._runners import OnnxRuntimeRunner, TetherRunner
+from tether.quantize._accuracy import AccuracyControl
+from tether.quantize._adaround import AdaRound, AdaRounder, apply_rounding, split_algorithms
 from tether.quantize._bias_correction import BiasCorrector, add_zero_biases
 from tether.quantize._calibrator import Calibrator, _progress, _specs, iter_batches
 from tether.quantize._equalize import check_algorithms, cross_layer_equalization, with_initializers
@@ -154,8 +156,11 @@ class _Quantizer:
     """One float model, its calibration and plan; QDQ variants of it with nodes kept in float."""
 
     def __init__(self, cal: Calibrator, ranges: dict[str, tuple[float, float, str]], model: Model | None = None,
-                 originals: Mapping[str, tuple[str, np.ndarray]] | None = None) -> None:
+                 originals: Mapping[str, tuple[str, np.ndarray]] | None = None,
+                 rounding: Mapping[str, np.ndarray] | None = None) -> None:
         self.cal = cal
+        # Integer weights learned by AdaRound, by initializer name; the scales are the plan's.
+        self.rounding = dict(rounding or {})
         self.ranges = ranges
         # The model quantized: ``cal.model`` or its bias-corrected copy, whose nodes kept in
         # float get their ``originals`` (bias name, value) back.
@@ -173,7 +178,7 @@ class _Quantizer:
                 self._cache[key] = (self.cal.model, {}, {}, [], None)
                 return self._cache[key]
             m, acts, weights, notes = _core.quant_quantize_qdq(self._source(key)._core, p, self.ranges, options)
-            self._cache[key] = (Model(m), dict(acts), dict(weights), list(notes), p)
+            self._cache[key] = (apply_rounding(Model(m), self.rounding), dict(acts), dict(weights), list(notes), p)
         return self._cache[key]
 
     def _source(self, float_nodes: Sequence[str]) -> Model:
@@ -184,7 +189,7 @@ class _Quantizer:
         sub = _core.quant_restrict_plan(self.cal.plan, [node])
         source = self._source([n for n in self.originals if n != node])
         m, _, _, _ = _core.quant_quantize_qdq(source._core, sub, self.ranges, self.cal.options)
-        return Model(m)
+        return apply_rounding(Model(m), self.rounding)
 
 
 def static(model: Model | str | os.PathLike[str] | bytes, batches: Any, *, method: str | None = None,
@@ -198,8 +203,10 @@ def static(model: Model | str | os.PathLike[str] | bytes, batches: Any, *, metho
            tolerance: Tolerance | str | None = None, eval_data: Any = None, eval_samples: int = 128,
            runner: str = "tether", sensitivity_analysis: bool | None = None,
            progress: bool | None = None, ranges: Mapping[str, Sequence[Any]] | None = None,
-           algorithms: Sequence[str] | str = (),
-           smooth_quant_alpha: float | Sequence[float] | str = 0.5) -> QuantizeResult:
+           algorithms: Sequence[str | AdaRound] | str = (),
+           smooth_quant_alpha: float | Sequence[float] | str = 0.5, adaround: AdaRound | None = None,
+           validation_fn: Callable[[Any], float] | None = None, max_drop: float | None = None,
+           higher_is_better: bool = True) -> QuantizeResult:
     """Quantizes a float model to INT8 QDQ from numpy calibration batches, in one call.
 
     The model (a :class:`tether.Model` or a path; the file is only read) is prepared
@@ -236,8 +243,20 @@ def static(model: Model | str | os.PathLike[str] | bytes, batches: Any, *, metho
     best output SQNR on the calibration batches deciding; it reads ``batches`` more than once, so
     they must not be a one-shot iterator); ``"bias_correction"`` (after calibration, each
     quantized Conv/Gemm/MatMul bias loses the mean output shift ``(W_q - W) E[x]`` measured on
-    the calibration batches; the report still compares against the uncorrected float model).
-    An unknown name raises ArgumentError.
+    the calibration batches; the report still compares against the uncorrected float model);
+    ``"adaround"`` (after calibration, before bias correction: each quantized Conv/Gemm/MatMul
+    weight rounded up or down as minimises its output error on the float model's layer inputs,
+    scales unchanged; options in ``adaround=`` :class:`AdaRound`, or an ``AdaRound(...)`` in the
+    list). An unknown name raises ArgumentError.
+
+    ``validation_fn(runner) -> float`` with ``max_drop``: accuracy control on the caller's own
+    metric. It is measured on the float model and on INT8 candidates (``runner.run(feeds)``
+    returns the outputs by name); when the INT8 model loses more than ``max_drop`` (``float -
+    int8``, or ``int8 - float`` with ``higher_is_better=False``), the most sensitive nodes return
+    to float, as for the other budgets, until it holds. ``res.accuracy_control`` says which
+    nodes, the metric before and after and how many evaluations ran; when only the float model
+    keeps the budget it is returned, with ``met`` False. A function that raises or returns no
+    finite number raises ArgumentError naming it.
 
     Example:
         >>> res = tt.quantize.static("cnn.onnx", x_calib, method="entropy", labels=y_calib,
@@ -250,15 +269,24 @@ def static(model: Model | str | os.PathLike[str] | bytes, batches: Any, *, metho
         ...                          algorithms=["cross_layer_equalization"])   # doctest: +SKIP
         >>> res = tt.quantize.static("bert.onnx", x_calib, algorithms=["smooth_quant", "bias_correction"],
         ...                          smooth_quant_alpha="search")   # doctest: +SKIP
+        >>> res = tt.quantize.static("cnn.onnx", x_calib, algorithms=["adaround"],
+        ...                          adaround=tt.quantize.AdaRound(time_budget_s=60))   # doctest: +SKIP
+        >>> res = tt.quantize.static("det.onnx", x_calib, validation_fn=lambda r: mean_ap(r, val),
+        ...                          max_drop=0.01)                  # doctest: +SKIP
+        >>> res.accuracy_control.float_nodes                        # doctest: +SKIP
+        ['head.conv3']
     """
     source = original = model if isinstance(model, Model) else load(model)
     pre_notes: list[str] = []
     method = method or DEFAULT_METHODS.get(profile, "minmax")
-    names = check_algorithms(algorithms)
+    rewrites, rounding_options = split_algorithms(algorithms, adaround)
+    names = check_algorithms(rewrites)
+    control = AccuracyControl.make(validation_fn, max_drop, higher_is_better, progress)
     alphas = check_alpha(smooth_quant_alpha)
     kept_float: list[str] = []  # inserted SmoothQuant Muls
-    if batches is None and ("smooth_quant" in names or "bias_correction" in names):
-        raise _core.ArgumentError("smooth_quant and bias_correction need calibration batches; batches is None")
+    if batches is None and ("smooth_quant" in names or "bias_correction" in names or rounding_options):
+        raise _core.ArgumentError("smooth_quant, bias_correction and adaround need calibration batches; batches is "
+                                  "None")
     for name in names:
         if name == "bias_correction":  # applied after calibration; here each Conv/Gemm gets a bias
             source, added = add_zero_biases(prepare(source))
@@ -297,13 +325,15 @@ def static(model: Model | str | os.PathLike[str] | bytes, batches: Any, *, metho
                     Tolerance.profile(tolerance) if isinstance(tolerance, str) else tolerance)
     if max_accuracy_drop is not None and labels is None:
         raise _core.ArgumentError("max_accuracy_drop needs labels: pass labels=... (one per evaluation sample)")
-    if budget.given and (eval_samples <= 0 or batches is None) and eval_data is None:
-        raise _core.ArgumentError("a budget needs evaluation samples: eval_samples must be > 0 with calibration "
-                                  "batches, or give eval_data")
+    if (budget.given or control is not None) and (eval_samples <= 0 or batches is None) and eval_data is None:
+        raise _core.ArgumentError("a budget needs evaluation samples (the layers' sensitivity is measured on them): "
+                                  "eval_samples must be > 0 with calibration batches, or give eval_data")
     cal = Calibrator(source, profile=profile, bins=bins, threads=threads, skip_nonfinite=skip_nonfinite,
                      options=_overrides(per_channel, activation_type, weight_type, symmetric_activations,
                                         symmetric_weights, reduce_range, op_types, [*exclude_nodes, *kept_float]))
     corrector = BiasCorrector(cal.model, cal.plan, threads) if "bias_correction" in names else None
+    rounder = None if rounding_options is None else AdaRounder(cal.model, cal.plan, cal.options, rounding_options,
+                                                                threads)
     given, given_notes = ({}, []) if ranges is None else _given_ranges(ranges, cal, original)
     pre_notes += given_notes
     if batches is None:
@@ -321,6 +351,8 @@ def static(model: Model | str | os.PathLike[str] | bytes, batches: Any, *, metho
         cal._core.observe(dict(feeds))
         if corrector is not None:
             corrector.observe(dict(feeds))
+        if rounder is not None:
+            rounder.observe(dict(feeds))
         have = sum(_rows(f) for f in kept)
         if have < want:
             kept.append(_take(feeds, want - have))
@@ -339,37 +371,49 @@ def static(model: Model | str | os.PathLike[str] | bytes, batches: Any, *, metho
 
     return _finish(cal, method, eval_feeds, percentile=percentile, exclude_nodes=exclude_nodes, labels=eval_labels,
                    label_output=label_output, budget=budget, runner=runner, threads=threads,
-                   sensitivity_analysis=sensitivity_analysis, given=given, notes=pre_notes, corrector=corrector)
+                   sensitivity_analysis=sensitivity_analysis, given=given, notes=pre_notes, corrector=corrector,
+                   rounder=rounder, control=control)
 
 
 def _finish(cal: Calibrator, method: str, eval_feeds: list[Feeds], *, percentile: float = 99.999,
            exclude_nodes: Sequence[str] = (), labels: np.ndarray | None = None, label_output: str | None = None,
            budget: Budget | None = None, runner: str = "tether", threads: int | None = None,
            sensitivity_analysis: bool | None = None, given: Mapping[str, tuple[float, float, str]] | None = None,
-           notes: Sequence[str] = (), corrector: BiasCorrector | None = None) -> QuantizeResult:
+           notes: Sequence[str] = (), corrector: BiasCorrector | None = None, rounder: AdaRounder | None = None,
+           control: AccuracyControl | None = None) -> QuantizeResult:
     """The part of :func:`static` after calibration: ranges by ``method`` from the statistics
     of ``cal`` (observed here, or merged from other processes' states), the QDQ model, its
     evaluation on ``eval_feeds`` (with ``labels``, one per evaluation sample), the budget's
     repair and the report. Given the same statistics and evaluation batches it returns what
     :func:`static` returns. ``given``: checked ranges that replace the computed ones (see
     :func:`_given_ranges`); ``notes``: notes for the report from the steps before calibration;
-    ``corrector``: bias correction, its layer inputs observed, applied once the ranges are fixed.
+    ``corrector``: bias correction, its layer inputs observed, applied once the ranges are fixed;
+    ``rounder``: AdaRound, its layer inputs observed, learned once the ranges are fixed (before
+    bias correction, which then measures the learned rounding); ``control``: the user's metric
+    and its budget.
 
     Example:
         >>> cal = Calibrator("cnn.onnx"); cal.merge(shard_states)          # doctest: +SKIP
         >>> res = _finish(cal, "entropy", [{"x": x[:128]}])                  # doctest: +SKIP
     """
     budget = budget or Budget(None, None, None)
+    described = ", ".join([*([budget.describe()] if budget.given else []),
+                           *([control.describe()] if control is not None else [])])
     eval_labels = labels
     given = dict(given or {})
     covered = all(t.name in given for t in cal.plan.tensors)
     ranges = {**({} if covered else cal.compute(method, percentile=percentile)), **given}
     q = _Quantizer(cal, ranges)
     notes = [*notes, *cal.plan.notes]
+    rounding: dict[str, np.ndarray] = {}
+    if rounder is not None:
+        rounding, ar_notes = rounder.learn(q.build()[0])
+        q = _Quantizer(cal, ranges, rounding=rounding)
+        notes += ar_notes
     if corrector is not None:
         folded = Model(_core.quant_fold_dequantized_constants(q.build()[0]._core))
         corrected, originals, bc_notes = corrector.correct(folded)
-        q = _Quantizer(cal, ranges, corrected, originals)
+        q = _Quantizer(cal, ranges, corrected, originals, rounding)
         notes += bc_notes
     float_nodes: dict[str, str] = {n: "excluded by the caller" for n in exclude_nodes}
     chosen: tuple[str, ...] = ()
@@ -384,22 +428,33 @@ def _finish(cal: Calibrator, method: str, eval_feeds: list[Feeds], *, percentile
         planned = [(p.node, p.op_type) for p in cal.plan.nodes]
         verdicts: dict[tuple[str, ...], bool] = {}
 
+        def run_with(m: Model, name: str) -> Any:
+            if runner == "onnxruntime":
+                return OnnxRuntimeRunner(m, name, threads=threads)
+            return TetherRunner(Model(_core.quant_fold_dequantized_constants(m._core)), name, threads=threads)
+
         def meets(nodes: Sequence[str]) -> bool:
             key = tuple(sorted(nodes))
             if key not in verdicts:
                 assert evaluator is not None
-                verdicts[key] = budget.met(evaluator.score(q.build(nodes)[0]), evaluator.float_accuracy)
+                m = q.build(nodes)[0]
+                ok = not budget.given or budget.met(evaluator.score(m), evaluator.float_accuracy)
+                if ok and control is not None:  # the user's metric last: it is usually the slowest
+                    ok = control.met(run_with(m, f"int8 ({runner})"), len(key))
+                verdicts[key] = ok
             return verdicts[key]
 
-        if sensitivity_analysis or (budget.given and not meets(())):
+        if control is not None:
+            control.start(run_with(cal.model, f"float ({runner})"))
+        if sensitivity_analysis or ((budget.given or control is not None) and not meets(())):
             layers = sensitivity(evaluator, planned, q.only)
-        if budget.given:
+        if budget.given or control is not None:
             order = [la.node for la in layers] if layers else []
             k = smallest_float_set(order, lambda k: meets(order[:k]))
             if k is None:
                 budget_met = False
                 final_model = cal.model
-                notes.append(f"the budget ({budget.describe()}) is not met even with every node in float: "
+                notes.append(f"the budget ({described}) is not met even with every node in float: "
                              "the float model is returned")
             else:
                 budget_met = True
@@ -408,7 +463,7 @@ def _finish(cal: Calibrator, method: str, eval_feeds: list[Feeds], *, percentile
                 for node in chosen:
                     i, la = rank[node]
                     float_nodes[node] = (f"sensitivity rank {i + 1} of {len(order)} (SQNR {la.sqnr_db:.1f} dB with "
-                                         f"only this node quantized); kept in float to meet {budget.describe()}")
+                                         f"only this node quantized); kept in float to meet {described}")
     qmodel, acts, weights, qnotes, final_plan = q.build(chosen)
     notes.extend(qnotes)
     if final_model is None:
@@ -419,12 +474,19 @@ def _finish(cal: Calibrator, method: str, eval_feeds: list[Feeds], *, percentile
         score = evaluator.score(final_model)
     activations = {k: QuantParams._from_core(v) for k, v in acts.items()}
     scales = {**activations, **{k: QuantParams._from_core(v) for k, v in weights.items()}}
+    accuracy = None
+    if control is not None and control.float_metric is not None:
+        quantized = any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in final_model.nodes)
+        accuracy = control.result(list(chosen), quantized)
+        notes.append(f"accuracy control: {accuracy.evaluations} evaluations of {control.name}: "
+                     f"{accuracy.describe()}" + ("" if accuracy.met or not budget_met else
+                                                 "; only the float model keeps the budget: nothing is quantized"))
 
     summary = QuantizationSummary(
         str(cal.options.get("profile", "onnxruntime")), GIVEN_METHOD if covered else method, cal.samples,
         cal.batches, cal.skipped,
         _tensor_summaries(cal, ranges, activations),
-        float_nodes, layers, budget.describe() if budget.given else None, budget_met,
+        float_nodes, layers, described or None, budget_met,
         None if evaluator is None else evaluator.float_accuracy, None if score is None else score.accuracy,
         sum(_rows(f) for f in eval_feeds), runner, notes)
     report = None
@@ -437,4 +499,5 @@ def _finish(cal: Calibrator, method: str, eval_feeds: list[Feeds], *, percentile
                          tolerance=budget.tolerance or "int8", layerwise=True, labels=eval_labels,
                          label_output=label_output)
         report.quantization = summary
-    return QuantizeResult(final_model, cal.model, report, summary, ranges, scales, float_nodes, layers, final_plan)
+    return QuantizeResult(final_model, cal.model, report, summary, ranges, scales, float_nodes, layers, final_plan,
+                          accuracy)
