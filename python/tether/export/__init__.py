@@ -11,5 +11,7 @@ from tether.export._keras import keras, tflite
 from tether.export._result import ExportError, ExportResult
 from tether.export._torch import torch
 from tether.export._track import Tracker, track
+from tether.export._transformers import TransformersExportResult, transformers
 
-__all__ = ["ExportError", "ExportResult", "Tracker", "keras", "tflite", "torch", "track"]
+__all__ = ["ExportError", "ExportResult", "Tracker", "TransformersExportResult", "keras", "tflite", "torch", "track",
+           "transformers"]
