@@ -8,6 +8,7 @@ Example:
     $ tether compare model.onnx --against cpu --device vulkan --layerwise
     $ tether compare edited.onnx --against original.onnx --runner onnxruntime --json -
     $ tether debug reduce model.int8.onnx --against model.onnx --profile int8 -o small.onnx
+    $ tether debug int8 model.onnx model.int8.onnx --data val.npz --html int8_debug.html
     $ tether bench model.onnx --threads 4 --batch 8 --against onnxruntime,openvino --json bench.json
     $ tether edit model.onnx -o fixed.onnx --input x:1,3,224,224 --simplify
     $ tether quantize model.onnx --data calib.npz --method entropy -o model.int8.onnx --html int8.html
@@ -340,6 +341,9 @@ def _debug_parser(sub: Any) -> None:
     red.add_argument("--device", default="cpu")
     red.add_argument("--threads", type=int, default=None)
     red.set_defaults(run=_debug_reduce)
+    from tether.quantize._debug_cli import add_parser as add_int8_debug
+
+    add_int8_debug(tools)
 
 
 def _edit(args: argparse.Namespace) -> int:

@@ -63,9 +63,9 @@ SCRIPT = r"""
       [C.orange, "within tolerance, max |c \u2212 r| > 1e-2"], [C.yellow, "1e-4 to 1e-2"], [C.lgreen, "1e-6 to 1e-4"],
       [C.green, "\u2264 1e-6"], [C.blue, "inside a fused kernel of the candidate (no value of its own)"],
       [C.grey, "no result"]]},
-    sens: {label: "INT8 sensitivity", items: [[C.red, "SQNR alone < 10 dB"], [C.orange, "10 to 20 dB"],
-      [C.yellow, "20 to 30 dB"], [C.lgreen, "30 to 40 dB"], [C.green, "\u2265 40 dB"], [C.purple, "kept in float"],
-      [C.grey, "not analysed"]]}
+    sens: {label: data.sens_label || "INT8 sensitivity", items: [[C.red, "SQNR alone < 10 dB"],
+      [C.orange, "10 to 20 dB"], [C.yellow, "20 to 30 dB"], [C.lgreen, "30 to 40 dB"], [C.green, "\u2265 40 dB"],
+      [C.purple, "kept in float"], [C.grey, "not analysed"]]}
   };
 
   function num(v) {
@@ -435,7 +435,8 @@ SCRIPT = r"""
     if (n.source) facts.push(["source", n.source]);
     var q = n.sensitivity;
     if (q) {
-      facts.push(["INT8 sensitivity", "SQNR " + fmt(num(q.sqnr)) + " dB alone (rank " + q.rank + ")" +
+      facts.push([data.sens_label || "INT8 sensitivity",
+                  "SQNR " + fmt(num(q.sqnr)) + " dB alone (rank " + q.rank + ")" +
                   (q.drop === null ? "" : ", accuracy drop " + fmt(q.drop))]);
     }
     if (n["float"] !== undefined) facts.push(["kept in float", n["float"]]);

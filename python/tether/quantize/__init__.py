@@ -18,10 +18,12 @@ Example:
 from tether.quantize._accuracy import AccuracyControlResult
 from tether.quantize._adaround import ALGORITHMS, AdaRound
 from tether.quantize._calibrator import Calibrator, iter_batches
+from tether.quantize._debug import DebugReport, NodeError, debug
 from tether.quantize._equalize import equalize
 from tether.quantize._evaluate import Budget, LayerSensitivity, Score
 from tether.quantize._files import read_ncnn_table, read_tensorrt_cache
 from tether.quantize._plan import make_options, prepare, profile_options, profiles
+from tether.quantize._qat import qat_export, qat_prepare
 from tether.quantize._result import QuantizeResult, QuantParams
 from tether.quantize._static import DEFAULT_METHODS, static
 from tether.quantize._summary import QuantizationSummary, TensorSummary
@@ -49,7 +51,9 @@ __all__ = [
     "AdaRound",
     "Budget",
     "Calibrator",
+    "DebugReport",
     "LayerSensitivity",
+    "NodeError",
     "QuantParams",
     "QuantizationSummary",
     "QuantizeResult",
@@ -57,6 +61,7 @@ __all__ = [
     "TensorSummary",
     "WeightOnlyLayer",
     "WeightOnlyResult",
+    "debug",
     "equalize",
     "iter_batches",
     "make_options",
@@ -64,6 +69,8 @@ __all__ = [
     "prepare",
     "profile_options",
     "profiles",
+    "qat_export",
+    "qat_prepare",
     "read_ncnn_table",
     "read_tensorrt_cache",
     "static",

@@ -14,6 +14,7 @@ from tether import _core
 from tether._model import Model
 from tether.parity._report import ParityReport
 from tether.quantize._accuracy import AccuracyControlResult
+from tether.quantize._debug import DebugReport
 from tether.quantize._evaluate import LayerSensitivity
 from tether.quantize._summary import QuantizationSummary
 
@@ -142,6 +143,17 @@ class QuantizeResult:
         if not self.quantized:
             why = self.summary.float_only() or "every node was kept in float"
             warnings.warn(f"'{os.fspath(path)}' is the float model: nothing is quantized; {why}", stacklevel=2)
+
+    def debug(self, batches: Any, *, batch_size: int | None = None, threads: int | None = None) -> DebugReport:
+        """Per quantized node, the INT8 error it adds and the total at its output, on ``batches``
+        (see :func:`tether.quantize.debug`).
+
+        Example:
+            >>> print(res.debug(x_val))                              # doctest: +SKIP
+        """
+        from tether.quantize._debug import debug
+
+        return debug(self.float_model, self.model, batches, batch_size=batch_size, threads=threads)
 
     def tensorrt_scales(self) -> dict[str, float]:
         """Per activation ``model`` quantizes, TensorRT's symmetric scale: max(|min|, |max|) / 127.
