@@ -217,6 +217,7 @@ const Registry& registry() {
     register_misc(reg);
     register_fused(reg);
     register_matmul_nbits(reg);
+    register_ms_transformer(reg);
     register_vision(reg);
     register_signal(reg);
     return reg;

@@ -173,6 +173,7 @@ void register_reduce(Registry& r);
 void register_misc(Registry& r);
 void register_fused(Registry& r);
 void register_matmul_nbits(Registry& r);
+void register_ms_transformer(Registry& r);
 void register_vision(Registry& r);
 void register_signal(Registry& r);
 

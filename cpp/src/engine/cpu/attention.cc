@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 
+#include "engine/cpu/attention.h"
 #include "engine/cpu/cpu.h"
 #include "engine/cpu/gemm.h"
 #include "util/fastmath.h"
@@ -58,7 +59,8 @@ std::string dims_str(const std::vector<int64_t>& d) {
   return s + "]";
 }
 
-// In place: x = softcap * tanh(x * scale / softcap) (or x * scale without a cap), then softmax.
+}  // namespace
+
 // Written as loops the compiler vectorises (the max and the sum over 16 lanes), one copy per
 // x86-64 level.
 TETHER_MULTIVERSION void softmax_scaled(float* x, int64_t n, float scale, float softcap) {
@@ -87,6 +89,51 @@ TETHER_MULTIVERSION void softmax_scaled(float* x, int64_t n, float scale, float 
   const float inv = 1.0f / sum;
   for (j = 0; j < n; ++j) x[j] *= inv;
 }
+
+void attention_scores(const AttentionBlock& a, int64_t k0, int64_t keys, float* scores, int64_t ld, float* gemm_scratch) {
+  GemmA lhs;
+  lhs.data = a.q;
+  lhs.lda = a.q_stride;
+  const float* kp = a.k + k0 * a.k_stride;
+  const int64_t ks = a.k_stride;
+  GemmB kt;  // K^T: column j is key j, read in place
+  kt.pack = [kp, ks](const RunContext&, int64_t, int64_t p0, int64_t pc, int64_t n0, int64_t nc, float* dst) {
+    PackedMatrix::pack_into(dst, kp + n0 * ks + p0, pc, nc, 1, ks, gemm_isa().nr);
+  };
+  sgemm(RunContext{}, a.rows, keys, a.d, lhs, kt, scores, ld, GemmEpilogue{}, gemm_scratch);
+}
+
+void attention_mix(const AttentionBlock& a, const float* p, int64_t ld, int64_t k0, int64_t keys, float* gemm_scratch) {
+  GemmA lhs;
+  lhs.data = p;
+  lhs.lda = ld;
+  const float* vp = a.v + k0 * a.v_stride;
+  const int64_t vs = a.v_stride;
+  GemmB vb;
+  vb.pack = [vp, vs](const RunContext&, int64_t, int64_t p0, int64_t pc, int64_t n0, int64_t nc, float* dst) {
+    PackedMatrix::pack_into(dst, vp + p0 * vs + n0, pc, nc, vs, 1, gemm_isa().nr);
+  };
+  sgemm(RunContext{}, a.rows, a.dv, keys, lhs, vb, a.y, a.y_stride, GemmEpilogue{}, gemm_scratch);
+}
+
+int64_t attention_gemm_scratch_floats(int64_t rows, int64_t keys, int64_t d, int64_t dv) {
+  return std::max(sgemm_scratch_floats(rows, keys, d, 1), sgemm_scratch_floats(rows, dv, keys, 1));
+}
+
+void rotate_head(const float* x, float* y, const float* cos, const float* sin, int64_t rot, int64_t size,
+                 bool interleaved) {
+  const int64_t half = rot / 2;
+  for (int64_t k = 0; k < half; ++k) {
+    const int64_t i1 = interleaved ? 2 * k : k, i2 = interleaved ? 2 * k + 1 : k + half;
+    const float a = x[i1], b = x[i2];
+    y[i1] = a * cos[k] - b * sin[k];
+    y[i2] = a * sin[k] + b * cos[k];
+  }
+  if (y != x)
+    for (int64_t k = rot; k < size; ++k) y[k] = x[k];
+}
+
+namespace {
 
 // The largest |k| over these keys; infinity when one is NaN or infinite.
 float key_max(const float* k, int64_t keys, int64_t k_stride, int64_t d) {
@@ -172,7 +219,6 @@ class AttentionKernel final : public HostKernel {
     const int64_t group = g.q_heads / g.kv_heads;
     const int64_t slot = per_thread_floats(g) + 16;
     auto work = [&](int thread, int64_t i0, int64_t i1) {
-      const RunContext serial;
       int64_t k_max_of = -1;  // the (batch, kv head) whose key_max is in k_max: blocks of a head run in turn
       float k_max = 0.0f;
       float* scores = scratch + thread * slot;
@@ -190,17 +236,19 @@ class AttentionKernel final : public HostKernel {
         }
         const bool skip = only_causal && scores_stay_finite(q.rows(b, h) + r0 * q.stride(), rows, q.stride(), g.d, k_max);
         const int64_t keys = skip ? std::clamp<int64_t>(r0 + rows + g.past, 0, g.total) : g.total;
-        // scores = Q_rows @ K^T
-        GemmA a;
-        a.data = q.rows(b, h) + r0 * q.stride();
-        a.lda = q.stride();
-        const float* kp = k.rows(b, kh);
-        const int64_t ks = k.stride();
-        GemmB kt;
-        kt.pack = [kp, ks](const RunContext&, int64_t, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) {
-          PackedMatrix::pack_into(dst, kp + n0 * ks + k0, kc, nc, 1, ks, gemm_isa().nr);
-        };
-        if (keys > 0) sgemm(serial, rows, keys, g.d, a, kt, scores, g.total, GemmEpilogue{}, gemm_scratch);
+        AttentionBlock blk_io;
+        blk_io.q = q.rows(b, h) + r0 * q.stride();
+        blk_io.q_stride = q.stride();
+        blk_io.k = k.rows(b, kh);
+        blk_io.k_stride = k.stride();
+        blk_io.v = v.rows(b, kh);
+        blk_io.v_stride = v.stride();
+        blk_io.y = const_cast<float*>(y.rows(b, h)) + r0 * y.stride();
+        blk_io.y_stride = y.stride();
+        blk_io.rows = rows;
+        blk_io.d = g.d;
+        blk_io.dv = g.dv;
+        if (keys > 0) attention_scores(blk_io, 0, keys, scores, g.total, gemm_scratch);
         for (int64_t r = 0; r < rows; ++r) {
           float* row = scores + r * g.total;
           if (skip) {  // keys up to the row's own position (past included), the rest zero
@@ -212,19 +260,9 @@ class AttentionKernel final : public HostKernel {
           finish_row(row, g, in, nonpad.empty() ? nullptr : nonpad.data(), b, h, r0 + r, scale,
                      qk_out != nullptr ? qk_out + ((b * g.q_heads + h) * g.q_seq + r0 + r) * g.total : nullptr);
         }
-        // Y_rows = P @ V
-        GemmA p;
-        p.data = scores;
-        p.lda = g.total;
-        const float* vp = v.rows(b, kh);
-        const int64_t vs = v.stride();
-        GemmB vb;
-        vb.pack = [vp, vs](const RunContext&, int64_t, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float* dst) {
-          PackedMatrix::pack_into(dst, vp + k0 * vs + n0, kc, nc, vs, 1, gemm_isa().nr);
-        };
-        float* yr = const_cast<float*>(y.rows(b, h)) + r0 * y.stride();
+        float* yr = blk_io.y;
         if (keys > 0) {
-          sgemm(serial, rows, g.dv, keys, p, vb, yr, y.stride(), GemmEpilogue{}, gemm_scratch);
+          attention_mix(blk_io, scores, g.total, 0, keys, gemm_scratch);
         } else {  // no key at all: zero rows
           for (int64_t r = 0; r < rows; ++r) std::fill(yr + r * y.stride(), yr + r * y.stride() + g.dv, 0.0f);
         }
@@ -299,7 +337,7 @@ class AttentionKernel final : public HostKernel {
 
   int64_t per_thread_floats(const Geometry& g) const {
     const int64_t rows = row_block(g);
-    return rows * g.total + std::max(sgemm_scratch_floats(rows, g.total, g.d, 1), sgemm_scratch_floats(rows, g.dv, g.total, 1));
+    return rows * g.total + attention_gemm_scratch_floats(rows, g.total, g.d, g.dv);
   }
 
   // [B, H, past + S, size]: the past, then the new rows.
@@ -490,13 +528,7 @@ class RotaryKernel final : public HostKernel {
           const int64_t off = rank3 ? (t * heads + h) * size : ((b * heads + h) * seq + s) * size;
           const float* xi = xp + off;
           float* yo = yp + off;
-          for (int64_t k = 0; k < half; ++k) {
-            const int64_t i1 = interleaved_ ? 2 * k : k, i2 = interleaved_ ? 2 * k + 1 : k + half;
-            const float a = xi[i1], bb = xi[i2];
-            yo[i1] = a * c[k] - bb * sn[k];
-            yo[i2] = a * sn[k] + bb * c[k];
-          }
-          for (int64_t k = rot; k < size; ++k) yo[k] = xi[k];
+          rotate_head(xi, yo, c, sn, rot, size, interleaved_);
         }
       }
     });

@@ -30,6 +30,8 @@ class CpuBackend final : public RegistryBackend {
     register_attention(registry_);
     register_pool_nhwc(registry_);
     register_matmul_nbits(registry_);
+    register_ms_norm(registry_);
+    register_ms_attention(registry_);
   }
 
   std::string_view name() const override { return "cpu"; }

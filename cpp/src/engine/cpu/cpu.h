@@ -36,6 +36,8 @@ void register_dynamic(KernelRegistry& r);
 void register_control(KernelRegistry& r);
 void register_attention(KernelRegistry& r);
 void register_pool_nhwc(KernelRegistry& r);
+void register_ms_norm(KernelRegistry& r);
+void register_ms_attention(KernelRegistry& r);
 
 /// Float max pooling channels last (ai.tether MaxPool, channels_last = 1), and its support
 /// check (pool_nhwc.cc; the 8-bit form lives in pool.cc).

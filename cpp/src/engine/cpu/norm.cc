@@ -7,6 +7,7 @@
 #include "util/simd.h"
 
 #include "engine/cpu/cpu.h"
+#include "engine/cpu/norm.h"
 #include "util/cpu_features.h"
 #include "util/fastmath.h"
 
@@ -65,9 +66,10 @@ void normalize_rows(const RunContext& ctx, const float* x, float* y, int64_t row
   });
 }
 
-// One row of a LayerNormalization whose scale and bias (or no bias) cover the whole row:
-// y = float((x - mean) * inv_std) * scale + bias, the statistics in double over eight lanes
-// (the loops vectorize; one running sum would not). Returns mean and inv_std.
+}  // namespace
+
+// The statistics accumulate in double over eight lanes: the loops vectorize, one running sum
+// would not.
 TETHER_MULTIVERSION void layer_norm_row(const float* __restrict x, float* __restrict y, int64_t n, double eps,
                                         const float* __restrict scale, const float* __restrict bias, double& mean_out,
                                         double& inv_out) {
@@ -95,6 +97,23 @@ TETHER_MULTIVERSION void layer_norm_row(const float* __restrict x, float* __rest
   mean_out = mean;
   inv_out = inv;
 }
+
+TETHER_MULTIVERSION double rms_norm_row(const float* __restrict x, float* __restrict y, int64_t n, double eps,
+                                        const float* __restrict scale) {
+  constexpr int kLanes = 8;
+  double q[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) q[j] += static_cast<double>(x[i + j]) * x[i + j];
+  double sq = 0;
+  for (; i < n; ++i) sq += static_cast<double>(x[i]) * x[i];
+  for (double v : q) sq += v;
+  const double inv = 1.0 / std::sqrt((n > 0 ? sq / static_cast<double>(n) : 0.0) + eps);
+  for (i = 0; i < n; ++i) y[i] = static_cast<float>(x[i] * inv) * scale[i];
+  return inv;
+}
+
+namespace {
 
 std::unique_ptr<Kernel> layer_norm(const KernelInit& init) {
   const int64_t axis = init.node.attr_int("axis", -1);
@@ -181,6 +200,7 @@ std::unique_ptr<Kernel> group_norm(const KernelInit& init) {
 // The largest of n floats (NaN ignored: a NaN still makes the row NaN through its exponential).
 // Compilers do not vectorise a float max reduction on their own (they keep the order of the
 // comparisons), so the vector forms are written out.
+#if defined(__x86_64__)
 __attribute__((target("avx512f"))) float row_max_avx512(const float* x, int64_t n) {
   __m512 m = _mm512_set1_ps(-INFINITY);
   int64_t j = 0;
@@ -200,11 +220,14 @@ __attribute__((target("avx2"))) float row_max_avx2(const float* x, int64_t n) {
   for (; j < n; ++j) r = x[j] > r ? x[j] : r;
   return r;
 }
+#endif  // __x86_64__
 
 float row_max(const float* x, int64_t n) {
+#if defined(__x86_64__)
   static const int isa = util::cpu_features().avx512 ? 2 : util::cpu_features().avx2 ? 1 : 0;
   if (isa == 2) return row_max_avx512(x, n);
   if (isa == 1) return row_max_avx2(x, n);
+#endif
   float r = -INFINITY;
   for (int64_t j = 0; j < n; ++j) r = x[j] > r ? x[j] : r;
   return r;
