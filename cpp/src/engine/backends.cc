@@ -8,11 +8,22 @@
 
 namespace tether::engine {
 
-const std::vector<const DeviceBackend*>& device_backends() {
+namespace {
+std::vector<const DeviceBackend*>& registered() {
   // The registration: one line per backend. A build without Vulkan registers an entry that
   // has no devices and says why it cannot compile (engine/vulkan/absent.cc).
-  static const std::vector<const DeviceBackend*> list{&cpu_device_backend(), &vulkan::device_backend()};
+  static std::vector<const DeviceBackend*> list{&cpu_device_backend(), &vulkan::device_backend()};
   return list;
+}
+}  // namespace
+
+const std::vector<const DeviceBackend*>& device_backends() { return registered(); }
+
+void register_device_backend(const DeviceBackend& backend) {
+  for (const DeviceBackend* b : registered())
+    if (b->name() == backend.name())
+      throw ArgumentError("a device backend named '" + std::string(backend.name()) + "' is registered already");
+  registered().push_back(&backend);
 }
 
 const DeviceBackend& device_backend(const std::string& device) {

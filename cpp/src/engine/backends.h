@@ -45,6 +45,15 @@ class DeviceBackend {
 /// Every registered backend, the CPU first (devices() lists theirs in this order).
 const std::vector<const DeviceBackend*>& device_backends();
 
+/// Adds `backend` after the built-in ones, for the rest of the process: compile(), devices() and
+/// supported_ops() reach it like any other. A backend compiles through the executor
+/// (engine/executor.h: compile_on) with its own backend order, so a new device is a Backend and
+/// this call, not a new session. Call it before sessions are compiled on other threads.
+/// Throws ArgumentError when a registered backend has the same name.
+///
+///   register_device_backend(my_device_backend());   // then compile(model, {.device = "mine"})
+void register_device_backend(const DeviceBackend& backend);
+
 /// The backend that claims `device`; ArgumentError naming it and every form known otherwise.
 const DeviceBackend& device_backend(const std::string& device);
 

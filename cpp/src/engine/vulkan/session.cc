@@ -8,10 +8,10 @@
 #include <cstring>
 #include <new>
 #include <optional>
-#include <queue>
 #include <sstream>
 
 #include "engine/evaluate.h"
+#include "engine/executor.h"
 #include "engine/session.h"
 #include "engine/vulkan/vulkan.h"
 #include "util/float16.h"
@@ -347,40 +347,23 @@ void VulkanSession::create_steps(const CompileOptions& options) {
 // Orders the steps so that each backend runs as long a stretch as it can: a topological order
 // (by what each step reads: Shape and Size read no data, Vulkan steps only what they read on
 // the device) that keeps to the current backend while it has a step ready. Fewer stretches
-// are fewer submissions and waits per run.
+// are fewer submissions and waits per run. The ordering is the executor's (order_by_backend).
 void VulkanSession::schedule_steps() {
   const size_t n = steps_.size();
-  std::vector<std::vector<size_t>> readers(n);
-  std::vector<int> waiting(n, 0);
+  std::vector<int> backend(n);
+  std::vector<std::vector<size_t>> after(n);
   for (size_t s = 0; s < n; ++s) {
     const Step& step = steps_[s];
+    backend[s] = step.gpu != nullptr;
     if (step.gpu == nullptr && reads_dims_only(*step.node)) continue;
     for (size_t k = 0; k < step.inputs.size(); ++k) {
       const int in = step.inputs[k];
       if (in < 0 || (step.gpu != nullptr && !step.gpu->reads_on_device(k))) continue;
       const int producer = values_[static_cast<size_t>(in)].producer;
-      if (producer < 0) continue;
-      readers[static_cast<size_t>(producer)].push_back(s);
-      ++waiting[s];
+      if (producer >= 0) after[s].push_back(static_cast<size_t>(producer));
     }
   }
-  // Ready steps per backend, earliest first (a min-heap by original position).
-  std::priority_queue<size_t, std::vector<size_t>, std::greater<>> ready[2];
-  for (size_t s = 0; s < n; ++s)
-    if (waiting[s] == 0) ready[steps_[s].gpu != nullptr].push(s);
-  std::vector<size_t> order;
-  int current = -1;
-  while (order.size() < n) {
-    if (current < 0 || ready[current].empty()) {
-      if (ready[0].empty() && ready[1].empty()) throw InternalError("the Vulkan session's steps form a cycle");
-      current = ready[1].empty() ? 0 : ready[0].empty() ? 1 : ready[1].top() < ready[0].top() ? 1 : 0;
-    }
-    const size_t s = ready[current].top();
-    ready[current].pop();
-    order.push_back(s);
-    for (size_t r : readers[s])
-      if (--waiting[r] == 0) ready[steps_[r].gpu != nullptr].push(r);
-  }
+  const std::vector<size_t> order = order_by_backend(backend, after);
   std::deque<Step> sorted;
   for (size_t s : order) sorted.push_back(std::move(steps_[s]));
   steps_ = std::move(sorted);
