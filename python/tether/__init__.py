@@ -8,7 +8,7 @@ Example:
     >>> print(model.summary())                      # doctest: +SKIP
 """
 
-from tether import _native, convert, edit, export, parity, quantize, testing  # noqa: F401  (_native first: it loads the core)
+from tether import _native, convert, edit, export, llm, parity, quantize, testing  # noqa: F401  (_native first: it loads the core)
 from tether._bench import BenchResult, bench
 from tether._builder import GraphBuilder
 from tether._core import (
@@ -69,6 +69,7 @@ __all__ = [
     "optimize",
     "edit",
     "export",
+    "llm",
     "parity",
     "quantize",
     "testing",
