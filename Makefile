@@ -13,14 +13,14 @@ APT_PACKAGES := libprotobuf-dev protobuf-compiler libeigen3-dev libgtest-dev lib
 # Sources whose change needs the extension rebuilt.
 CORE_SOURCES := $(shell find cpp bindings tests/cpp cmake -type f 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all demo test test-cpp test-sanitize test-python test-install setup apt lint clean fuzz
+.PHONY: all demo test test-cpp test-sanitize test-arm64 test-python test-install setup apt lint clean fuzz
 
 all: setup
 
 demo: setup
 	$(VPY) -m tether.demo
 
-test: setup test-cpp test-sanitize test-python test-install lint
+test: setup test-cpp test-sanitize test-arm64 test-python test-install lint
 
 test-cpp: setup
 	ctest --test-dir $(BUILD) --output-on-failure -j2
@@ -35,6 +35,33 @@ test-sanitize: setup
 	$(VENV)/bin/cmake --build $(SAN_BUILD) -j2
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  $(VENV)/bin/ctest --test-dir $(SAN_BUILD) --output-on-failure -j2
+
+# The deployment build cross-compiled for AArch64 (build/arm64, incremental) and a sample of
+# the C++ tests run under qemu-aarch64: the float and integer kernels against plain loops, the
+# C API end to end, ONNX I/O. qemu's default CPU has every extension (the i8mm kernels run);
+# then the kernel tests again as a Cortex-A76 (dot product, no i8mm) and a Cortex-A53 (NEON
+# alone), where a kernel chosen past what getauxval reports would stop on an illegal
+# instruction, and with TETHER_ISA=generic. Nothing here measures speed. The test programs are
+# linked statically: Debian 12's qemu-aarch64 (7.2) hangs when a dynamically linked program
+# starts a thread.
+ARM_BUILD := build/arm64
+ARM_TESTS := cpu_kernels_test;qgemm_test;c_api_test;onnx_io_test
+ARM_PACKAGES := g++-aarch64-linux-gnu qemu-user libprotobuf-dev:arm64 libgtest-dev:arm64
+test-arm64: setup
+	@if [ "$$(id -u)" = 0 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then \
+	  dpkg --add-architecture arm64; fi
+	@$(MAKE) --no-print-directory apt APT_PACKAGES="$(ARM_PACKAGES)"
+	@test -f $(ARM_BUILD)/build.ninja || $(VENV)/bin/cmake -S . -B $(ARM_BUILD) -G Ninja \
+	  -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
+	  -DTETHER_DEPLOY=ON -DTETHER_TEST_SELECTION="$(ARM_TESTS)" -DCMAKE_EXE_LINKER_FLAGS=-static >/dev/null
+	$(VENV)/bin/cmake --build $(ARM_BUILD) -j2
+	TETHER_EXPECT_ISA=neon_i8mm $(VENV)/bin/ctest --test-dir $(ARM_BUILD) --output-on-failure -j2
+	for run in cortex-a76:neon_dot cortex-a53:neon; do \
+	  QEMU_CPU=$${run%:*} TETHER_EXPECT_ISA=$${run#*:} $(VENV)/bin/ctest --test-dir $(ARM_BUILD) \
+	    --output-on-failure -j2 -R "CpuKernels|QGemm.SumsMatchInt64|QGemm.Kernels|CApi.Mlp" || exit 1; \
+	done
+	TETHER_ISA=generic TETHER_EXPECT_ISA=generic $(VENV)/bin/ctest --test-dir $(ARM_BUILD) --output-on-failure -j2 \
+	  -R CpuKernels
 
 test-python: setup
 	$(VPY) -m pytest -q

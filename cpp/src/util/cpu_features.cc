@@ -1,9 +1,14 @@
 #include "util/cpu_features.h"
 
+#if defined(__x86_64__)
 #include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#elif defined(__aarch64__)
+#include <sys/auxv.h>
+#endif
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -11,6 +16,7 @@ namespace tether::util {
 
 namespace {
 
+#if defined(__x86_64__)
 uint64_t xgetbv0() {
   uint32_t lo = 0, hi = 0;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
@@ -50,7 +56,27 @@ CpuFeatures detect() {
   }
   f.brand = brand;
   while (!f.brand.empty() && f.brand.back() == ' ') f.brand.pop_back();
+  return f;
+}
+#elif defined(__aarch64__)
+CpuFeatures detect() {
+  // The kernel's capability bits (Linux arch/arm64 uapi hwcap.h), spelled out because older
+  // C libraries' headers lack the newer ones.
+  constexpr unsigned long kHwcapAsimd = 1ul << 1, kHwcapAsimdDp = 1ul << 20;
+  constexpr unsigned long kHwcap2I8mm = 1ul << 13;
+  const unsigned long hwcap = getauxval(AT_HWCAP), hwcap2 = getauxval(AT_HWCAP2);
+  CpuFeatures f;
+  f.neon = (hwcap & kHwcapAsimd) != 0;
+  f.neon_dot = f.neon && (hwcap & kHwcapAsimdDp) != 0;
+  f.neon_i8mm = f.neon_dot && (hwcap2 & kHwcap2I8mm) != 0;
+  f.brand = "aarch64";
+  return f;
+}
+#else
+CpuFeatures detect() { return {}; }
+#endif
 
+CpuFeatures capped(CpuFeatures f) {
   if (const char* cap = std::getenv("TETHER_ISA")) {
     const std::string s = cap;
     if (s == "avx512" || s == "avx2" || s == "generic") f.amx_int8 = false;
@@ -59,6 +85,9 @@ CpuFeatures detect() {
       f.avx512 = f.avx512_vnni = f.avx_vnni = false;
     }
     if (s == "generic") f.avx2 = false;
+    if (s == "neon_dot" || s == "neon" || s == "generic") f.neon_i8mm = false;
+    if (s == "neon" || s == "generic") f.neon_dot = false;
+    if (s == "generic") f.neon = false;
   }
   return f;
 }
@@ -66,13 +95,17 @@ CpuFeatures detect() {
 }  // namespace
 
 const CpuFeatures& cpu_features() {
-  static const CpuFeatures f = detect();
+  static const CpuFeatures f = capped(detect());
   return f;
 }
 
 std::string isa_name() {
   const CpuFeatures& f = cpu_features();
-  return f.avx512 ? "avx512" : f.avx2 ? "avx2" : "generic";
+  if (f.avx512) return "avx512";
+  if (f.avx2) return "avx2";
+  if (f.neon_i8mm) return "neon_i8mm";
+  if (f.neon_dot) return "neon_dot";
+  return f.neon ? "neon" : "generic";
 }
 
 }  // namespace tether::util

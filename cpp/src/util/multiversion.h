@@ -6,8 +6,9 @@
 /// AVX2 and AVX-512 ones may fuse a multiply and an add into one FMA. (Hand-written kernels
 /// such as the GEMM micro-kernels are chosen by util::cpu_features instead, which TETHER_ISA
 /// can cap.)
-#if defined(__clang__)
-// clang (the fuzzing builds, tests/fuzz) cannot clone templates: one baseline copy there.
+#if defined(__clang__) || !defined(__x86_64__)
+// clang (the fuzzing builds, tests/fuzz) cannot clone templates, and GCC 12 clones for x86
+// only: one baseline copy there (on AArch64 that baseline has NEON).
 #define TETHER_MULTIVERSION
 #else
 #define TETHER_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))

@@ -7,6 +7,7 @@
 //   __m256 v = _mm256_loadu_ps(p);
 #pragma once
 
+#if defined(__x86_64__)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -15,3 +16,4 @@
 #else
 #include <immintrin.h>
 #endif
+#endif  // __x86_64__: elsewhere the x86 code paths are compiled out

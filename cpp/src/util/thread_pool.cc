@@ -21,6 +21,8 @@ constexpr auto kSpin = std::chrono::microseconds(200);
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
 #endif
 }
 

@@ -64,12 +64,18 @@ void f32_conv_nhwc_row_4x16__generic(const float* x, int64_t cin, const float* w
 
 NhwcConvIsa select() {
   const util::CpuFeatures& f = util::cpu_features();
+#if defined(__x86_64__)
   if (f.avx512)
     return {"f32_conv_nhwc_14x32__avx512", 14, 32, f32_conv_nhwc_14x32__avx512, f32_dwconv_nhwc_8x16__avx512, 8, 16,
             f32_dwconv_nhwc_rows_8x16__avx512, f32_conv_nhwc_row_4x32__avx512};
   if (f.avx2)
     return {"f32_conv_nhwc_6x16__avx2", 6, 16, f32_conv_nhwc_6x16__avx2, f32_dwconv_nhwc_8x8__avx2, 8, 8, nullptr,
             f32_conv_nhwc_row_4x16__avx2};
+#elif defined(__aarch64__)
+  if (f.neon)
+    return {"f32_conv_nhwc_6x16__neon", 6, 16, f32_conv_nhwc_6x16__neon, f32_dwconv_nhwc_8x8__neon, 8, 8, nullptr,
+            f32_conv_nhwc_row_4x16__neon};
+#endif
   return {"f32_conv_nhwc_4x16__generic", kGenericMr, kGenericNr, f32_conv_nhwc_4x16__generic,
           f32_dwconv_nhwc_4x16__generic, kGenericMr, kGenericNr, nullptr, f32_conv_nhwc_row_4x16__generic};
 }

@@ -95,6 +95,14 @@ void f32_conv_nhwc_6x16__avx2(int64_t rows, const float* x, int64_t x_stride, co
 void f32_dwconv_nhwc_8x8__avx2(int64_t rows, const float* x, int64_t x_stride, const int64_t* x_off,
                                const int64_t* w_off, int64_t taps, int64_t c, const float* w, float* y, int64_t ldy,
                                const TileEpilogue* ep);
+void f32_conv_nhwc_6x16__neon(int64_t rows, const float* x, int64_t x_stride, const int64_t* x_off,
+                              const int64_t* w_off, int64_t taps, int64_t cin, const float* w, float* y, int64_t ldy,
+                              int64_t n, bool accumulate, const TileEpilogue* ep);
+void f32_conv_nhwc_row_4x16__neon(const float* x, int64_t cin, const float* w, int64_t panel_stride, int64_t panels,
+                                  float* y, int64_t n, bool accumulate, const TileEpilogue* ep);
+void f32_dwconv_nhwc_8x8__neon(int64_t rows, const float* x, int64_t x_stride, const int64_t* x_off,
+                               const int64_t* w_off, int64_t taps, int64_t c, const float* w, float* y, int64_t ldy,
+                               const TileEpilogue* ep);
 
 /// A kernel for an ai.tether FusedConv with channels_last = 1 (2-D, constant weights, any group:
 /// depthwise ones take the depthwise kernel; the support check is nhwc_conv_support).

@@ -1,7 +1,9 @@
 // Activations applied in place by fused kernels.
 #include <cmath>
 
+#if defined(__x86_64__)
 #include "engine/cpu/avx512_math.h"
+#endif
 #include "engine/cpu/cpu.h"
 #include "util/cpu_features.h"
 #include "util/fastmath.h"
@@ -96,6 +98,7 @@ namespace {
 // 1 / (1 + e) by vrcp14ps and a Newton step instead of a division (within 2 ulp of
 // util::fast_sigmoid's quotient; below x = -87, where that quotient underflows, a value under
 // 2e-38). NaN stays NaN.
+#if defined(__x86_64__)
 __attribute__((target("avx512f"))) void sigmoid_row_avx512(float* y, int64_t n, bool times_x) {
   const __m512 one = _mm512_set1_ps(1.0f), two = _mm512_set1_ps(2.0f);
   for (int64_t i = 0; i < n; i += 16) {
@@ -118,6 +121,11 @@ bool sigmoid_avx512(Epilogue::Act act) {
   static const bool avx512 = util::cpu_features().avx512;
   return avx512 && (act == Epilogue::Act::kSilu || act == Epilogue::Act::kSigmoid);
 }
+#else
+// Elsewhere the portable loop (activation_row) computes every activation.
+bool sigmoid_avx512(Epilogue::Act) { return false; }
+void sigmoid_row_avx512(float*, int64_t, bool) {}
+#endif
 
 TETHER_MULTIVERSION
 void apply_activation(Epilogue::Act act, float alpha, float beta, float* __restrict y, int64_t n) {

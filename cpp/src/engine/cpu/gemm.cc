@@ -50,8 +50,13 @@ void f32_gemm_4x16_offsets__generic(int64_t k, const float* a, int64_t a_stride,
 
 GemmIsa select() {
   const util::CpuFeatures& f = util::cpu_features();
+#if defined(__x86_64__)
   if (f.avx512) return {"f32_gemm_12x32__avx512", 12, 32, f32_gemm_12x32__avx512, f32_gemm_12x32_offsets__avx512};
   if (f.avx2) return {"f32_gemm_6x16__avx2", 6, 16, f32_gemm_6x16__avx2, f32_gemm_6x16_offsets__avx2};
+#elif defined(__aarch64__)
+  // NR 16 as the channels-last convolution's kernels, whose panels sgemm shares (gemm_rows_in_place).
+  if (f.neon) return {"f32_gemm_6x16__neon", 6, 16, f32_gemm_6x16__neon, f32_gemm_6x16_offsets__neon};
+#endif
   return {"f32_gemm_4x16__generic", kGenericMr, kGenericNr, f32_gemm_4x16__generic, f32_gemm_4x16_offsets__generic};
 }
 

@@ -74,6 +74,10 @@ void f32_gemm_6x16_offsets__avx2(int64_t k, const float* a, int64_t a_stride, co
                                  float* c, int64_t ldc, int64_t m, int64_t n, bool accumulate, const TileEpilogue* ep);
 void f32_gemm_12x32_offsets__avx512(int64_t k, const float* a, int64_t a_stride, const float* b, const int64_t* b_off,
                                     float* c, int64_t ldc, int64_t m, int64_t n, bool accumulate, const TileEpilogue* ep);
+void f32_gemm_6x16__neon(int64_t k, const float* a, int64_t a_stride, const float* panel, float* c, int64_t ldc,
+                         int64_t m, int64_t n, bool accumulate, const TileEpilogue* ep);
+void f32_gemm_6x16_offsets__neon(int64_t k, const float* a, int64_t a_stride, const float* b, const int64_t* b_off,
+                                 float* c, int64_t ldc, int64_t m, int64_t n, bool accumulate, const TileEpilogue* ep);
 
 /// Depth of sgemm's K blocks: a KC x NR slice of a B panel stays in L1.
 constexpr int64_t kGemmKc = 256;

@@ -74,11 +74,16 @@ class MatMulNBitsKernel final : public HostKernel {
     const auto* bytes = static_cast<const uint8_t*>(b->raw_data());
     b_.assign(bytes, bytes + b->num_elements());
     read_params(*init.constant(2), init.constant(3));
+#if defined(__x86_64__)
     const bool avx2 = util::cpu_features().avx2;
     gemv_ = bits_ == 4 ? (avx2 ? f32_qb4w_gemv__avx2 : f32_qb4w_gemv__generic)
                        : (avx2 ? f32_qb8w_gemv__avx2 : f32_qb8w_gemv__generic);
     dequant_ = bits_ == 4 ? (avx2 ? f32_qb4w_dequant__avx2 : f32_qb4w_dequant__generic)
                           : (avx2 ? f32_qb8w_dequant__avx2 : f32_qb8w_dequant__generic);
+#else  // the AVX2 file is x86's alone
+    gemv_ = bits_ == 4 ? f32_qb4w_gemv__generic : f32_qb8w_gemv__generic;
+    dequant_ = bits_ == 4 ? f32_qb4w_dequant__generic : f32_qb8w_dequant__generic;
+#endif
   }
 
   bool packs_input(size_t i) const override { return i >= 1 && i <= 3; }

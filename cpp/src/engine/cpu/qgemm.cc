@@ -59,6 +59,7 @@ void qs8_gemm_epilogue__generic(const int32_t* acc, int64_t ld, int64_t rows, in
   tile_epilogue(acc, ld, rows, cols, terms, out, i0, j0);
 }
 
+#if defined(__x86_64__)
 // AMX reads the same panels as the 12x32 AVX-512 kernel (4 depths by 32 columns per step),
 // 16 steps (64 depths) per tile load.
 constexpr QGemmIsa kAmx{"amx",  32, 32, 4, false, qs8_gemm_32x32__amx, qs8_gemm_epilogue__avx512, 16,
@@ -67,22 +68,37 @@ constexpr QGemmIsa kAvx512Vnni{"avx512vnni", 12, 32, 4, false, qs8_gemm_12x32__a
 constexpr QGemmIsa kAvxVnni{"avxvnni", 6, 16, 4, false, qs8_gemm_6x16__avxvnni, qs8_gemm_epilogue__avx2};
 constexpr QGemmIsa kAvx256Vnni{"avx256vnni", 6, 16, 4, false, qs8_gemm_6x16__avx256vnni, qs8_gemm_epilogue__avx512};
 constexpr QGemmIsa kAvx2{"avx2", 6, 16, 2, true, qs8_gemm_6x16__avx2, qs8_gemm_epilogue__avx2};
+#elif defined(__aarch64__)
+// The dot-product kernels read the VNNI kernels' panels (4 depths per column and step), 16
+// columns wide; the float epilogue is the portable one, vectorised for NEON.
+constexpr QGemmIsa kNeonI8mm{"neoni8mm", 4, 16, 4, false, qs8_gemm_4x16c4__neoni8mm, qs8_gemm_epilogue__generic};
+constexpr QGemmIsa kNeonDot{"neondot", 4, 16, 4, false, qs8_gemm_4x16c4__neondot, qs8_gemm_epilogue__generic};
+#endif
 constexpr QGemmIsa kGeneric{"generic", kGenericMr, kGenericNr, 1, false, qs8_gemm_4x16__generic,
                             qs8_gemm_epilogue__generic};
 
 // The driver's tile of raw sums holds MR x NR int32, and the epilogue takes rows of NR.
 constexpr int kMaxTile = 32 * 32;
 constexpr bool fits(const QGemmIsa& isa) { return isa.mr * isa.nr <= kMaxTile && isa.nr <= kEpilogueMaxCols; }
+#if defined(__x86_64__)
 static_assert(fits(kAmx) && fits(kAvx512Vnni) && fits(kAvxVnni) && fits(kAvx256Vnni) && fits(kAvx2) && fits(kGeneric));
+#elif defined(__aarch64__)
+static_assert(fits(kNeonI8mm) && fits(kNeonDot) && fits(kGeneric));
+#endif
 
 std::vector<const QGemmIsa*> runnable() {
   const util::CpuFeatures& f = util::cpu_features();
   std::vector<const QGemmIsa*> isas;
+#if defined(__x86_64__)
   if (f.amx_int8) isas.push_back(&kAmx);
   if (f.avx512_vnni) isas.push_back(&kAvx512Vnni);
   if (f.avx_vnni) isas.push_back(&kAvxVnni);
   if (f.avx512_vnni) isas.push_back(&kAvx256Vnni);  // after AVX-VNNI: the same kernel, EVEX encoded
   if (f.avx2) isas.push_back(&kAvx2);
+#elif defined(__aarch64__)
+  if (f.neon_i8mm) isas.push_back(&kNeonI8mm);
+  if (f.neon_dot) isas.push_back(&kNeonDot);
+#endif
   isas.push_back(&kGeneric);
   return isas;
 }
@@ -115,9 +131,13 @@ const QGemmIsa& qgemm_isa() {
 const QGemmIsa& qgemm_isa_for(int64_t k, bool a_in_place) {
   static const std::vector<const QGemmIsa*> isas = runnable();
   const QGemmIsa& first = *isas.front();
-  if (&first != &kAmx || k >= 64 || !a_in_place) return first;
-  const QGemmIsa& next = *isas[1];
-  return k % next.group == 0 ? next : first;
+#if defined(__x86_64__)
+  if (&first == &kAmx && k < 64 && a_in_place) {
+    const QGemmIsa& next = *isas[1];
+    if (k % next.group == 0) return next;
+  }
+#endif
+  return first;
 }
 
 std::vector<const QGemmIsa*> qgemm_isas() { return runnable(); }
@@ -306,7 +326,13 @@ struct Call {
 // them runs in the scratch qgemm_scratch_bytes asked for.
 int64_t per_thread_bytes(int64_t m, int64_t n, int64_t k) {
   int64_t bytes = 0;
+#if defined(__x86_64__)
   for (const QGemmIsa* isa : {&kAmx, &kAvx512Vnni, &kAvxVnni, &kAvx256Vnni, &kAvx2, &kGeneric})
+#elif defined(__aarch64__)
+  for (const QGemmIsa* isa : {&kNeonI8mm, &kNeonDot, &kGeneric})
+#else
+  for (const QGemmIsa* isa : {&kGeneric})
+#endif
     bytes = std::max(bytes, Scratch(*isa, m, n, k).total);
   return bytes;
 }

@@ -42,7 +42,7 @@ using QTileEpilogue = void (*)(const int32_t* acc, int64_t ld, int64_t rows, int
 /// values, column c's values for depth [g * group, g * group + group) at ((g * NR) + c) *
 /// group; depth past k is zero. Values are int8. Panels lie one after another.
 struct QGemmIsa {
-  const char* isa;  ///< "amx", "avx512vnni", "avxvnni", "avx256vnni", "avx2", "generic"
+  const char* isa;  ///< "amx", "avx512vnni", "avxvnni", "avx256vnni", "avx2", "neoni8mm", "neondot", "generic"
   int mr;
   int nr;
   int group;  ///< depth per packed step: 4 for vpdpbusd, 2 for vpmaddwd, 1
@@ -62,6 +62,8 @@ void qs8_gemm_12x32__avx512vnni(int64_t groups, const void* a, int64_t lda, cons
 void qs8_gemm_6x16__avxvnni(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows);
 void qs8_gemm_6x16__avx256vnni(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows);
 void qs8_gemm_6x16__avx2(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows);
+void qs8_gemm_4x16c4__neondot(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows);
+void qs8_gemm_4x16c4__neoni8mm(int64_t groups, const void* a, int64_t lda, const void* b, int32_t* acc, int64_t rows);
 void qs8_gemm_epilogue__avx512(const int32_t* acc, int64_t ld, int64_t rows, int64_t cols, const QTileTerms& terms,
                                const QGemmOutput& out, int64_t i0, int64_t j0);
 void qs8_gemm_epilogue__avx2(const int32_t* acc, int64_t ld, int64_t rows, int64_t cols, const QTileTerms& terms,

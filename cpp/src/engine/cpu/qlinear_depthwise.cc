@@ -22,6 +22,7 @@ void depthwise_pixel_generic(const DwPixel& p, const T* const* __restrict src, Y
   }
 }
 
+#if defined(__x86_64__)
 template <typename T, typename Y>
 __attribute__((target("avx2"))) void depthwise_pixel_avx2(const DwPixel& p, const T* const* __restrict src,
                                                            Y* __restrict y) {
@@ -198,7 +199,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void depthwise_r
     }
   }
 }
-
+#endif  // __x86_64__
 
 template <typename T, typename Y>
 using DepthwisePixel = void (*)(const DwPixel&, const T* const*, Y*);
@@ -208,9 +209,11 @@ using DepthwiseRow = void (*)(const DwPixel&, const DwRow&, const T* const*, Y*)
 // The widest variant this machine runs (TETHER_ISA caps it).
 template <typename T, typename Y>
 DepthwisePixel<T, Y> depthwise_pixel_for_isa() {
+#if defined(__x86_64__)
   const util::CpuFeatures& f = util::cpu_features();
   if (f.avx512) return depthwise_pixel_avx512<T, Y>;
   if (f.avx2) return depthwise_pixel_avx2<T, Y>;
+#endif
   return [](const DwPixel& p, const T* const* src, Y* y) { depthwise_pixel_generic(p, src, y); };
 }
 
@@ -218,7 +221,6 @@ template <typename T, typename Y>
 void depthwise_nhwc_run(const RunContext& ctx, const View& x, View& y, const ConvGeometry& g, const DwPixel& pixel,
                         const std::byte* zeros, const std::byte* zero_row, int64_t slot) {
   static const DepthwisePixel<T, Y> kernel = depthwise_pixel_for_isa<T, Y>();
-  const util::CpuFeatures& f = util::cpu_features();
   const int64_t ih = x.dims[1], iw = x.dims[2], oh = y.dims[1], ow = y.dims[2], c = y.dims[3];
   const int64_t kh = g.kernel[0], kw = g.kernel[1];
   // The row kernel: 3 x 3 with VNNI takes whole rows, borders included; the general AVX-512
@@ -228,6 +230,8 @@ void depthwise_nhwc_run(const RunContext& ctx, const View& x, View& y, const Con
   // to keep right.)
   DwRow across{kh, kw, g.strides[1], g.dilations[1], g.pad_begin[1], 0, ow, iw, zeros};
   DepthwiseRow<T, Y> row_kernel = nullptr;
+#if defined(__x86_64__)
+  const util::CpuFeatures& f = util::cpu_features();
   if (f.avx512 && f.avx512_vnni && pixel.pairs3x3 != nullptr) {
     row_kernel = depthwise_row3x3_avx512vnni<T, Y>;
   } else if (f.avx512) {
@@ -236,6 +240,7 @@ void depthwise_nhwc_run(const RunContext& ctx, const View& x, View& y, const Con
     const int64_t last = iw - 1 - (kw - 1) * g.dilations[1] + g.pad_begin[1];  // ox * sw <= last
     across.ox1 = last < 0 ? across.ox0 : std::max(across.ox0, std::min(ow, last / g.strides[1] + 1));
   }
+#endif
   auto rows = [&](int thread, int64_t r0, int64_t r1) {
     auto* src = reinterpret_cast<const T**>(ctx.scratch + thread * slot);
     for (int64_t r = r0; r < r1; ++r) {

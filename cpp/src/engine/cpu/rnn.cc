@@ -318,8 +318,12 @@ class RecurrentKernel final : public HostKernel {
 
   static void matvec_t(const float* rt, int64_t ld, int64_t rows, int64_t cols, const float* v, const float* bias,
                        float* out) {
+#if defined(__x86_64__)
     static const bool avx512 = util::cpu_features().avx512;
     int64_t j0 = avx512 ? matvec_t_avx512(rt, ld, rows, cols, v, bias, out) : 0;
+#else
+    const int64_t j0 = 0;
+#endif
     if (j0 == rows) return;
     for (int64_t j = j0; j < rows; ++j) out[j] = bias != nullptr ? bias[j] : 0.0f;
     for (int64_t c = 0; c < cols; ++c) {
@@ -329,6 +333,7 @@ class RecurrentKernel final : public HostKernel {
     }
   }
 
+#if defined(__x86_64__)
   // The rows in whole blocks of 128 (8 vectors of sums in registers through all the columns:
   // eight independent chains of FMAs); returns the rows done.
   __attribute__((target("avx512f"))) static int64_t matvec_t_avx512(const float* rt, int64_t ld, int64_t rows,
@@ -348,6 +353,7 @@ class RecurrentKernel final : public HostKernel {
     }
     return j0;
   }
+#endif
 
   void run_sequence(const RunContext& ctx, const Sequence& s, int64_t d, float* scratch) const {
     const int64_t h = hidden_, g = gates_of(cell_);
