@@ -9,7 +9,16 @@ VPY := $(VENV)/bin/python
 STAMPS := .stamps
 BUILD := build/py
 APT_PACKAGES := libprotobuf-dev protobuf-compiler libeigen3-dev libgtest-dev libvulkan-dev glslc \
-                mesa-vulkan-drivers vulkan-validationlayers chromium
+                mesa-vulkan-drivers vulkan-validationlayers chromium ccache
+# Builds go through ccache when it is installed (from the second `make` of a fresh machine on):
+# a fresh clone on a machine that built tether before compiles only what differs. Paths under
+# the checkout are hashed relative to it, so clones in other folders share the cache.
+ifneq ($(shell command -v ccache 2>/dev/null),)
+export CMAKE_C_COMPILER_LAUNCHER := ccache
+export CMAKE_CXX_COMPILER_LAUNCHER := ccache
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
+endif
 # Sources whose change needs the extension rebuilt.
 CORE_SOURCES := $(shell find cpp bindings tests/cpp cmake -type f 2>/dev/null) CMakeLists.txt pyproject.toml
 
