@@ -16,13 +16,18 @@ The engines, on the same inputs:
   batch dimension: a batch of 8 is 8 extractions, one image after the other, as ncnn is used;
 - tether-cpu: `tt.compile(model, threads=THREADS)`: the reference every error is measured
   against, and its time for comparison.
+With --int8, each net with a float input also gets rows "NAME int8": the net quantized by
+`tt.quantize.static` (its default profile, calibrated on 8 random inputs; cached as
+NAME.int8.onnx) on tether-vulkan and tether-cpu, the error that of tether-vulkan's INT8 against
+tether-cpu's INT8 (ncnn's column stays empty: its INT8 needs its own calibration tools).
 Their timed runs are interleaved (zoo.interleaved_medians: each engine runs once untimed, then
 timed, in turns over --rounds rounds) and the median is reported, with the ratio
 tether-vulkan/ncnn-vulkan (below 1: tether is faster) and each Vulkan engine's largest error
 relative to the largest |tether-cpu output|.
 
 On Mesa's lavapipe (a Vulkan device on the CPU) both Vulkan engines run their shaders on the
-CPU's cores, compiled by LLVM: the ratio compares two engines on one device, not a GPU.
+CPU's cores, compiled by LLVM: the ratio compares two engines on one device, not a GPU, and
+INT8 times there say nothing of a GPU's integer units.
 
 A net that fails to export or convert, or an engine that fails on it, stays in the table with
 its error; the run goes on.
@@ -30,7 +35,7 @@ its error; the run goes on.
 Usage:
     python bench/vulkan_latency.py [--models resnet50,mobilenetv2,bert_base_seq128] [--batches 1,8]
                                    [--device vulkan] [--threads 2] [--min-time 2] [--rounds 3]
-                                   [--ncnn-fp16] [--markdown out.md]
+                                   [--ncnn-fp16] [--int8] [--markdown out.md]
     python bench/vulkan_latency.py --quick   # a smoke run of the machinery on a tiny CNN:
                                              # exits 1 when tether-vulkan fails or strays from tether-cpu
 
@@ -139,6 +144,17 @@ def build(name: str) -> tuple[Path, Path | None, str]:
     return onnx_path, None if error else param, error
 
 
+def build_int8(name: str) -> Path:
+    """The net quantized to INT8 QDQ by tt.quantize.static on 8 random inputs, cached."""
+    import tether as tt
+
+    path = CACHE / f"{name}.int8.onnx"
+    if not path.exists():
+        onnx_path, _, _ = build(name)
+        tt.quantize.static(tt.load(str(onnx_path)), feeds(name, 8, seed=1), batch_size=4).model.save(str(path))
+    return path
+
+
 def feeds(name: str, batch: int, seed: int = 0) -> np.ndarray:
     _, shape, dtype = specs()[name]
     rng = np.random.default_rng(seed)
@@ -225,12 +241,14 @@ def format_row(row: dict[str, Any]) -> str:
             f"{_cell(row, 'tether-cpu')} | {ratio} | {rel[0]} | {rel[1]} | {note} |")
 
 
-def measure(name: str, batches: list[int], args: argparse.Namespace, gpu: int | None, errors: list[str]) -> list[dict]:
+def measure(name: str, batches: list[int], args: argparse.Namespace, gpu: int | None, errors: list[str],
+            int8: bool = False) -> list[dict]:
+    label = f"{name} int8" if int8 else name
     try:
-        onnx_path, param, ncnn_error = build(name)
+        onnx_path, param, ncnn_error = (build_int8(name), None, "") if int8 else build(name)
     except Exception as e:  # noqa: BLE001 - the row shows it and the run goes on
-        errors.append(f"{name}: export failed: {type(e).__name__}: {e}")
-        row = {"model": name, "batch": "-", "ms": {}, "rel": {}, "err": {e_: "export" for e_ in ENGINES},
+        errors.append(f"{label}: export failed: {type(e).__name__}: {e}")
+        row = {"model": label, "batch": "-", "ms": {}, "rel": {}, "err": {e_: "export" for e_ in ENGINES},
                "notes": [f"export failed: {_short(e)}"]}
         print(format_row(row), flush=True)
         return [row]
@@ -238,12 +256,14 @@ def measure(name: str, batches: list[int], args: argparse.Namespace, gpu: int | 
     rows = []
     for batch in batches:
         x = feeds(name, batch)
-        row: dict[str, Any] = {"model": name, "batch": batch, "ms": {}, "rel": {}, "err": {}, "notes": []}
+        row: dict[str, Any] = {"model": label, "batch": batch, "ms": {}, "rel": {}, "err": {}, "notes": []}
         runs: dict[str, Run] = {}
         outs: dict[str, np.ndarray] = {}
         for engine in ENGINES:
             try:
                 if engine == "ncnn-vulkan":
+                    if int8:
+                        continue
                     if gpu is None or param is None:
                         why = ncnn_error or f"ncnn is not installed ({INSTALL})"
                         row["err"][engine] = "not installed" if "not installed" in why else why
@@ -259,7 +279,7 @@ def measure(name: str, batches: list[int], args: argparse.Namespace, gpu: int | 
             except Exception as e:  # noqa: BLE001
                 row["err"][engine] = _short(e)
                 row["notes"].append(f"{engine}: {_short(e)}")
-                errors.append(f"{name} (batch {batch}) {engine}: {type(e).__name__}: {e}")
+                errors.append(f"{label} (batch {batch}) {engine}: {type(e).__name__}: {e}")
         if "tether-cpu" in outs:
             for engine in ("tether-vulkan", "ncnn-vulkan"):
                 if engine in outs:
@@ -307,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-time", type=float, default=2.0, help="seconds of timed runs per engine and row")
     p.add_argument("--rounds", type=int, default=3, help="rounds of interleaved runs (and the least timed runs)")
     p.add_argument("--ncnn-fp16", action="store_true", help="ncnn with its FP16 storage and arithmetic")
+    p.add_argument("--int8", action="store_true",
+                   help="also rows of each float-input net quantized by tt.quantize.static (tether only)")
     p.add_argument("--markdown", help="also write the machine, the table and the errors as markdown to this file")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: a tiny CNN at batches 1 and 2, short timings; exits 1 when tether-vulkan fails "
@@ -358,8 +380,12 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     for name in models:
         rows += measure(name, batches, args, gpu, errors)
+    if args.int8:
+        for name in models:
+            if specs()[name][2] == "float32":
+                rows += measure(name, batches, args, gpu, errors, int8=True)
     foot = [f"load average {os.getloadavg()[0]:.2f} at the end; {time.perf_counter() - started:.0f} s in all"]
-    failed = [r for r in rows
+    failed = [r for r in rows if not r["model"].endswith(" int8")
               if "tether-vulkan" in r["err"] or not r["rel"].get("tether-vulkan", np.inf) <= QUICK_REL_TOL]
     if args.quick and failed:
         foot.append(f"--quick FAILED: tether-vulkan failed or strayed from tether-cpu by more than {QUICK_REL_TOL:g}")

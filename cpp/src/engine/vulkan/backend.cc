@@ -19,6 +19,7 @@ class VulkanBackend final : public RegistryBackend {
     register_shape(registry_);
     register_reduce(registry_);
     register_resize(registry_);
+    register_quant(registry_);
   }
 
   std::string_view name() const override { return "vulkan"; }

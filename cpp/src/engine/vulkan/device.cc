@@ -153,6 +153,49 @@ Device::Device(const Instance& instance, const PhysicalDevice& physical) : physi
   VkPhysicalDevice16BitStorageFeatures storage16{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
   storage16.storageBuffer16BitAccess = physical.storage16 ? VK_TRUE : VK_FALSE;
   if (physical.storage16) info.pNext = &storage16;
+  // 8-bit storage buffers and integer dot products for the INT8 kernels (quant.cc), where present.
+  const bool v12 = physical.api_version >= VK_API_VERSION_1_2, v13 = physical.api_version >= VK_API_VERSION_1_3;
+  auto has = [&ext](const char* name) {
+    return std::any_of(ext.begin(), ext.end(), [name](const VkExtensionProperties& e) { return std::strcmp(e.extensionName, name) == 0; });
+  };
+  VkPhysicalDevice8BitStorageFeatures storage8{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_8BIT_STORAGE_FEATURES};
+  VkPhysicalDeviceShaderIntegerDotProductFeatures dot{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
+  VkPhysicalDeviceShaderFloat16Int8Features int8{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
+  const bool query8 = (v12 || has(VK_KHR_8BIT_STORAGE_EXTENSION_NAME)) && (v12 || has(VK_KHR_SHADER_FLOAT16_INT8_EXTENSION_NAME));
+  const bool query_dot = v13 || has(VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
+  if (physical.api_version >= VK_API_VERSION_1_1 && (query8 || query_dot)) {
+    VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    features.pNext = query8 ? static_cast<void*>(&storage8) : static_cast<void*>(&dot);
+    storage8.pNext = &int8;
+    if (query_dot) int8.pNext = &dot;
+    ia.vkGetPhysicalDeviceFeatures2(physical.handle, &features);
+  }
+  // Storing a byte converts to an 8-bit type, which takes shaderInt8 besides the storage.
+  storage8_ = query8 && storage8.storageBuffer8BitAccess == VK_TRUE && int8.shaderInt8 == VK_TRUE;
+  integer_dot_ = query_dot && dot.shaderIntegerDotProduct == VK_TRUE;
+  // Enable only what is used: the chain after the 16-bit storage features, built back to front.
+  void* chain = nullptr;
+  if (integer_dot_) {
+    dot = VkPhysicalDeviceShaderIntegerDotProductFeatures{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
+    dot.shaderIntegerDotProduct = VK_TRUE;
+    chain = &dot;
+    if (!v13) enabled.push_back(VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
+  }
+  if (storage8_) {
+    storage8 = VkPhysicalDevice8BitStorageFeatures{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_8BIT_STORAGE_FEATURES};
+    storage8.storageBuffer8BitAccess = VK_TRUE;
+    int8 = VkPhysicalDeviceShaderFloat16Int8Features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
+    int8.shaderInt8 = VK_TRUE;
+    int8.pNext = chain;
+    storage8.pNext = &int8;
+    chain = &storage8;
+    if (!v12) enabled.push_back(VK_KHR_8BIT_STORAGE_EXTENSION_NAME);
+    if (!v12) enabled.push_back(VK_KHR_SHADER_FLOAT16_INT8_EXTENSION_NAME);
+  }
+  if (physical.storage16) storage16.pNext = chain;
+  else info.pNext = chain;
+  info.enabledExtensionCount = static_cast<uint32_t>(enabled.size());
+  info.ppEnabledExtensionNames = enabled.data();
   const VkResult r = ia.vkCreateDevice(physical.handle, &info, nullptr, &device_);
   if (r != VK_SUCCESS)
     throw DeviceError("opening Vulkan device " + physical.info.device + " '" + physical.info.name + "' failed (" +

@@ -102,6 +102,12 @@ class Device {
   uint32_t queue_family() const { return static_cast<uint32_t>(physical_.queue_family); }
   /// Largest workgroup (invocations) the kernels use on this device: at most 256.
   uint32_t max_workgroup() const;
+  /// Whether shaders may load and store 8-bit integers in storage buffers
+  /// (storageBuffer8BitAccess, enabled where the device has it): what the INT8 kernels need.
+  bool storage8() const { return storage8_; }
+  /// Whether shaders may take dot products of packed 4 x 8-bit vectors
+  /// (VK_KHR_shader_integer_dot_product, core in Vulkan 1.3; enabled where the device has it).
+  bool integer_dot() const { return integer_dot_; }
 
   /// Throws DeviceError saying what failed (`what`) and why, unless `r` is VK_SUCCESS. A lost
   /// device is remembered: lost() is true from then on.
@@ -150,6 +156,8 @@ class Device {
   VkPipelineCache cache_ = VK_NULL_HANDLE;
   mutable std::mutex queue_mutex_;
   mutable std::atomic<bool> lost_{false};
+  bool storage8_ = false;
+  bool integer_dot_ = false;
 
   PipelineCacheFile disk_cache_;
   mutable std::mutex pipelines_mutex_;

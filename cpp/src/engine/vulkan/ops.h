@@ -17,6 +17,7 @@ void register_norm(KernelRegistry& r);         // norm.cc: Softmax, LogSoftmax, 
 void register_shape(KernelRegistry& r);        // shape.cc: views, Concat, Split, Transpose, Slice, Expand, Gather
 void register_reduce(KernelRegistry& r);       // reduce.cc: Reduce*
 void register_resize(KernelRegistry& r);       // resize.cc: Resize, Upsample (nearest, linear)
+void register_quant(KernelRegistry& r);        // quant.cc, quant_gemm.cc: INT8 (after the others: it widens MaxPool and the views)
 
 /// Whether kernels take their forms for GPUs (shared-memory tiles, gemm_tiled.glsl) rather
 /// than those for a device that runs invocations as lanes of a CPU's vector registers

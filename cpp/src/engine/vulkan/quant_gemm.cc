@@ -1,0 +1,271 @@
+// INT8 on Vulkan, the integer products: QLinearMatMul and QLinearConv (ONNX, and ai.tether with a
+// bias and a fused Relu or Clip, as passes/qdq_fuse.cc writes them), MatMulInteger and
+// ConvInteger, all by shaders/qgemm.glsl. Weights are constants, packed at compile as int8 words
+// of 4 along K per output column, with each column's weight sum, zero point, bias and output
+// scale beside them. The dot products of 4 bytes are the device's own (OpSDotKHR) where it has
+// VK_KHR_shader_integer_dot_product (qgemm_dot.comp), else plain int32 multiply-adds
+// (qgemm.comp); TETHER_VULKAN_NO_INTEGER_DOT=1 forces the plain form when a kernel is compiled.
+// Both give the same integers, requantized as on the CPU engine (engine/cpu/qlinear.h).
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+
+#include "engine/vulkan/ops.h"
+#include "engine/vulkan/quant.h"
+#include "ops/conv_geometry.h"
+
+namespace tether::engine::vulkan {
+
+namespace {
+
+// Where an op keeps its operands: the QLinear ops in ONNX's order, the Integer ops in theirs.
+struct Slots {
+  int a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp, bias;
+};
+constexpr Slots kQLinear{0, 1, 2, 3, 4, 5, 6, 7, 8};
+constexpr Slots kInteger{0, -1, 2, 1, -1, 3, -1, -1, -1};
+
+const Slots& slots_of(const ir::Node& n) { return n.op_type().rfind("QLinear", 0) == 0 ? kQLinear : kInteger; }
+bool is_conv(const ir::Node& n) { return n.op_type() == "QLinearConv" || n.op_type() == "ConvInteger"; }
+bool present(const ir::Node& n, int slot) {
+  return slot >= 0 && static_cast<size_t>(slot) < n.inputs().size() && n.input(static_cast<size_t>(slot)) != nullptr;
+}
+
+// Output columns (channels) and depth of the constant weights.
+int64_t columns_of(const ir::Tensor& w, bool conv) { return conv ? w.dims()[0] : w.dims()[1]; }
+int64_t depth_of(const ir::Tensor& w, bool conv) { return conv ? w.num_elements() / std::max<int64_t>(w.dims()[0], 1) : w.dims()[0]; }
+
+std::string gemm_check(const KernelInit& init) {
+  const ir::Node& n = init.node;
+  const Slots& s = slots_of(n);
+  const bool conv = is_conv(n);
+  const auto a = static_cast<size_t>(s.a), b = static_cast<size_t>(s.b);
+  if (!is_8bit(init.input_dtype(a))) return "input " + std::to_string(a) + " is not int8 or uint8";
+  const ir::Tensor* w = init.constant(b);
+  if (w == nullptr) return "its weights (input " + std::to_string(b) + ") are not a constant";
+  if (!is_8bit(w->dtype())) return "its weights are not int8 or uint8";
+  if (conv) {
+    if (std::string why = require_rank(init, a, {3, 4}); !why.empty()) return why + " (the Vulkan kernel takes 1-D and 2-D)";
+    if (w->rank() != init.input_types[a].shape().rank()) return "W's rank differs from X's";
+    if (n.attr_int("group", 1) < 1) return "group must be at least 1";
+  } else {
+    if (w->rank() != 2) return "its weights are not a matrix (the Vulkan kernel takes 2-D B)";
+    const ir::Shape& x = init.input_types[a].shape();
+    if (!x.has_rank() || x.rank() < 1) return "input 0 has an unknown rank";
+  }
+  const int64_t cols = columns_of(*w, conv);
+  if (present(n, s.a_zp)) {
+    if (!is_8bit(init.input_dtype(static_cast<size_t>(s.a_zp)))) return "the zero point of input 0 is not int8 or uint8";
+    const ir::Shape& z = init.input_types[static_cast<size_t>(s.a_zp)].shape();
+    const std::optional<std::vector<int64_t>> dims = z.static_sizes();
+    if (!dims || product(*dims, 0, dims->size()) != 1) return "the zero point of input 0 is not one value";
+  }
+  if (std::string why = zero_problem(init, static_cast<size_t>(s.b_zp), "the weights' zero point"); !why.empty()) return why;
+  if (const ir::Tensor* z = init.constant(static_cast<size_t>(s.b_zp)); z != nullptr && z->num_elements() != 1 && z->num_elements() != cols)
+    return "the weights' zero point is neither one value nor one per output column";
+  if (s.y_scale < 0) {
+    if (init.output_dtype(0) != ir::DType::kInt32) return "its output is not int32";
+    return "";
+  }
+  if (!is_8bit(init.output_dtype(0))) return "its output is not int8 or uint8";
+  for (int slot : {s.a_scale, s.b_scale, s.y_scale}) {
+    const std::string name = "input " + std::to_string(slot) + " (a scale)";
+    if (std::string why = scale_problem(init.constant(static_cast<size_t>(slot)), name.c_str()); !why.empty()) return why;
+    const int64_t count = init.constant(static_cast<size_t>(slot))->num_elements();
+    if (count != 1 && !(slot == s.b_scale && count == cols)) return name + " has " + std::to_string(count) + " elements";
+  }
+  if (std::string why = zero_problem(init, static_cast<size_t>(s.y_zp), "y_zero_point"); !why.empty()) return why;
+  if (present(n, s.y_zp) && init.constant(static_cast<size_t>(s.y_zp))->num_elements() != 1) return "y_zero_point is not one value";
+  if (present(n, s.bias)) {
+    const ir::Tensor* bias = init.constant(static_cast<size_t>(s.bias));
+    if (bias == nullptr || bias->dtype() != ir::DType::kInt32 || bias->num_elements() != cols)
+      return "its bias is not a constant int32 of one value per output column";
+  }
+  const std::string act = n.domain() == "ai.tether" ? n.attr_string("activation", "") : "";
+  if (!act.empty() && act != "Relu" && !(act == "Clip" && n.attr("activation_params") != nullptr &&
+                                         n.attr("activation_params")->as_floats().size() == 2))
+    return "activation '" + act + "' is not Relu or Clip";
+  return "";
+}
+
+// round_half_even(clamp(v, lo, hi)) + zero, as the CPU engine's requantization.
+int32_t requantized(float v, float lo, float hi, int32_t zero) {
+  v = v > lo ? v : lo;
+  v = v < hi ? v : hi;
+  return static_cast<int32_t>(std::nearbyint(v)) + zero;
+}
+
+struct GemmPush {
+  uint32_t n, rows, N, K, K4;
+  uint32_t C, H, W, OW, KH, KW;
+  int32_t SH, SW, PH, PW, DH, DW;
+  uint32_t G, M;
+};
+
+// Column c of the packed weights: K bytes as int8 (uint8 less 128) in words of 4.
+struct Packed {
+  std::vector<int32_t> words;  // [columns][K4]
+  std::vector<int32_t> cols;   // [columns][4]: sum of w, w's zero point, bias, scale bits
+};
+
+class QGemmKernel final : public GpuKernel {
+ public:
+  explicit QGemmKernel(const KernelInit& init) : node_(init.node), conv_(is_conv(init.node)) {
+    const Slots& s = slots_of(init.node);
+    const ir::Tensor& w = *init.constant(static_cast<size_t>(s.b));
+    cols_ = columns_of(w, conv_);
+    k_ = depth_of(w, conv_);
+    a_signed_ = init.input_dtype(static_cast<size_t>(s.a)) == ir::DType::kInt8;
+    has_az_ = present(init.node, s.a_zp);
+    out_int32_ = s.y_scale < 0;
+    pack(init, s, w);
+    if (!out_int32_) requantization(init, s);
+  }
+
+  bool reads_on_device(size_t i) const override {
+    const Slots& s = slots_of(node_);
+    return static_cast<int>(i) == s.a || static_cast<int>(i) == s.a_zp;
+  }
+
+  void prepare(Gpu& gpu) override {
+    if (!gpu.device.storage8()) return;  // refused when recorded
+    const char* plain = std::getenv("TETHER_VULKAN_NO_INTEGER_DOT");
+    const bool dot = gpu.device.integer_dot() && !(plain != nullptr && std::string(plain) == "1");
+    pipeline_ = &gpu.pipeline(dot ? "qgemm_dot" : "qgemm", 6, sizeof(GemmPush),
+                              {kLocal, conv_ ? 1u : 0u, a_signed_ ? 1u : 0u, has_az_ ? 1u : 0u, out_int32_ ? 1u : 0u,
+                               y_signed_ ? 1u : 0u, static_cast<uint32_t>(y_zero_), static_cast<uint32_t>(y_lo_),
+                               static_cast<uint32_t>(y_hi_)},
+                              ir::DType::kInt8);
+    words_ = gpu.add_weight_view(packed_.words.data(), static_cast<int64_t>(packed_.words.size() * 4));
+    table_ = gpu.add_weight_view(packed_.cols.data(), static_cast<int64_t>(packed_.cols.size() * 4));
+  }
+
+  void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
+    require_storage8(rec, node_);
+    const Slots& s = slots_of(node_);
+    const GpuTensor& x = in[static_cast<size_t>(s.a)];
+    const GpuTensor& y = out[0];
+    check_u32(node_, x.numel(), "the input");
+    check_u32(node_, y.numel(), "the output");
+    GemmPush p{};
+    p.K = static_cast<uint32_t>(k_);
+    p.K4 = static_cast<uint32_t>((k_ + 3) / 4);
+    p.G = 1;
+    p.OW = 1;
+    int64_t batch = 1;
+    if (conv_) {
+      const ops::ConvGeometry g = ops::conv_geometry(node_, x.dims, w_dims_, y.dims, false);
+      const bool two_d = x.dims.size() == 4;
+      auto last2 = [two_d](const std::vector<int64_t>& v, int64_t fill) { return two_d ? v[v.size() - 2] : fill; };
+      p.G = static_cast<uint32_t>(g.group);
+      p.M = static_cast<uint32_t>(cols_);
+      p.N = static_cast<uint32_t>(cols_ / g.group);
+      p.C = static_cast<uint32_t>(x.dims[1]);
+      p.H = static_cast<uint32_t>(last2(x.dims, 1));
+      p.W = static_cast<uint32_t>(x.dims.back());
+      p.OW = static_cast<uint32_t>(y.dims.back());
+      p.rows = static_cast<uint32_t>(last2(y.dims, 1) * y.dims.back());
+      p.KH = static_cast<uint32_t>(last2(g.kernel, 1));
+      p.KW = static_cast<uint32_t>(g.kernel.back());
+      p.SH = static_cast<int32_t>(last2(g.strides, 1));
+      p.SW = static_cast<int32_t>(g.strides.back());
+      p.PH = static_cast<int32_t>(last2(g.pad_begin, 0));
+      p.PW = static_cast<int32_t>(g.pad_begin.back());
+      p.DH = static_cast<int32_t>(last2(g.dilations, 1));
+      p.DW = static_cast<int32_t>(g.dilations.back());
+      if (x.dims[1] != w_dims_[1] * g.group)
+        throw ArgumentError(node_.describe() + ": input 0 has " + std::to_string(x.dims[1]) + " channels, the weights expect " +
+                            std::to_string(w_dims_[1] * g.group));
+      batch = x.dims[0] * g.group;
+    } else {
+      if (x.dims.empty() || x.dims.back() != k_)
+        throw ArgumentError(node_.describe() + ": input 0's last dim is " + std::to_string(x.dims.empty() ? 0 : x.dims.back()) +
+                            ", the weights have " + std::to_string(k_) + " rows");
+      p.N = static_cast<uint32_t>(cols_);
+      p.rows = static_cast<uint32_t>(k_ == 0 ? 0 : x.numel() / k_);
+    }
+    const int64_t n = batch * ((p.N + 3) / 4) * p.rows;
+    check_u32(node_, n, "the invocations");
+    p.n = static_cast<uint32_t>(n);
+    const Range az = has_az_ ? in[static_cast<size_t>(s.a_zp)].range : rec.unused();
+    const Range y8 = out_int32_ ? rec.unused() : y.range, y32 = out_int32_ ? y.range : rec.unused();
+    dispatch_1d(rec, *pipeline_, {x.range, rec.weight(words_), rec.weight(table_), az, y8, y32}, &p, sizeof p, n);
+  }
+
+ private:
+  void pack(const KernelInit& init, const Slots& s, const ir::Tensor& w) {
+    w_dims_ = w.dims();
+    const bool w_signed = w.dtype() == ir::DType::kInt8;
+    const auto* raw = static_cast<const uint8_t*>(w.raw_data());
+    const std::vector<int32_t> zw = zero_point_values(init.constant(static_cast<size_t>(s.b_zp)));
+    const int32_t* bias = present(init.node, s.bias) ? init.constant(static_cast<size_t>(s.bias))->data<int32_t>() : nullptr;
+    const int64_t k4 = (k_ + 3) / 4;
+    packed_.words.assign(static_cast<size_t>(cols_ * k4), 0);
+    packed_.cols.assign(static_cast<size_t>(cols_ * 4), 0);
+    for (int64_t c = 0; c < cols_; ++c) {
+      int32_t sum = 0;
+      for (int64_t k = 0; k < k_; ++k) {
+        const uint8_t byte = raw[conv_ ? c * k_ + k : k * cols_ + c];
+        const auto v = static_cast<int8_t>(w_signed ? byte : byte ^ 0x80);  // uint8 less 128
+        sum += v;
+        auto& word = reinterpret_cast<uint32_t&>(packed_.words[static_cast<size_t>(c * k4 + k / 4)]);
+        word |= static_cast<uint32_t>(static_cast<uint8_t>(v)) << (8 * (k % 4));
+      }
+      int32_t* col = &packed_.cols[static_cast<size_t>(c * 4)];
+      col[0] = sum;
+      col[1] = (zw.size() == 1 ? zw[0] : zw[static_cast<size_t>(c)]) - (w_signed ? 0 : 128);
+      col[2] = bias != nullptr ? bias[c] : 0;
+    }
+    // The activations' zero point shifts likewise on the device (qgemm.glsl).
+  }
+
+  // Output scales per column, float(a_scale * w_scale) / y_scale as the CPU engine computes
+  // them, and the output's clamp with a fused activation folded in.
+  void requantization(const KernelInit& init, const Slots& s) {
+    const float sa = *init.constant(static_cast<size_t>(s.a_scale))->data<float>();
+    const float sy = *init.constant(static_cast<size_t>(s.y_scale))->data<float>();
+    const ir::Tensor& sw = *init.constant(static_cast<size_t>(s.b_scale));
+    for (int64_t c = 0; c < cols_; ++c) {
+      const float v = sa * sw.data<float>()[sw.num_elements() == 1 ? 0 : c] / sy;
+      std::memcpy(&packed_.cols[static_cast<size_t>(c * 4 + 3)], &v, 4);
+    }
+    y_signed_ = init.output_dtype(0) == ir::DType::kInt8;
+    y_zero_ = zero_point_values(present(init.node, s.y_zp) ? init.constant(static_cast<size_t>(s.y_zp)) : nullptr)[0];
+    y_lo_ = y_signed_ ? -128 : 0;
+    y_hi_ = y_signed_ ? 127 : 255;
+    const std::string act = init.node.domain() == "ai.tether" ? init.node.attr_string("activation", "") : "";
+    if (act == "Relu") {
+      y_lo_ = std::max(y_lo_, y_zero_);  // Q(Relu(v)) = max(Q(v), zy): rounding is monotone
+    } else if (act == "Clip") {
+      const std::vector<float>& bounds = init.node.attr("activation_params")->as_floats();
+      auto bound = [&](float v) {
+        return requantized(v / sy, static_cast<float>(y_lo_ - y_zero_), static_cast<float>(y_hi_ - y_zero_), y_zero_);
+      };
+      const int32_t lo = bound(bounds[0]), hi = bound(bounds[1]);
+      y_lo_ = lo;
+      y_hi_ = hi;
+    }
+  }
+
+  const ir::Node& node_;
+  bool conv_, a_signed_ = true, has_az_ = false, out_int32_ = false, y_signed_ = true;
+  int64_t cols_ = 0, k_ = 0;
+  std::vector<int64_t> w_dims_;
+  int32_t y_zero_ = 0, y_lo_ = -128, y_hi_ = 127;
+  Packed packed_;
+  int words_ = -1, table_ = -1;
+  const Pipeline* pipeline_ = nullptr;
+};
+
+}  // namespace
+
+void register_quant_gemm(KernelRegistry& r) {
+  auto make = [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QGemmKernel>(i); };
+  for (const char* op : {"QLinearMatMul", "QLinearConv", "MatMulInteger", "ConvInteger"}) r.add(op, make, gemm_check);
+  r.add("QLinearMatMul", make, gemm_check, "ai.tether");
+  r.add("QLinearConv", make, gemm_check, "ai.tether");
+}
+
+}  // namespace tether::engine::vulkan

@@ -1,0 +1,120 @@
+// The integer product of the INT8 kernels (quant_gemm.cc), included by qgemm.comp (plain
+// int32 multiply-adds) and qgemm_dot.comp (TETHER_INT_DOT: OpSDotKHR of
+// VK_KHR_shader_integer_dot_product on packed 4 x 8-bit words). QLinearMatMul and
+// MatMulInteger over A's rows, and QLinearConv and ConvInteger as an implicit GEMM (CONV: each
+// row an output pixel, each column an output channel of a group, A the im2col matrix read in
+// place, the zero point where the window leaves the input).
+//
+// Every operand is taken as int8: a uint8 byte v as v ^ 0x80 = v - 128, its zero point less
+// 128 alike, so differences are unchanged. The sums are then
+//   s = sum (a - za)(w - zw) + bias = sum a w - zw sum a - za sum w + K za zw + bias,
+// with sum w, zw and the bias per column from the host (the weights are constants, packed
+// there as words of 4 bytes along K, the tail zero), and sum a from the same dot products, so
+// that za may be computed on the device (DynamicQuantizeLinear). The requantization is the CPU
+// engine's: round_half_even(clamp(float(s) * scale, lo - zy, hi - zy)) + zy, scale =
+// float(a_scale * w_scale) / y_scale from the host; the float product is correctly rounded, so
+// results match the CPU engine's bit for bit.
+#extension GL_EXT_spirv_intrinsics : require
+#include "storage.glsl"
+#include "q_common.glsl"
+layout(local_size_x_id = 0) in;
+#include "common.glsl"
+
+layout(constant_id = 1) const bool CONV = false;
+layout(constant_id = 2) const bool A_SIGNED = true;
+layout(constant_id = 3) const bool HAS_AZ = false;   // a zero point to read (binding 3)
+layout(constant_id = 4) const bool OUT_INT32 = false;
+layout(constant_id = 5) const bool Y_SIGNED = true;
+layout(constant_id = 6) const int Y_ZERO = 0;
+layout(constant_id = 7) const int Y_LO = -128;  // the output's clamp (a fused activation narrows it)
+layout(constant_id = 8) const int Y_HI = 127;
+const uint CB = 4;  // columns per invocation: each word of A serves CB dot products
+
+layout(std430, binding = 0) readonly buffer A { uint8_t a[]; };
+layout(std430, binding = 1) readonly buffer W { int w[]; };       // [columns][K4], bytes as int8
+layout(std430, binding = 2) readonly buffer Cols { ivec4 cols[]; };  // sum w, zw, bias, scale bits
+layout(std430, binding = 3) readonly buffer Az { uint8_t az[]; };
+layout(std430, binding = 4) writeonly buffer Y8 { uint8_t y8[]; };
+layout(std430, binding = 5) writeonly buffer Y32 { int y32[]; };
+layout(push_constant, std430) uniform Push {
+  uint n;           // invocations: batch * ceil(N / CB) * rows
+  uint rows, N;     // per batch element (an image and group for CONV)
+  uint K, K4;       // depth, and in words
+  uint C, H, W, OW, KH, KW;
+  int SH, SW, PH, PW, DH, DW;
+  uint G, M;        // groups, output channels (CONV)
+} p;
+
+#ifdef TETHER_INT_DOT
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
+int sdot_packed(int x, int y, spirv_literal int packed_format);
+int dot4(int x, int y) { return sdot_packed(x, y, 0); }
+#else
+int dot4(int x, int y) {
+  return bitfieldExtract(x, 0, 8) * bitfieldExtract(y, 0, 8) + bitfieldExtract(x, 8, 8) * bitfieldExtract(y, 8, 8) +
+         bitfieldExtract(x, 16, 8) * bitfieldExtract(y, 16, 8) + bitfieldExtract(x, 24, 8) * bitfieldExtract(y, 24, 8);
+}
+#endif
+
+const uint FLIP = A_SIGNED ? 0u : 0x80u;  // a raw byte to its int8 form
+
+void main() {
+  uint i = flat_id();
+  if (i >= p.n) return;
+  uint r = i % p.rows, t = i / p.rows;
+  uint blocks = (p.N + CB - 1) / CB;
+  uint j0 = (t % blocks) * CB, b = t / blocks;
+  // CONV: b is image * G + group; the window's corner and the input plane it starts from.
+  uint img = b / p.G, g = b % p.G, cg = p.C / p.G, taps = p.KH * p.KW;
+  int oh = int(r / p.OW), ow = int(r % p.OW);
+  int h0 = oh * p.SH - p.PH, w0 = ow * p.SW - p.PW;
+  uint xbase = (img * p.C + g * cg) * p.H * p.W;
+  uint zero_raw = HAS_AZ ? uint(az[0]) : FLIP;  // a raw byte whose int8 form is za (0 without one)
+  uint col0 = CONV ? g * p.N + j0 : j0;
+  // Where the window is, (c, kh, kw) of k, stepped along with k.
+  uint c = 0, kh = 0, kw = 0;
+  int acc[CB] = int[CB](0, 0, 0, 0);
+  int sum_a = 0;
+  for (uint k4 = 0; k4 < p.K4; ++k4) {
+    uint word = 0;
+    for (uint q = 0; q < 4; ++q) {
+      uint k = k4 * 4 + q;
+      uint raw = FLIP;  // past K: 0 in int8 form
+      if (k < p.K) {
+        if (CONV) {
+          int ih = h0 + int(kh) * p.DH, iw = w0 + int(kw) * p.DW;
+          raw = ih >= 0 && ih < int(p.H) && iw >= 0 && iw < int(p.W) ? uint(a[xbase + (c * p.H + uint(ih)) * p.W + uint(iw)])
+                                                                     : zero_raw;
+          if (++kw == p.KW) {
+            kw = 0;
+            if (++kh == p.KH) {
+              kh = 0;
+              ++c;
+            }
+          }
+        } else {
+          raw = uint(a[r * p.K + k]);
+        }
+      }
+      word |= ((raw ^ FLIP) & 0xffu) << (8 * q);
+    }
+    int aw = int(word);
+    sum_a += dot4(aw, 0x01010101);
+    for (uint jj = 0; jj < CB; ++jj)
+      if (j0 + jj < p.N) acc[jj] += dot4(aw, w[(col0 + jj) * p.K4 + k4]);
+  }
+  int za = byte_value(zero_raw ^ FLIP, true);
+  for (uint jj = 0; jj < CB; ++jj) {
+    uint j = j0 + jj;
+    if (j >= p.N) break;
+    ivec4 col = cols[col0 + jj];
+    int s = acc[jj] - col.y * sum_a - za * col.x + int(p.K) * za * col.y + col.z;
+    uint o = CONV ? ((img * p.M + g * p.N + j) * p.rows + r) : r * p.N + j;
+    if (OUT_INT32) {
+      y32[o] = s;
+    } else {
+      precise float v = float(s) * intBitsToFloat(col.w);
+      y8[o] = byte_of(requantize(v, float(Y_LO - Y_ZERO), float(Y_HI - Y_ZERO), Y_ZERO));
+    }
+  }
+}
