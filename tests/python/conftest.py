@@ -9,6 +9,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -133,6 +134,26 @@ def exported_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Expor
 @pytest.fixture(params=sorted(MODELS))
 def exported(request: pytest.FixtureRequest, exported_models: dict[str, Exported]) -> Exported:
     return exported_models[request.param]
+
+
+@pytest.fixture(scope="session")
+def tiny_transformers(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The tiny transformers models of ``_tiny_transformers``, each exported with its KV cache by
+    tt.export.transformers (its check by generation included) once per session, on first use:
+    ``get(name) -> (model, result)``; the export and generation tests share them."""
+    import _tiny_transformers as tiny
+    import tether as tt
+
+    done: dict[str, tuple[Any, Any]] = {}
+    folder = tmp_path_factory.mktemp("transformers")
+
+    def get(name: str) -> tuple[Any, Any]:
+        if name not in done:
+            model = tiny.BUILD[name]()
+            done[name] = (model, tt.export.transformers(model, folder / f"{name}.onnx", task=tiny.TASK[name]))
+        return done[name]
+
+    return get
 
 
 @pytest.fixture

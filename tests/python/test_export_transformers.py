@@ -18,63 +18,14 @@ from tether.parity import GoldenRunner, OnnxRuntimeRunner, TetherRunner, compare
 
 transformers = pytest.importorskip("transformers")
 
-VOCAB = 96
-
-
-def _gpt2() -> Any:
-    torch.manual_seed(0)
-    # Weights wider than the default 0.02 make greedy generation vary from token to token, so a
-    # lost cache entry changes the tokens.
-    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=VOCAB, n_positions=64,
-                                     initializer_range=0.3, bos_token_id=0, eos_token_id=0)
-    return transformers.GPT2LMHeadModel(config).eval()
-
-
-def _llama() -> Any:
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB,
-                                      max_position_embeddings=64, initializer_range=0.3, bos_token_id=0,
-                                      eos_token_id=0, pad_token_id=0)
-    return transformers.LlamaForCausalLM(config).eval()
-
-
-def _t5() -> Any:
-    torch.manual_seed(0)
-    config = transformers.T5Config(d_model=32, d_ff=64, num_layers=1, num_decoder_layers=1, num_heads=4, d_kv=8,
-                                   vocab_size=VOCAB, initializer_factor=3.0, decoder_start_token_id=0,
-                                   pad_token_id=0, eos_token_id=1)
-    return transformers.T5ForConditionalGeneration(config).eval()
-
-
-def _whisper() -> Any:
-    torch.manual_seed(0)
-    config = transformers.WhisperConfig(vocab_size=VOCAB, num_mel_bins=8, encoder_layers=1, decoder_layers=1,
-                                        encoder_attention_heads=2, decoder_attention_heads=2, d_model=32,
-                                        encoder_ffn_dim=64, decoder_ffn_dim=64, max_source_positions=8,
-                                        max_target_positions=64, init_std=0.3, decoder_start_token_id=0,
-                                        pad_token_id=0, eos_token_id=1, bos_token_id=0)
-    return transformers.WhisperForConditionalGeneration(config).eval()
-
-
-_BUILD = {"gpt2": _gpt2, "llama": _llama, "t5": _t5, "whisper": _whisper}
-_TASK = {"gpt2": "text-generation", "llama": "text-generation", "t5": "text2text-generation",
-         "whisper": "automatic-speech-recognition"}
+import _tiny_transformers as tiny  # noqa: E402
+from _tiny_transformers import VOCAB  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """Each model exported once, on first use: (model, result)."""
-    done: dict[str, tuple[Any, Any]] = {}
-    folder = tmp_path_factory.mktemp("transformers")
-
-    def get(name: str) -> tuple[Any, Any]:
-        if name not in done:
-            model = _BUILD[name]()
-            done[name] = (model, tt.export.transformers(model, folder / f"{name}.onnx", task=_TASK[name]))
-        return done[name]
-
-    return get
+def exported(tiny_transformers: Any) -> Any:
+    """Each model exported once per session, on first use: (model, result)."""
+    return tiny_transformers
 
 
 def _positions(mask: np.ndarray) -> np.ndarray:
@@ -266,15 +217,15 @@ def test_a_step_that_leaves_torch_fails_the_export_naming_the_step_and_error(tmp
 
 
 def test_unsupported_task_and_model_classes_raise_typed_errors(tmp_path: Path) -> None:
-    gpt2 = _gpt2()
+    gpt2 = tiny.gpt2()
     with pytest.raises(tt.ArgumentError, match="task 'summarize' is not supported"):
         tt.export.transformers(gpt2, tmp_path / "m.onnx", task="summarize")
     with pytest.raises(tt.UnsupportedError, match="pass task='text2text-generation'"):
-        tt.export.transformers(_t5(), tmp_path / "m.onnx")
+        tt.export.transformers(tiny.t5(), tmp_path / "m.onnx")
     with pytest.raises(tt.UnsupportedError, match="pass task='text-generation'"):
         tt.export.transformers(gpt2, tmp_path / "m.onnx", task="text2text-generation")
     with pytest.raises(tt.UnsupportedError, match="WhisperForConditionalGeneration\\); T5ForConditionalGeneration"):
-        tt.export.transformers(_t5(), tmp_path / "m.onnx", task="automatic-speech-recognition")
+        tt.export.transformers(tiny.t5(), tmp_path / "m.onnx", task="automatic-speech-recognition")
     bert = transformers.BertForSequenceClassification(transformers.BertConfig(
         hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=VOCAB))
     with pytest.raises(tt.UnsupportedError, match="BertForSequenceClassification is not one"):
@@ -293,7 +244,7 @@ def test_with_past_on_a_model_without_a_cache_raises_unsupported(tmp_path: Path)
 
 
 def test_bad_path_prompt_and_counts_raise_argument_errors(tmp_path: Path) -> None:
-    gpt2 = _gpt2()
+    gpt2 = tiny.gpt2()
     (tmp_path / "file").write_text("")
     (tmp_path / "dir.onnx").mkdir()
     cases = [({"path": tmp_path / "m.txt"}, "must end in .onnx"),
