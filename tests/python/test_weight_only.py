@@ -223,3 +223,129 @@ def test_bad_arguments_raise_argument_error(kwargs, message):
     w = np.ones((32, 4), np.float32)
     with pytest.raises(tt.ArgumentError, match=message):
         tt.quantize.weight_only(matmul_model(w), **kwargs)
+
+
+# ---- a head tied to the embedding: MatMul(x, Transpose(emb)) -----------------------------------
+
+
+def tied_model(emb: np.ndarray, *, gemm: bool = False, second_head: bool = False) -> bytes:
+    """ids -> Gather(emb) -> Relu -> head reading Transpose(emb) (perm [1, 0]), as an exported
+    GPT-2 does; ``gemm`` makes the head a Gemm with transB = 1 over Transpose(emb.T-shaped
+    initializer) plus a bias; ``second_head`` adds a MatMul 'head2' reading the same Transpose."""
+    v, d = emb.shape
+    init = [numpy_helper.from_array(emb, "emb")]
+    nodes = [helper.make_node("Gather", ["emb", "ids"], ["e"], name="embed", axis=0),
+             helper.make_node("Relu", ["e"], ["h"], name="act")]
+    if gemm:
+        # Transpose(emb_t) is emb again, [V, D] = [N, K]; transB = 1 reads it as W = emb.T.
+        init = [numpy_helper.from_array(np.ascontiguousarray(emb.T), "emb_t"),
+                numpy_helper.from_array(np.linspace(-1, 1, v, dtype=np.float32), "bias")]
+        nodes = [helper.make_node("Transpose", ["emb_t"], ["emb_again"], name="flip"),
+                 helper.make_node("Gather", ["emb_again", "ids"], ["e"], name="embed", axis=0),
+                 helper.make_node("Relu", ["e"], ["h2d"], name="act"),
+                 helper.make_node("Gemm", ["h2d", "emb_again", "bias"], ["logits"], name="head", transB=1)]
+        ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["n"])
+    else:
+        nodes += [helper.make_node("Transpose", ["emb"], ["emb_T"], name="tie", perm=[1, 0]),
+                  helper.make_node("MatMul", ["h", "emb_T"], ["logits"], name="head")]
+        if second_head:
+            nodes.append(helper.make_node("MatMul", ["h", "emb_T"], ["logits2"], name="head2"))
+        ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", "s"])
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+               for n in (["logits", "logits2"] if second_head else ["logits"])]
+    graph = helper.make_graph(nodes, "tied", [ids], outputs, init)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9).SerializeToString()
+
+
+def run_both(blob: bytes, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    ours = tt.compile(tt.load(blob)).run(feeds)
+    sess = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return ours, dict(zip(names, sess.run(names, feeds), strict=True))
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_head_tied_through_transpose_becomes_matmulnbits_of_the_transposed_embedding(symmetric):
+    rng = np.random.default_rng(29)
+    emb = (rng.standard_normal((50, 64)) / 8).astype(np.float32)
+    float_model = tied_model(emb)
+    res = tt.quantize.weight_only(float_model, min_size=0, symmetric=symmetric)
+    node, inits = nbits_tensors(res, "head")
+    assert (attr(node, "K"), attr(node, "N")) == (64, 50)
+    codes, scales, zeros = rtn_reference(emb.T, 4, 32, symmetric)
+    np.testing.assert_array_equal(unpack(inits[node.input[1]], 4, 32), codes)
+    np.testing.assert_array_equal(inits[node.input[2]], scales)
+    if not symmetric:
+        np.testing.assert_array_equal(unpack(inits[node.input[3]], 4, 2), zeros)
+    layer = res.layers[0]
+    assert (layer.node, layer.weight, layer.shape, layer.transposed) == ("head", "emb", (64, 50), True)
+    assert layer.sqnr_db == pytest.approx(snr_db(emb.T, dequantized(codes, scales, zeros, 64)), rel=1e-9)
+    assert "Transpose of emb" in res.table()
+    # The Gather still reads the float embedding; the Transpose has no reader left and is gone.
+    assert "emb" in inits
+    assert [(n.op_type, n.name) for n in res.model.nodes] == [("Gather", "embed"), ("Relu", "act"),
+                                                             ("MatMulNBits", "head")]
+    ids = rng.integers(0, 50, (2, 7)).astype(np.int64)
+    ours, theirs = run_both(res.model.to_bytes(), {"ids": ids})
+    scale = float(np.abs(theirs["logits"]).max())
+    np.testing.assert_allclose(ours["logits"], theirs["logits"], rtol=1e-4, atol=1e-5 * scale)
+    h = np.maximum(emb[ids], 0).astype(np.float64)
+    np.testing.assert_allclose(ours["logits"], h @ dequantized(codes, scales, zeros, 64), rtol=1e-4,
+                               atol=1e-5 * scale)
+    assert snr_db(h @ emb.T.astype(np.float64), ours["logits"]) > 14.0
+
+
+def test_tied_false_keeps_the_head_and_its_transpose_float_and_says_why():
+    emb = np.random.default_rng(30).standard_normal((50, 64)).astype(np.float32)
+    res = tt.quantize.weight_only(tied_model(emb), min_size=0, tied=False)
+    assert res.layers == []
+    assert res.skipped["head"] == "its weight is a Transpose of initializer 'emb' and tied=False"
+    assert [n.op_type for n in res.model.nodes] == ["Gather", "Relu", "Transpose", "MatMul"]
+
+
+def test_a_transpose_with_a_float_reader_left_stays():
+    emb = np.random.default_rng(31).standard_normal((50, 64)).astype(np.float32)
+    res = tt.quantize.weight_only(tied_model(emb, second_head=True), min_size=0, exclude_nodes=["head2"])
+    assert [x.node for x in res.layers] == ["head"]
+    ops = {n.name: n.op_type for n in res.model.nodes}
+    assert (ops["tie"], ops["head"], ops["head2"]) == ("Transpose", "MatMulNBits", "MatMul")
+    ids = np.arange(50, dtype=np.int64).reshape(5, 10)
+    ours, theirs = run_both(res.model.to_bytes(), {"ids": ids})
+    np.testing.assert_allclose(ours["logits2"], np.maximum(emb[ids], 0) @ emb.T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ours["logits"], theirs["logits"], rtol=1e-4, atol=1e-4)
+
+
+def test_gemm_with_trans_b_over_a_transpose_quantizes_the_weight_it_computes_with():
+    emb = np.random.default_rng(32).standard_normal((40, 64)).astype(np.float32)
+    float_model = tied_model(emb, gemm=True)
+    res = tt.quantize.weight_only(float_model, min_size=0)
+    node, inits = nbits_tensors(res, "head")
+    # Gemm(h, Transpose(emb_t), transB=1) multiplies by emb.T: K = 64, N = 40.
+    codes, scales, zeros = rtn_reference(emb.T, 4, 32, False)
+    np.testing.assert_array_equal(unpack(inits[node.input[1]], 4, 32), codes)
+    assert res.layers[0].weight == "emb_t" and res.layers[0].transposed
+    assert "flip" in {n.name for n in res.model.nodes}  # the Gather still reads it
+    ids = np.arange(40, dtype=np.int64)
+    ours, theirs = run_both(res.model.to_bytes(), {"ids": ids})
+    want = np.maximum(emb[ids], 0).astype(np.float64) @ dequantized(codes, scales, zeros, 64)
+    want += np.linspace(-1, 1, 40, dtype=np.float32)
+    np.testing.assert_allclose(ours["logits"], theirs["logits"], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ours["logits"], want, rtol=1e-4, atol=1e-4)
+
+
+def test_an_initializer_read_only_through_the_quantized_transpose_is_dropped():
+    w = np.random.default_rng(33).standard_normal((24, 48)).astype(np.float32)  # [N, K]
+    nodes = [helper.make_node("Transpose", ["w"], ["w_T"], name="tie"),  # no perm: reverses the axes
+             helper.make_node("MatMul", ["x", "w_T"], ["y"], name="fc")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 48])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(w, "w")])
+    blob = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9).SerializeToString()
+    res = tt.quantize.weight_only(blob, min_size=0)
+    assert [n.op_type for n in res.model.nodes] == ["MatMulNBits"]
+    assert "w" not in res.model.initializer_names
+    x = np.random.default_rng(34).standard_normal((3, 48)).astype(np.float32)
+    ours, _ = run_both(res.model.to_bytes(), {"x": x})
+    codes, scales, zeros = rtn_reference(w.T, 4, 32, False)
+    np.testing.assert_allclose(ours["y"], x.astype(np.float64) @ dequantized(codes, scales, zeros, 48),
+                               rtol=1e-4, atol=1e-4)

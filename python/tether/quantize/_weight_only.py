@@ -34,13 +34,15 @@ _METHODS = ("rtn",)
 class WeightOnlyLayer:
     """One quantized weight: the node, its weight initializer, ``[K, N]``, and the error of the
     dequantized weight: ``rel_error = ||W - W_q|| / ||W||`` and ``sqnr_db = 10 log10(sum W^2 /
-    sum (W - W_q)^2)`` (inf when exact)."""
+    sum (W - W_q)^2)`` (inf when exact). ``transposed`` is True when the node read the
+    initializer through a 2-D Transpose (a head tied to the embedding): ``W`` is then its transpose."""
 
     node: str
     weight: str
     shape: tuple[int, int]
     rel_error: float
     sqnr_db: float
+    transposed: bool = False
 
 
 @dataclass
@@ -80,7 +82,9 @@ class WeightOnlyResult:
                  f"{'node':32s} {'K x N':>13s} {'rel error':>10s} {'SQNR dB':>8s}"]
         for layer in sorted(self.layers, key=lambda x: x.sqnr_db):
             k, n = layer.shape
-            lines.append(f"{layer.node[:32]:32s} {f'{k} x {n}':>13s} {layer.rel_error:10.2e} {layer.sqnr_db:8.2f}")
+            tied = f"  (Transpose of {layer.weight})" if layer.transposed else ""
+            lines.append(f"{layer.node[:32]:32s} {f'{k} x {n}':>13s} {layer.rel_error:10.2e} "
+                         f"{layer.sqnr_db:8.2f}{tied}")
         lines += [f"  kept float: {name}: {why}" for name, why in self.skipped.items()]
         return "\n".join(lines)
 
@@ -143,13 +147,28 @@ def _check_args(bits: int, block_size: int, method: str, format: str, min_size: 
         raise _core.ArgumentError(f"min_size must be a count of weights >= 0, got {min_size!r}")
 
 
-def _candidate(node: Any, inits: dict[str, Any]) -> tuple[str | None, str]:
-    """(weight name, "") when the node can become MatMulNBits, else (None, why not)."""
+def _transposes(g: Any, inits: dict[str, Any]) -> dict[str, str]:
+    """Output name -> initializer name for each Transpose that swaps the two axes of an
+    initializer: how an exported LM head tied to the token embedding reads its weight."""
+    found = {}
+    for node in g.node:
+        if node.op_type != "Transpose" or node.domain not in ("", "ai.onnx") or node.input[:1] == [] \
+                or node.input[0] not in inits:
+            continue
+        perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
+        if len(inits[node.input[0]].dims) == 2 and perm in (None, [1, 0]):
+            found[node.output[0]] = node.input[0]
+    return found
+
+
+def _candidate(node: Any, inits: dict[str, Any], tied: dict[str, str]) -> tuple[str | None, str]:
+    """(weight initializer name, "") when the node can become MatMulNBits, else (None, why not).
+    ``tied`` maps Transpose outputs to the initializers they transpose (empty when not wanted)."""
     if node.op_type not in ("MatMul", "Gemm") or node.domain not in ("", "ai.onnx"):
         return None, ""
-    if len(node.input) < 2 or node.input[1] not in inits:
+    if len(node.input) < 2 or (node.input[1] not in inits and node.input[1] not in tied):
         return None, "its weight (input 1) is not an initializer"
-    t = inits[node.input[1]]
+    t = inits[node.input[1]] if node.input[1] in inits else inits[tied[node.input[1]]]
     if t.data_type != 1 or len(t.dims) != 2:
         return None, "its weight is not a 2-D float32 initializer"
     if node.op_type == "Gemm":
@@ -162,10 +181,11 @@ def _candidate(node: Any, inits: dict[str, Any]) -> tuple[str | None, str]:
             if attrs.get("beta") is not None and attrs["beta"].f != 1.0:
                 return None, "Gemm with a bias and beta other than 1"
             c = inits.get(node.input[2])
-            n = t.dims[0] if attrs.get("transB") is not None and attrs["transB"].i != 0 else t.dims[1]
+            flip = (attrs.get("transB") is not None and attrs["transB"].i != 0) != (node.input[1] in tied)
+            n = t.dims[0] if flip else t.dims[1]
             if c is None or list(c.dims) != [n] or c.data_type != 1:
                 return None, f"Gemm whose C is not a float32 [{n}] initializer"
-    return node.input[1], ""
+    return t.name, ""
 
 
 def weight_only(
@@ -178,6 +198,7 @@ def weight_only(
     format: str = "matmulnbits",  # noqa: A002 - the name users know from the other quantizers
     exclude_nodes: Iterable[str] = (),
     min_size: int = 1024,
+    tied: bool = True,
 ) -> WeightOnlyResult:
     """Quantizes the weights of MatMul and Gemm nodes to ``bits`` (4 or 8) in blocks of
     ``block_size`` along K, round to nearest (see the module's docs for the arithmetic), and
@@ -189,6 +210,12 @@ def weight_only(
     other MatMul and Gemm stays float and ``skipped`` says why. A model with nothing to quantize
     is returned unchanged with that note, not an error.
 
+    With ``tied`` (the default) a weight read through a Transpose (perm ``[1, 0]``) of a 2-D
+    float32 initializer counts too: an LM head tied to the token embedding, as exporters write
+    it. Its MatMulNBits holds the transposed weight; the float initializer stays while another
+    node (the embedding's Gather) reads it, and the Transpose goes once nothing reads it. The
+    model then carries the embedding twice, float and packed; ``tied=False`` keeps such heads float.
+
     Raises:
         ArgumentError: bits other than 4 or 8, a block_size that is not a power of two >= 16,
             an unknown method or format, a negative min_size, or a name in exclude_nodes that no
@@ -199,6 +226,8 @@ def weight_only(
         >>> res.layers[0].sqnr_db > 20                                          # doctest: +SKIP
         True
         >>> tt.compile(res.model).run({"x": x})                                 # doctest: +SKIP
+        >>> tt.quantize.weight_only("gpt2.onnx", tied=False).skipped            # doctest: +SKIP
+        {'node_linear': "its weight is a Transpose of initializer 'wte' and tied=False", ...}
     """
     _check_args(bits, block_size, method, format, min_size)
     proto = to_proto(as_model(model))
@@ -211,9 +240,12 @@ def weight_only(
     layers: list[WeightOnlyLayer] = []
     skipped: dict[str, str] = {}
     new_nodes, users_left = [], _uses(g)
+    transposed = _transposes(g, inits)
     for node in g.node:
         label = node.name or f"{node.op_type} -> {node.output[0]}"
-        weight, why = _candidate(node, inits)
+        weight, why = _candidate(node, inits, transposed if tied else {})
+        if weight is None and not tied and len(node.input) > 1 and node.input[1] in transposed and why:
+            why = f"its weight is a Transpose of initializer {transposed[node.input[1]]!r} and tied=False"
         if weight is not None and node.name in excluded:
             weight, why = None, "in exclude_nodes"
         if weight is not None and int(np.prod(inits[weight].dims)) < min_size:
@@ -223,15 +255,22 @@ def weight_only(
                 skipped[label] = why
             new_nodes.append(node)
             continue
-        nbits, layer = _rewrite(node, label, inits[weight], g, bits, block_size, symmetric)
-        users_left[weight] -= 1
+        via = node.input[1] if node.input[1] not in inits else None
+        nbits, layer = _rewrite(node, label, inits[weight], via is not None, g, bits, block_size, symmetric)
+        users_left[via or weight] -= 1
         new_nodes.append(nbits)
         layers.append(layer)
     if not layers:
         skipped.setdefault("", "no MatMul or Gemm with a 2-D float32 initializer weight to quantize")
         return WeightOnlyResult(as_model(model), [], skipped, bits, block_size, symmetric)
+    # A Transpose whose every reader became MatMulNBits goes, and with it one use of its input.
+    dropped = {id(n) for n in new_nodes if n.op_type == "Transpose" and n.output[0] in transposed
+               and users_left.get(n.output[0], 1) == 0}
+    for n in new_nodes:
+        if id(n) in dropped:
+            users_left[n.input[0]] -= 1
     del g.node[:]
-    g.node.extend(new_nodes)
+    g.node.extend(n for n in new_nodes if id(n) not in dropped)
     unused = [t for t in g.initializer if users_left.get(t.name, 1) == 0]
     for t in unused:
         g.initializer.remove(t)
@@ -263,22 +302,24 @@ def _uses(g: Any) -> dict[str, int]:
     return counts
 
 
-def _rewrite(node: Any, label: str, weight: Any, g: Any, bits: int, block: int, symmetric: bool):
+def _rewrite(node: Any, label: str, weight: Any, via_transpose: bool, g: Any, bits: int, block: int,
+             symmetric: bool):
     from onnx import helper, numpy_helper
 
     w = numpy_helper.to_array(weight).astype(np.float32)
     trans_b = node.op_type == "Gemm" and any(a.name == "transB" and a.i != 0 for a in node.attribute)
-    if trans_b:
+    if trans_b != via_transpose:
         w = w.T
     k, n = w.shape
     codes, scale, zero, deq = _quantize_blocks(w, bits, block, symmetric)
-    base = f"{weight.name}_q{bits}"
+    stem = f"{weight.name}_T" if via_transpose else weight.name
+    base = f"{stem}_q{bits}"
     names = {base + s for s in ("", "_scales", "_zero_points")}
     taken = {t.name for t in g.initializer} | {v for nd in g.node for v in (*nd.input, *nd.output)}
     suffix = 0
     while names & taken:
         suffix += 1
-        base = f"{weight.name}_q{bits}_{suffix}"
+        base = f"{stem}_q{bits}_{suffix}"
         names = {base + s for s in ("", "_scales", "_zero_points")}
     g.initializer.append(numpy_helper.from_array(_pack(codes, bits), base))
     g.initializer.append(numpy_helper.from_array(scale, base + "_scales"))
@@ -294,4 +335,4 @@ def _rewrite(node: Any, label: str, weight: Any, g: Any, bits: int, block: int, 
     power = float(np.sum(w.astype(np.float64) ** 2))
     rel = float(np.sqrt(err / power)) if power > 0 else 0.0
     sqnr = float(10 * np.log10(power / err)) if err > 0 else float("inf")
-    return out, WeightOnlyLayer(label, weight.name, (k, n), rel, sqnr)
+    return out, WeightOnlyLayer(label, weight.name, (k, n), rel, sqnr, via_transpose)
