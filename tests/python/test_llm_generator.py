@@ -247,3 +247,30 @@ def test_each_present_is_fed_back_as_the_next_past_without_a_copy(exported: Any)
         for i in range(layers):
             for part in ("key", "value"):
                 assert feeds[f"past_key_values.{i}.{part}"] is before[f"present.{i}.{part}"]
+
+
+def test_int4_weights_keep_the_stated_logit_snr_and_onnxruntime_computes_the_same(exported: Any,
+                                                                                  tmp_path: Path) -> None:
+    # The budget docs/llm.md states for RTN INT4, block 32, on these models (random weights 15x
+    # wider than transformers' default, so every layer's rounding error is large): logits at
+    # least 8 dB above their error against FP32 (measured: 9.7 dB on Llama, 10.0 dB on GPT-2).
+    for name in ("llama", "gpt2"):
+        _, path = exported(name)
+        q4 = tmp_path / f"{name}.q4.onnx"
+        tt.quantize.weight_only(str(path), bits=4, block_size=32).save(str(q4))
+        fp32 = ort.InferenceSession(str(path))
+        rng = np.random.default_rng(0)
+        ids = rng.integers(1, VOCAB, (2, 12)).astype(np.int64)
+        feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+        inputs = {i.name: i.shape for i in fp32.get_inputs()}
+        if "position_ids" in inputs:
+            feeds["position_ids"] = np.tile(np.arange(12, dtype=np.int64), (2, 1))
+        for n, shape in inputs.items():
+            if n.startswith("past_key_values."):
+                feeds[n] = np.zeros((2, shape[1], 0, shape[3]), np.float32)
+        ref = fp32.run(["logits"], feeds)[0]
+        ours = tt.compile(str(q4)).run(feeds)["logits"]
+        theirs = ort.InferenceSession(str(q4)).run(["logits"], feeds)[0]
+        snr = 10 * math.log10(float((ref.astype(np.float64) ** 2).sum() / ((ref - ours).astype(np.float64) ** 2).sum()))
+        assert snr >= 8.0, (name, snr)
+        np.testing.assert_allclose(ours, theirs, atol=1e-4 * max(1.0, float(np.abs(theirs).max())), rtol=1e-4)
