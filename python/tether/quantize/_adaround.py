@@ -29,7 +29,7 @@ import numpy as np
 
 from tether import _core
 from tether._model import Model
-from tether.quantize._bias_correction import _conv_pads
+from tether.quantize._bias_correction import LayerInputs, _conv_pads
 from tether.quantize._equalize import (
     _GRAPH,
     _INITIALIZER,
@@ -239,21 +239,13 @@ class AdaRounder:
             if p.op_type == "Gemm":
                 la.scale_sq = float(n.attributes.get("alpha", 1.0)) ** 2
             self.layers.append(la)
-        feeds = {i.name for i in model.inputs}
-        self._captured = sorted({la.data for la in self.layers} - feeds)
-        self._session: Any = None
-        self._threads = threads
+        self._inputs = LayerInputs(model, {la.data for la in self.layers}, threads)
 
     def observe(self, feeds: dict[str, np.ndarray]) -> None:
         """Adds one batch's float layer inputs to each layer's ``H``."""
         if not self.layers:
             return
-        if self._session is None:
-            from tether._session import compile as compile_model
-
-            self._session = compile_model(self.model, threads=self._threads, keep=self._captured)
-        _, values = self._session._core.run_capture(dict(feeds), self._captured)
-        got = {**dict(values), **feeds}
+        got = self._inputs.values(feeds)
         with _one_blas_thread():
             for la in self.layers:
                 x = got.get(la.data)

@@ -109,6 +109,25 @@ def add_zero_biases(model: Model) -> tuple[Model, list[str]]:
     return (model if proto is None else from_proto(proto)), added
 
 
+class LayerInputs:
+    """The float model's values at the given layer inputs for one batch, by a session compiled on
+    first use that keeps them (graph inputs come from the feeds)."""
+
+    def __init__(self, model: Model, names: set[str], threads: int | None) -> None:
+        self.model = model
+        self.captured = sorted(names - {i.name for i in model.inputs})
+        self.threads = threads
+        self._session: Any = None
+
+    def values(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._session is None:
+            from tether._session import compile as compile_model
+
+            self._session = compile_model(self.model, threads=self.threads, keep=self.captured)
+        _, values = self._session._core.run_capture(dict(feeds), self.captured)
+        return {**dict(values), **feeds}
+
+
 class BiasCorrector:
     """Finds the layers of a prepared model whose bias can absorb the correction, accumulates the
     means of their float inputs batch by batch, and writes the corrected model.
@@ -137,10 +156,7 @@ class BiasCorrector:
                                   "correct; left as it is")
                 continue
             self.layers.append(_Layer(n.name, n.op_type, n.inputs[0], p.weight, bias, dict(n.attributes)))
-        feeds = {i.name for i in model.inputs}
-        self._captured = sorted({la.data for la in self.layers} - feeds)
-        self._session: Any = None
-        self._threads = threads
+        self._inputs = LayerInputs(model, {la.data for la in self.layers}, threads)
 
     def _bias(self, n: Any, graph: _Graph) -> str | None:
         """The single-use float32 initializer that is ``n``'s bias: Conv's third input, Gemm's C,
@@ -168,12 +184,7 @@ class BiasCorrector:
         """Adds one batch's float layer inputs to the per-layer sums."""
         if not self.layers:
             return
-        if self._session is None:
-            from tether._session import compile as compile_model
-
-            self._session = compile_model(self.model, threads=self._threads, keep=self._captured)
-        _, values = self._session._core.run_capture(dict(feeds), self._captured)
-        got = {**dict(values), **feeds}
+        got = self._inputs.values(feeds)
         for la in self.layers:
             x = got.get(la.data)
             if x is None:
