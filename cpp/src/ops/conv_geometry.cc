@@ -54,4 +54,18 @@ ConvGeometry conv_geometry(const ir::Node& n, const std::vector<int64_t>& x, con
   return g;
 }
 
+bool conv_transpose_is_patch_scatter(const ir::Node& n, const std::vector<int64_t>& w) {
+  if (w.size() != 4 || n.attr_int("group", 1) != 1 || n.attr("output_shape") != nullptr) return false;
+  const std::string auto_pad = n.attr_string("auto_pad", "NOTSET");
+  if (auto_pad != "NOTSET" && auto_pad != "VALID") return false;
+  const std::vector<int64_t> kernel = n.attr_ints("kernel_shape", {w[2], w[3]});
+  if (kernel != std::vector<int64_t>{w[2], w[3]} || n.attr_ints("strides", {1, 1}) != kernel) return false;
+  for (const char* name : {"pads", "output_padding"})
+    for (int64_t v : n.attr_ints(name))
+      if (v != 0) return false;
+  for (int64_t v : n.attr_ints("dilations"))
+    if (v != 1) return false;
+  return true;
+}
+
 }  // namespace tether::ops

@@ -25,4 +25,10 @@ struct ConvGeometry {
 ConvGeometry conv_geometry(const ir::Node& n, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
                            const std::vector<int64_t>& y, bool transpose);
 
+/// True when ConvTranspose node `n` with weight dims `w` ([C_in, C_out, kH, kW]) scatters
+/// non-overlapping patches: 2-D, kernel equal to the strides, no padding, output padding,
+/// output_shape, dilation or groups, so each input pixel writes its own kH x kW block (one
+/// product per pixel; what channels-last kernels run without an overlap-add).
+bool conv_transpose_is_patch_scatter(const ir::Node& n, const std::vector<int64_t>& w);
+
 }  // namespace tether::ops

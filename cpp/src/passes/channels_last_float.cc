@@ -14,7 +14,7 @@
 // are left as they are, so what callers read is always the ONNX layout.
 #include <algorithm>
 
-#include "engine/cpu/conv_nhwc.h"
+#include "ops/conv_geometry.h"
 #include "passes/layout.h"
 #include "passes/passes.h"
 #include "passes/rewrite.h"
@@ -311,7 +311,7 @@ ir::Node* follow_conv_transpose(ir::Model& model, ir::Node* n) {
   if (!is_onnx(*n, "ConvTranspose") || !rank4(n->output(0)) || !float32(n->output(0))) return nullptr;
   if (!from_channels_last(n->input(0))) return nullptr;
   const std::optional<ir::Tensor> w = constant_of(n->input(1));
-  if (!w || w->dtype() != DType::kFloat32 || w->rank() != 4 || !engine::cpu::nhwc_conv_transpose_fits(*n, w->dims()))
+  if (!w || w->dtype() != DType::kFloat32 || w->rank() != 4 || !ops::conv_transpose_is_patch_scatter(*n, w->dims()))
     return nullptr;
   std::vector<ir::Value*> inputs = n->inputs();
   inputs[0] = inputs[0]->producer()->input(0);

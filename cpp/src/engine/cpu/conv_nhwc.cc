@@ -441,7 +441,7 @@ std::string nhwc_conv_transpose_support(const KernelInit& init) {
   if (std::string why = float_only(init); !why.empty()) return why;
   const ir::Tensor* w = init.constant(1);
   if (w == nullptr || w->rank() != 4) return "channels_last takes constant 4-D weights";
-  if (!nhwc_conv_transpose_fits(init.node, w->dims()))
+  if (!ops::conv_transpose_is_patch_scatter(init.node, w->dims()))
     return "channels_last runs ConvTranspose whose kernel equals its stride, with no padding, dilation, groups or "
            "output padding";
   return "";
@@ -449,20 +449,6 @@ std::string nhwc_conv_transpose_support(const KernelInit& init) {
 
 std::unique_ptr<Kernel> make_nhwc_conv_transpose(const KernelInit& init) {
   return std::make_unique<NhwcConvTranspose>(init);
-}
-
-bool nhwc_conv_transpose_fits(const ir::Node& n, const std::vector<int64_t>& w) {
-  if (w.size() != 4 || n.attr_int("group", 1) != 1 || n.attr("output_shape") != nullptr) return false;
-  const std::string auto_pad = n.attr_string("auto_pad", "NOTSET");
-  if (auto_pad != "NOTSET" && auto_pad != "VALID") return false;
-  const std::vector<int64_t> kernel = n.attr_ints("kernel_shape", {w[2], w[3]});
-  if (kernel != std::vector<int64_t>{w[2], w[3]} || n.attr_ints("strides", {1, 1}) != kernel) return false;
-  for (const char* name : {"pads", "output_padding"})
-    for (int64_t v : n.attr_ints(name))
-      if (v != 0) return false;
-  for (int64_t v : n.attr_ints("dilations"))
-    if (v != 1) return false;
-  return true;
 }
 
 const NhwcConvIsa& nhwc_conv_isa() {

@@ -110,10 +110,8 @@ std::unique_ptr<Kernel> make_nhwc_conv(const KernelInit& init);
 /// "" when make_nhwc_conv can run the node, else why not.
 std::string nhwc_conv_support(const KernelInit& init);
 
-/// True when a ConvTranspose with weights of dims `w` is one the channels-last kernel runs:
-/// kernel equal to the strides, no padding, dilation, groups or output padding.
-bool nhwc_conv_transpose_fits(const ir::Node& n, const std::vector<int64_t>& w);
-/// A kernel for an ai.tether ConvTranspose with channels_last = 1 that fits, and its check.
+/// A kernel for an ai.tether ConvTranspose with channels_last = 1 whose weights scatter
+/// non-overlapping patches (ops::conv_transpose_is_patch_scatter), and its check.
 std::unique_ptr<Kernel> make_nhwc_conv_transpose(const KernelInit& init);
 std::string nhwc_conv_transpose_support(const KernelInit& init);
 
