@@ -41,14 +41,7 @@ ConvPush conv_push(const ir::Node& node, const GpuTensor& x, const GpuTensor& w,
   p.M = static_cast<uint32_t>(y.dims[1]);
   p.OH = static_cast<uint32_t>(last2(y.dims, 1));
   p.OW = static_cast<uint32_t>(y.dims.back());
-  p.KH = static_cast<uint32_t>(last2(g.kernel, 1));
-  p.KW = static_cast<uint32_t>(g.kernel.back());
-  p.SH = static_cast<int32_t>(last2(g.strides, 1));
-  p.SW = static_cast<int32_t>(g.strides.back());
-  p.PH = static_cast<int32_t>(last2(g.pad_begin, 0));
-  p.PW = static_cast<int32_t>(g.pad_begin.back());
-  p.DH = static_cast<int32_t>(last2(g.dilations, 1));
-  p.DW = static_cast<int32_t>(g.dilations.back());
+  set_window(p, g.kernel, g.strides, g.pad_begin, g.dilations);
   p.G = static_cast<uint32_t>(g.group);
   return p;
 }

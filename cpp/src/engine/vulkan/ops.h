@@ -52,4 +52,24 @@ void dispatch_1d(Recorder& rec, const Pipeline& p, const std::vector<Range>& bin
 /// "" when input `i` has a static rank in `ranks`, else why not.
 std::string require_rank(const KernelInit& init, size_t i, std::initializer_list<size_t> ranks);
 
+/// A 1-D or 2-D window (convolution or pooling) in a push block's KH, KW, SH, SW, PH, PW, DH and
+/// DW fields: the last two entries of each vector, a 1-D window being 1 high and unpadded on
+/// top. The window shaders index by these fields alone.
+///
+///   set_window(push, g.kernel, g.strides, g.pad_begin, g.dilations);   // g: ops::ConvGeometry
+template <class Push>
+void set_window(Push& p, const std::vector<int64_t>& kernel, const std::vector<int64_t>& strides,
+                const std::vector<int64_t>& pad_begin, const std::vector<int64_t>& dilations) {
+  const bool two_d = kernel.size() >= 2;
+  auto high = [two_d](const std::vector<int64_t>& v, int64_t fill) { return two_d ? v[v.size() - 2] : fill; };
+  p.KH = static_cast<decltype(p.KH)>(high(kernel, 1));
+  p.KW = static_cast<decltype(p.KW)>(kernel.back());
+  p.SH = static_cast<decltype(p.SH)>(high(strides, 1));
+  p.SW = static_cast<decltype(p.SW)>(strides.back());
+  p.PH = static_cast<decltype(p.PH)>(high(pad_begin, 0));
+  p.PW = static_cast<decltype(p.PW)>(pad_begin.back());
+  p.DH = static_cast<decltype(p.DH)>(high(dilations, 1));
+  p.DW = static_cast<decltype(p.DW)>(dilations.back());
+}
+
 }  // namespace tether::engine::vulkan

@@ -59,16 +59,9 @@ class PoolKernel final : public GpuKernel {
     p.W = static_cast<uint32_t>(x.dims.back());
     p.OH = static_cast<uint32_t>(two_d ? y.dims[2] : 1);
     p.OW = static_cast<uint32_t>(y.dims.back());
-    p.KH = static_cast<int32_t>(two_d ? kernel_[0] : 1);
-    p.KW = static_cast<int32_t>(kernel_.back());
-    p.SH = static_cast<int32_t>(two_d ? strides_[0] : 1);
-    p.SW = static_cast<int32_t>(strides_.back());
-    p.PH = static_cast<int32_t>(two_d ? pb[0] : 0);
-    p.PW = static_cast<int32_t>(pb.back());
+    set_window(p, kernel_, strides_, pb, dilations_);
     p.PEH = static_cast<int32_t>(two_d ? pe[0] : 0);
     p.PEW = static_cast<int32_t>(pe.back());
-    p.DH = static_cast<int32_t>(two_d ? dilations_[0] : 1);
-    p.DW = static_cast<int32_t>(dilations_.back());
     dispatch_1d(rec, *pipeline_, {x.range, y.range}, &p, sizeof p, p.n);
   }
 

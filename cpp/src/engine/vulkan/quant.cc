@@ -245,14 +245,7 @@ class QMaxPoolKernel final : public GpuKernel {
     p.W = static_cast<uint32_t>(x.dims.back());
     p.OH = static_cast<uint32_t>(two_d ? y.dims[2] : 1);
     p.OW = static_cast<uint32_t>(y.dims.back());
-    p.KH = static_cast<int32_t>(two_d ? kernel_[0] : 1);
-    p.KW = static_cast<int32_t>(kernel_.back());
-    p.SH = static_cast<int32_t>(two_d ? strides[0] : 1);
-    p.SW = static_cast<int32_t>(strides.back());
-    p.PH = static_cast<int32_t>(two_d ? pb[0] : 0);
-    p.PW = static_cast<int32_t>(pb.back());
-    p.DH = static_cast<int32_t>(two_d ? dilations[0] : 1);
-    p.DW = static_cast<int32_t>(dilations.back());
+    set_window(p, kernel_, strides, pb, dilations);
     dispatch_1d(rec, *pipeline_, {x.range, y.range}, &p, sizeof p, p.n);
   }
 

@@ -167,14 +167,7 @@ class QGemmKernel final : public GpuKernel {
       p.W = static_cast<uint32_t>(x.dims.back());
       p.OW = static_cast<uint32_t>(y.dims.back());
       p.rows = static_cast<uint32_t>(last2(y.dims, 1) * y.dims.back());
-      p.KH = static_cast<uint32_t>(last2(g.kernel, 1));
-      p.KW = static_cast<uint32_t>(g.kernel.back());
-      p.SH = static_cast<int32_t>(last2(g.strides, 1));
-      p.SW = static_cast<int32_t>(g.strides.back());
-      p.PH = static_cast<int32_t>(last2(g.pad_begin, 0));
-      p.PW = static_cast<int32_t>(g.pad_begin.back());
-      p.DH = static_cast<int32_t>(last2(g.dilations, 1));
-      p.DW = static_cast<int32_t>(g.dilations.back());
+      set_window(p, g.kernel, g.strides, g.pad_begin, g.dilations);
       if (x.dims[1] != w_dims_[1] * g.group)
         throw ArgumentError(node_.describe() + ": input 0 has " + std::to_string(x.dims[1]) + " channels, the weights expect " +
                             std::to_string(w_dims_[1] * g.group));
