@@ -2,7 +2,9 @@
 GPU form (shared-memory tiles, implicit-GEMM convolution; TETHER_VULKAN_KERNELS=gpu) and the
 CPU-lane form (the vec4 GEMM and direct convolution tuned for lavapipe; =cpu), against PyTorch
 on CUDA (FP32, TF32 off) when a CUDA device is there, else onnxruntime's CPU provider: in one
-run, interleaved, medians.
+run, interleaved, medians. With --fp16, also the GPU form under precision="fp16" (on tensor
+cores where the device has cooperative matrices for float16: its `cooperative_matrix`
+property) against PyTorch CUDA in float16.
 
 Each layer is a chain of LAYERS identical ops (MatMul by a square or alternating weight; 3x3
 convolutions that keep their channels), so that the one upload of the input and download of
@@ -11,7 +13,7 @@ and TFLOP/s counts 2 M N K per product.
 
 Usage:
     python bench/vulkan_gemm.py [--device vulkan] [--layers 16] [--min-time 1] [--shapes all|quick]
-                                [--markdown out.md]
+                                [--fp16] [--markdown out.md]
 """
 
 from __future__ import annotations
@@ -72,38 +74,47 @@ def chain(kind: str, dims: tuple[int, int, int], layers: int) -> tuple[bytes, np
     return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)]).SerializeToString(), x, flops
 
 
-def tether_runner(model: bytes, x: np.ndarray, device: str, form: str) -> Callable[[], np.ndarray]:
+def tether_runner(model: bytes, x: np.ndarray, device: str, form: str,
+                  precision: str = "fp32") -> Callable[[], np.ndarray]:
     os.environ["TETHER_VULKAN_KERNELS"] = form
     try:
-        sess = tt.compile(tt.load(model), device=device, strict=True)
+        sess = tt.compile(tt.load(model), device=device, strict=True, precision=precision)
     finally:
         del os.environ["TETHER_VULKAN_KERNELS"]
     out = sess.outputs[0].name
     return lambda: sess.run({"x": x})[out]
 
 
-def peer_runner(model: bytes, x: np.ndarray) -> tuple[str, Callable[[], np.ndarray]]:
+def torch_runner(model: bytes, x: np.ndarray, half: bool = False) -> Callable[[], np.ndarray] | None:
+    """PyTorch CUDA eager on the chain (FP32 with TF32 off, or float16), or None without CUDA."""
     try:
         import torch
-
-        if torch.cuda.is_available():
-            torch.backends.cuda.matmul.allow_tf32 = False
-            torch.backends.cudnn.allow_tf32 = False
-            m = onnx.load_from_string(model)
-            ws = {i.name: torch.from_numpy(numpy_helper.to_array(i).copy()).cuda() for i in m.graph.initializer}
-            xs = torch.from_numpy(x).cuda()
-
-            def run() -> np.ndarray:
-                y = xs
-                for node in m.graph.node:
-                    w = ws[node.input[1]]
-                    y = y @ w if node.op_type == "MatMul" else torch.nn.functional.conv2d(y, w, padding=1)
-                torch.cuda.synchronize()
-                return y.cpu().numpy()
-
-            return "torch-cuda fp32", run
     except ImportError:
-        pass
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dtype = torch.float16 if half else torch.float32
+    m = onnx.load_from_string(model)
+    ws = {i.name: torch.from_numpy(numpy_helper.to_array(i).copy()).cuda().to(dtype) for i in m.graph.initializer}
+    xs = torch.from_numpy(x).cuda().to(dtype)
+
+    def run() -> np.ndarray:
+        y = xs
+        for node in m.graph.node:
+            w = ws[node.input[1]]
+            y = y @ w if node.op_type == "MatMul" else torch.nn.functional.conv2d(y, w, padding=1)
+        torch.cuda.synchronize()
+        return y.float().cpu().numpy()
+
+    return run
+
+
+def peer_runner(model: bytes, x: np.ndarray) -> tuple[str, Callable[[], np.ndarray]]:
+    run = torch_runner(model, x)
+    if run is not None:
+        return "torch-cuda fp32", run
     import onnxruntime as ort
 
     sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
@@ -129,13 +140,15 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=16)
     p.add_argument("--min-time", type=float, default=1.0)
     p.add_argument("--shapes", choices=["all", "quick"], default="all")
+    p.add_argument("--fp16", action="store_true", help='add precision="fp16" and PyTorch CUDA float16 columns')
     p.add_argument("--markdown")
     args = p.parse_args()
     dev = next((d for d in tt.devices() if d["backend"] == "vulkan"), None)
     lines = [f"machine: {platform.node()} {platform.processor() or platform.machine()}; Vulkan device: "
              f"{dev['name'] if dev else 'none'}; {args.layers} ops per chain; ms per op (TFLOP/s)", "",
-             "| layer | tether gpu form | tether cpu-lane form | peer | peer ms | gpu form / peer | rel err |",
-             "|---|---:|---:|---|---:|---:|---:|"]
+             "| layer | tether gpu form | tether cpu-lane form | peer | peer ms | gpu form / peer | rel err |"
+             + (" tether fp16 | torch-cuda fp16 | fp16 / torch fp16 | fp16 rel err |" if args.fp16 else ""),
+             "|---|---:|---:|---|---:|---:|---:|" + ("---:|---:|---:|---:|" if args.fp16 else "")]
     print("\n".join(lines), flush=True)
     for name, kind, dims in SHAPES:
         if args.shapes == "quick" and name not in QUICK:
@@ -147,12 +160,21 @@ def main() -> None:
         ref = peer()
         got = gpu()
         err = float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
-        t = [s / args.layers for s in median_s([gpu, lanes, peer], args.min_time)]
+        runners = [gpu, lanes, peer]
+        if args.fp16:
+            half = tether_runner(model, x, args.device, "gpu", "fp16")
+            torch_half = torch_runner(model, x, half=True)
+            err16 = float(np.abs(half() - ref).max() / max(np.abs(ref).max(), 1e-30))
+            runners += [half] + ([torch_half] if torch_half is not None else [])
+        t = [s / args.layers for s in median_s(runners, args.min_time)]
 
         def cell(s: float, flops: float = flops) -> str:
             return f"{1e3 * s:.3f} ({flops / s / 1e12:.2f})"
 
         line = f"| {name} | {cell(t[0])} | {cell(t[1])} | {peer_name} | {cell(t[2])} | {t[0] / t[2]:.2f} | {err:.1e} |"
+        if args.fp16:
+            peer16 = f"{cell(t[4])} | {t[3] / t[4]:.2f}" if len(t) > 4 else "- | -"
+            line += f" {cell(t[3])} | {peer16} | {err16:.1e} |"
         lines.append(line)
         print(line, flush=True)
     if args.markdown:

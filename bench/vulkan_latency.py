@@ -166,10 +166,10 @@ def feeds(name: str, batch: int, seed: int = 0) -> np.ndarray:
 # ---- engines -----------------------------------------------------------------------------------------
 
 
-def tether_run(path: Path, device: str, threads: int) -> Run:
+def tether_run(path: Path, device: str, threads: int, precision: str = "fp32") -> Run:
     import tether as tt
 
-    sess = tt.compile(tt.load(str(path)), device=device, threads=threads)
+    sess = tt.compile(tt.load(str(path)), device=device, threads=threads, precision=precision)
     out = sess.outputs[0].name
     return lambda x: sess.run({"input": x})[out]
 
@@ -232,13 +232,23 @@ def _cell(row: dict[str, Any], engine: str) -> str:
     return f"{ms:.0f}" if ms >= 100 else f"{ms:.1f}" if ms >= 10 else f"{ms:.2f}"
 
 
-def format_row(row: dict[str, Any]) -> str:
+# With --fp16: tether's Vulkan engine under precision="fp16" as well.
+FP16 = "tether-vulkan fp16"
+FP16_HEADER = " tether-vulkan fp16 ms | fp16/fp32 | rel err fp16 |"
+FP16_ALIGN = "---:|---:|---:|"
+
+
+def format_row(row: dict[str, Any], fp16: bool = False) -> str:
     ms = row["ms"]
     ratio = (f"{ms['tether-vulkan'] / ms['ncnn-vulkan']:.2f}" if {"tether-vulkan", "ncnn-vulkan"} <= set(ms) else "-")
-    rel = [f"{row['rel'][e]:.1e}" if e in row["rel"] else "-" for e in ("tether-vulkan", "ncnn-vulkan")]
+    rel = [f"{row['rel'][e]:.1e}" if e in row["rel"] else "-" for e in ("tether-vulkan", "ncnn-vulkan", FP16)]
     note = "; ".join(row["notes"]).replace("|", "\\|")
-    return (f"| {row['model']} | {row['batch']} | {_cell(row, 'tether-vulkan')} | {_cell(row, 'ncnn-vulkan')} | "
+    line = (f"| {row['model']} | {row['batch']} | {_cell(row, 'tether-vulkan')} | {_cell(row, 'ncnn-vulkan')} | "
             f"{_cell(row, 'tether-cpu')} | {ratio} | {rel[0]} | {rel[1]} | {note} |")
+    if fp16:
+        half = f"{ms[FP16] / ms['tether-vulkan']:.2f}" if {FP16, "tether-vulkan"} <= set(ms) else "-"
+        line += f" {_cell(row, FP16)} | {half} | {rel[2]} |"
+    return line
 
 
 def measure(name: str, batches: list[int], args: argparse.Namespace, gpu: int | None, errors: list[str],
@@ -250,7 +260,7 @@ def measure(name: str, batches: list[int], args: argparse.Namespace, gpu: int | 
         errors.append(f"{label}: export failed: {type(e).__name__}: {e}")
         row = {"model": label, "batch": "-", "ms": {}, "rel": {}, "err": {e_: "export" for e_ in ENGINES},
                "notes": [f"export failed: {_short(e)}"]}
-        print(format_row(row), flush=True)
+        print(format_row(row, args.fp16), flush=True)
         return [row]
     int_input = specs()[name][2] == "int64"
     rows = []
@@ -259,7 +269,7 @@ def measure(name: str, batches: list[int], args: argparse.Namespace, gpu: int | 
         row: dict[str, Any] = {"model": label, "batch": batch, "ms": {}, "rel": {}, "err": {}, "notes": []}
         runs: dict[str, Run] = {}
         outs: dict[str, np.ndarray] = {}
-        for engine in ENGINES:
+        for engine in ENGINES + ((FP16,) if args.fp16 and not int8 else ()):
             try:
                 if engine == "ncnn-vulkan":
                     if int8:
@@ -272,6 +282,8 @@ def measure(name: str, batches: list[int], args: argparse.Namespace, gpu: int | 
                     run = ncnn_run(param, gpu, args.threads, args.ncnn_fp16, int_input)
                 elif engine == "tether-vulkan":
                     run = tether_run(onnx_path, args.device, args.threads)
+                elif engine == FP16:
+                    run = tether_run(onnx_path, args.device, args.threads, "fp16")
                 else:
                     run = tether_run(onnx_path, "cpu", args.threads)
                 outs[engine] = run(x)
@@ -281,7 +293,7 @@ def measure(name: str, batches: list[int], args: argparse.Namespace, gpu: int | 
                 row["notes"].append(f"{engine}: {_short(e)}")
                 errors.append(f"{label} (batch {batch}) {engine}: {type(e).__name__}: {e}")
         if "tether-cpu" in outs:
-            for engine in ("tether-vulkan", "ncnn-vulkan"):
+            for engine in ("tether-vulkan", "ncnn-vulkan", FP16):
                 if engine in outs:
                     try:
                         row["rel"][engine] = _rel_error(outs[engine], outs["tether-cpu"])
@@ -296,7 +308,7 @@ def measure(name: str, batches: list[int], args: argparse.Namespace, gpu: int | 
                 row["notes"].append(f"timing failed: {_short(e)}")
         del runs, outs
         rows.append(row)
-        print(format_row(row), flush=True)
+        print(format_row(row, args.fp16), flush=True)
     return rows
 
 
@@ -327,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-time", type=float, default=2.0, help="seconds of timed runs per engine and row")
     p.add_argument("--rounds", type=int, default=3, help="rounds of interleaved runs (and the least timed runs)")
     p.add_argument("--ncnn-fp16", action="store_true", help="ncnn with its FP16 storage and arithmetic")
+    p.add_argument("--fp16", action="store_true",
+                   help='also tether-vulkan under precision="fp16" (tensor cores where the device has them)')
     p.add_argument("--int8", action="store_true",
                    help="also rows of each float-input net quantized by tt.quantize.static (tether only)")
     p.add_argument("--markdown", help="also write the machine, the table and the errors as markdown to this file")
@@ -374,8 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     if not device_name:
         print("no Vulkan device: nothing to measure (apt-get install mesa-vulkan-drivers gives lavapipe)")
         return 1
-    print(HEADER)
-    print(ALIGN, flush=True)
+    header, align = (HEADER + FP16_HEADER, ALIGN + FP16_ALIGN) if args.fp16 else (HEADER, ALIGN)
+    print(header)
+    print(align, flush=True)
     errors: list[str] = []
     rows: list[dict] = []
     for name in models:
@@ -395,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\nerrors:")
         print("\n".join(f"- {e}" for e in errors))
     if args.markdown:
-        text = "\n".join(head + [HEADER, ALIGN] + [format_row(r) for r in rows] + [""] + foot)
+        text = "\n".join(head + [header, align] + [format_row(r, args.fp16) for r in rows] + [""] + foot)
         if errors:
             text += "\n\n## errors\n\n" + "\n\n".join(f"```\n{e}\n```" for e in errors)
         Path(args.markdown).write_text(text + "\n")

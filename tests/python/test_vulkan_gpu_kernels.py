@@ -14,7 +14,7 @@ import pytest
 import tether as tt
 from _onnx_oracle import run_ort
 from _op_cases import OpCase, op_cases
-from _vulkan import assert_close, requires_vulkan
+from _vulkan import VULKAN_DEVICES, assert_close, requires_vulkan
 from onnx import helper as oh
 from onnx import numpy_helper
 
@@ -142,6 +142,49 @@ def test_float16_storage_in_the_gpu_form_within_1e_2(monkeypatch: pytest.MonkeyP
         half = {k: v.astype(np.float16).astype(np.float32) for k, v in feeds.items()}
         got = _vulkan(model, precision="fp16").run(half)["y"]
         assert_close(got, run_ort(model, half)[0], 1e-2, "fp16 storage, GPU form")
+
+
+# Where a device has tensor cores for float16 (cooperative matrices), precision "fp16" takes them
+# for every tiled product and convolution; elsewhere (lavapipe) the CUDA-core tiles on float16
+# storage. Either way float32 sums: within 1e-2 of float64 on the inputs rounded to float16.
+TENSOR_CORES = any(d.get("cooperative_matrix") for d in VULKAN_DEVICES)
+
+
+def _half(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float16).astype(np.float32)
+
+
+@pytest.mark.parametrize("dims", list(_MATMULS.values()), ids=list(_MATMULS))
+def test_float16_products_of_every_tile_size_within_1e_2(dims: tuple[int, int, int, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TETHER_VULKAN_KERNELS", "gpu")
+    b, m, k, n = dims
+    rng = np.random.default_rng(sum(dims) + 1)
+    a, w = _half(_rand(rng, b, m, k)), _half(_rand(rng, b, k, n))
+    model = _model([oh.make_node("MatMul", ["a", "w"], ["y"])], {"a": a, "w": w}, {})
+    got = _vulkan(model, precision="fp16").run({"a": a, "w": w})["y"]
+    want = (a.astype(np.float64) @ w).astype(np.float32)
+    assert_close(got, want, 1e-2, f"fp16 MatMul {dims} (tensor cores: {TENSOR_CORES})")
+
+
+@pytest.mark.parametrize("dims", list(_CONVS.values()), ids=list(_CONVS))
+def test_float16_implicit_gemm_convolution_within_1e_2(dims: tuple[int, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TETHER_VULKAN_KERNELS", "gpu")
+    n, c, h, w, m, k, s, p, d, g = dims
+    rng = np.random.default_rng(sum(dims) + 1)
+    x, wt, b = _half(_rand(rng, n, c, h, w)), _half(_rand(rng, m, c // g, k, k)), _half(_rand(rng, m))
+    node = oh.make_node("Conv", ["x", "w", "b"], ["y"], strides=[s, s], pads=[p] * 4, dilations=[d, d], group=g)
+    model = _model([node], {"x": x}, {"w": wt, "b": b})
+    got = _vulkan(model, precision="fp16").run({"x": x})["y"]
+    assert_close(got, run_ort(model, {"x": x})[0], 1e-2, f"fp16 Conv {dims} (tensor cores: {TENSOR_CORES})")
+
+
+def test_devices_say_whether_they_have_tensor_cores_for_float16() -> None:
+    for d in VULKAN_DEVICES:
+        assert isinstance(d["cooperative_matrix"], bool), d
+        if d["cooperative_matrix"]:  # what the tensor-core form needs besides the matrices
+            assert d["fp16"] and d["fp16_storage"] and d["subgroup_size"] == 32, d
+        if d["driver_name"] == "llvmpipe":  # Mesa's lavapipe has no cooperative matrices
+            assert not d["cooperative_matrix"], d
 
 
 def test_an_unknown_kernel_form_is_an_argument_error_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:

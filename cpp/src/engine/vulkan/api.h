@@ -32,6 +32,9 @@
   X(vkCreateDebugUtilsMessengerEXT)  \
   X(vkDestroyDebugUtilsMessengerEXT)
 
+// Present only where a driver has VK_NV_cooperative_matrix (nullptr otherwise).
+#define TETHER_VK_OPTIONAL_FUNCTIONS(X) X(vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)
+
 #define TETHER_VK_DEVICE_FUNCTIONS(X) \
   X(vkDestroyDevice)                  \
   X(vkGetDeviceQueue)                 \
@@ -93,6 +96,7 @@ struct InstanceApi {
   TETHER_VK_GLOBAL_FUNCTIONS(TETHER_VK_MEMBER)
   TETHER_VK_INSTANCE_FUNCTIONS(TETHER_VK_MEMBER)
   TETHER_VK_DEBUG_FUNCTIONS(TETHER_VK_MEMBER)
+  TETHER_VK_OPTIONAL_FUNCTIONS(TETHER_VK_MEMBER)
 };
 
 /// Functions of one logical device (looked up through vkGetDeviceProcAddr: no loader dispatch).

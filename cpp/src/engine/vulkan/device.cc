@@ -181,16 +181,34 @@ Device::Device(const Instance& instance, const PhysicalDevice& physical) : physi
     chain = &dot;
     if (!v13) enabled.push_back(VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
   }
+  cooperative_matrix_ = physical.cooperative_matrix;
+  if (storage8_ || cooperative_matrix_) {
+    int8 = VkPhysicalDeviceShaderFloat16Int8Features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
+    int8.shaderInt8 = storage8_ ? VK_TRUE : VK_FALSE;
+    int8.shaderFloat16 = cooperative_matrix_ ? VK_TRUE : VK_FALSE;
+    int8.pNext = chain;
+    chain = &int8;
+    if (!v12) enabled.push_back(VK_KHR_SHADER_FLOAT16_INT8_EXTENSION_NAME);
+  }
   if (storage8_) {
     storage8 = VkPhysicalDevice8BitStorageFeatures{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_8BIT_STORAGE_FEATURES};
     storage8.storageBuffer8BitAccess = VK_TRUE;
-    int8 = VkPhysicalDeviceShaderFloat16Int8Features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
-    int8.shaderInt8 = VK_TRUE;
-    int8.pNext = chain;
-    storage8.pNext = &int8;
+    storage8.pNext = chain;
     chain = &storage8;
     if (!v12) enabled.push_back(VK_KHR_8BIT_STORAGE_EXTENSION_NAME);
-    if (!v12) enabled.push_back(VK_KHR_SHADER_FLOAT16_INT8_EXTENSION_NAME);
+  }
+  // Tensor cores (gemm_coop.glsl): cooperative matrices, whose SPIR-V needs the Vulkan memory
+  // model, and the float16 arithmetic enabled above.
+  VkPhysicalDeviceCooperativeMatrixFeaturesNV coop{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+  VkPhysicalDeviceVulkanMemoryModelFeatures memory_model{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES};
+  if (cooperative_matrix_) {
+    coop.cooperativeMatrix = VK_TRUE;
+    coop.pNext = chain;
+    memory_model.vulkanMemoryModel = VK_TRUE;
+    memory_model.pNext = &coop;
+    chain = &memory_model;
+    enabled.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    if (!v12) enabled.push_back(VK_KHR_VULKAN_MEMORY_MODEL_EXTENSION_NAME);
   }
   if (physical.storage16) storage16.pNext = chain;
   else info.pNext = chain;

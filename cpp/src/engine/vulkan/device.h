@@ -108,6 +108,9 @@ class Device {
   /// Whether shaders may take dot products of packed 4 x 8-bit vectors
   /// (VK_KHR_shader_integer_dot_product, core in Vulkan 1.3; enabled where the device has it).
   bool integer_dot() const { return integer_dot_; }
+  /// Whether the float16 GEMMs run on tensor cores (gemm_coop.glsl; PhysicalDevice::cooperative_matrix,
+  /// whose features are then enabled).
+  bool cooperative_matrix() const { return cooperative_matrix_; }
 
   /// Throws DeviceError saying what failed (`what`) and why, unless `r` is VK_SUCCESS. A lost
   /// device is remembered: lost() is true from then on.
@@ -158,6 +161,7 @@ class Device {
   mutable std::atomic<bool> lost_{false};
   bool storage8_ = false;
   bool integer_dot_ = false;
+  bool cooperative_matrix_ = false;
 
   PipelineCacheFile disk_cache_;
   mutable std::mutex pipelines_mutex_;

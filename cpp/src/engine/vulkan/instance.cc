@@ -46,6 +46,21 @@ bool has_extension(const std::vector<VkExtensionProperties>& list, const char* n
   return std::any_of(list.begin(), list.end(), [&](const VkExtensionProperties& e) { return std::strcmp(e.extensionName, name) == 0; });
 }
 
+// Whether the device multiplies float16 16 x 16 by 16 x 16 into float32 sums per subgroup on
+// cooperative matrices (VK_NV_cooperative_matrix): the shape of gemm_coop.glsl.
+bool has_half_coop_shape(const InstanceApi& api, VkPhysicalDevice device) {
+  uint32_t n = 0;
+  if (api.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(device, &n, nullptr) != VK_SUCCESS) return false;
+  std::vector<VkCooperativeMatrixPropertiesNV> shapes(n, {VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
+  if (api.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(device, &n, shapes.data()) != VK_SUCCESS) return false;
+  shapes.resize(n);
+  return std::any_of(shapes.begin(), shapes.end(), [](const VkCooperativeMatrixPropertiesNV& s) {
+    return s.MSize == 16 && s.NSize == 16 && s.KSize == 16 && s.AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+           s.BType == VK_COMPONENT_TYPE_FLOAT16_NV && s.CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+           s.DType == VK_COMPONENT_TYPE_FLOAT32_NV && s.scope == VK_SCOPE_SUBGROUP_NV;
+  });
+}
+
 // The driver manifests the loader reads: VK_DRIVER_FILES / VK_ICD_FILENAMES (files or folders,
 // ':'-separated) when set, else the icd.d folders of the XDG configuration and data paths.
 std::vector<std::filesystem::path> driver_manifests() {
@@ -235,6 +250,7 @@ std::string Instance::create() {
   if (r != VK_SUCCESS) return std::string("vkCreateInstance failed (") + result_name(r) + ")";
 #define TETHER_VK_LOAD(name) api_.name = reinterpret_cast<PFN_##name>(api_.vkGetInstanceProcAddr(instance_, #name));
   TETHER_VK_INSTANCE_FUNCTIONS(TETHER_VK_LOAD)
+  TETHER_VK_OPTIONAL_FUNCTIONS(TETHER_VK_LOAD)
   if (validation_) {
     TETHER_VK_DEBUG_FUNCTIONS(TETHER_VK_LOAD)
   }
@@ -286,12 +302,28 @@ void Instance::enumerate() {
     VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     features.pNext = &storage16;  // core in Vulkan 1.1
     if (v12 || has_extension(ext, VK_KHR_SHADER_FLOAT16_INT8_EXTENSION_NAME)) storage16.pNext = &f16i8;
+    // What tensor cores need besides float16 arithmetic (cooperative_matrix below).
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV coop{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    VkPhysicalDeviceVulkanMemoryModelFeatures memory_model{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES};
+    const bool query_coop = has_extension(ext, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) &&
+                            (v12 || has_extension(ext, VK_KHR_VULKAN_MEMORY_MODEL_EXTENSION_NAME)) &&
+                            storage16.pNext == &f16i8 && api_.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV != nullptr;
+    if (query_coop) {
+      f16i8.pNext = &coop;
+      coop.pNext = &memory_model;
+    }
     if (d.api_version >= VK_API_VERSION_1_1) {
       api_.vkGetPhysicalDeviceProperties2(d.handle, &props2);
       api_.vkGetPhysicalDeviceFeatures2(d.handle, &features);
       if (maintenance3.maxMemoryAllocationSize > 0) d.max_allocation = maintenance3.maxMemoryAllocationSize;
     }
 
+    const char* no_coop = std::getenv("TETHER_VULKAN_NO_COOPMAT");
+    if (query_coop && coop.cooperativeMatrix == VK_TRUE && memory_model.vulkanMemoryModel == VK_TRUE &&
+        f16i8.shaderFloat16 == VK_TRUE && storage16.storageBuffer16BitAccess == VK_TRUE && subgroup.subgroupSize == 32 &&
+        (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT) &&
+        (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) && !(no_coop != nullptr && std::string(no_coop) == "1"))
+      d.cooperative_matrix = has_half_coop_shape(api_, d.handle);
     api_.vkGetPhysicalDeviceQueueFamilyProperties(d.handle, &n, nullptr);
     std::vector<VkQueueFamilyProperties> families(n);
     api_.vkGetPhysicalDeviceQueueFamilyProperties(d.handle, &n, families.data());
@@ -321,7 +353,8 @@ void Instance::enumerate() {
                        {"fp16", f16i8.shaderFloat16 == VK_TRUE},
                        {"int8", f16i8.shaderInt8 == VK_TRUE},
                        {"fp16_storage", d.storage16},
-                       {"subgroup_size", int64_t{subgroup.subgroupSize}}};
+                       {"subgroup_size", int64_t{subgroup.subgroupSize}},
+                       {"cooperative_matrix", d.cooperative_matrix}};
     if (d.api_version < VK_API_VERSION_1_1)
       d.unusable = "it supports Vulkan " + version_text(d.api_version) + "; tether needs 1.1 or later";
     else if (d.queue_family < 0)

@@ -26,6 +26,10 @@ struct PhysicalDevice {
   uint32_t timestamp_bits = 0;  ///< valid bits of timestamps on the compute queue (0: no timestamps)
   VkPhysicalDeviceMemoryProperties memory{};
   uint64_t max_allocation = UINT64_MAX;  ///< largest single memory allocation (maintenance3)
+  /// Tensor cores for the float16 GEMMs (gemm_coop.glsl): VK_NV_cooperative_matrix with a
+  /// float16 x float16 -> float32 16 x 16 x 16 subgroup shape, subgroups of 32, float16
+  /// arithmetic, 16-bit storage and the Vulkan memory model; off under TETHER_VULKAN_NO_COOPMAT=1.
+  bool cooperative_matrix = false;
 };
 
 /// The instance, created on first use and kept for the life of the process.

@@ -35,6 +35,17 @@ struct Tile {
 constexpr Tile kTiles[] = {{128, 128, 8, 8, 8}, {64, 64, 16, 4, 4}, {32, 32, 32, 4, 4}};
 static_assert(std::size(kTiles) == std::tuple_size_v<decltype(TiledPipelines::tiles)>);
 
+// The tiles of gemm_coop.glsl, largest first: rows, columns, step along K, and a subgroup's
+// rows and columns (a workgroup has (bm / wm) (bn / wn) subgroups of 32 invocations). A step
+// of 32 stages 16 halves of each operand per invocation in all three.
+struct CoopTile {
+  uint32_t bm, bn, bk, wm, wn;
+  uint32_t invocations() const { return (bm / wm) * (bn / wn) * 32; }
+  uint32_t shared_bytes() const { return (bm * (bk + 8) + bk * (bn + 8)) * 2 + (bm / wm) * (bn / wn) * 1024; }
+};
+constexpr CoopTile kCoopTiles[] = {{128, 128, 32, 64, 32}, {64, 64, 32, 32, 32}, {32, 32, 32, 16, 16}};
+static_assert(std::size(kCoopTiles) == std::tuple_size_v<decltype(TiledPipelines::tiles)>);
+
 // Invocations a product should give the device to hide memory latency: a GPU has tens to about
 // 150 compute units, each best with several hundred invocations in flight. The largest tile
 // that makes this many is taken; else the tile that makes the most (the larger on a tie: it
@@ -71,13 +82,26 @@ bool vec4_fits(const GemmPush& p, bool nt, const std::vector<int64_t>& a_bs, con
 
 TiledPipelines tiled_pipelines(Gpu& gpu, const std::string& shader, uint32_t push_bytes, const std::vector<uint32_t>& spec) {
   TiledPipelines out;
+  const bool coop = gpu.fp16 && gpu.device.cooperative_matrix();
   for (size_t i = 0; i < out.tiles.size(); ++i) {
-    const Tile& t = kTiles[i];
-    if (t.invocations() > gpu.device.max_workgroup()) continue;
-    std::vector<uint32_t> s{t.invocations()};
-    s.insert(s.end(), spec.begin(), spec.end());
-    for (uint32_t v : {t.bm, t.bn, t.bk, t.tm, t.tn}) s.push_back(v);
-    out.tiles[i] = &gpu.pipeline(shader, 6, push_bytes, s);
+    std::vector<uint32_t> s;
+    if (coop) {
+      const CoopTile& t = kCoopTiles[i];
+      if (t.invocations() > gpu.device.max_workgroup() || t.shared_bytes() > gpu.device.limits().maxComputeSharedMemorySize)
+        continue;
+      out.shapes[i] = {t.bm, t.bn, t.invocations()};
+      s = {t.invocations()};
+      s.insert(s.end(), spec.begin(), spec.end());
+      for (uint32_t v : {t.bm, t.bn, t.bk, t.wm, t.wn}) s.push_back(v);
+    } else {
+      const Tile& t = kTiles[i];
+      if (t.invocations() > gpu.device.max_workgroup()) continue;
+      out.shapes[i] = {t.bm, t.bn, t.invocations()};
+      s = {t.invocations()};
+      s.insert(s.end(), spec.begin(), spec.end());
+      for (uint32_t v : {t.bm, t.bn, t.bk, t.tm, t.tn}) s.push_back(v);
+    }
+    out.tiles[i] = &gpu.pipeline(coop ? shader + "_coop" : shader, 6, push_bytes, s);
   }
   std::vector<uint32_t> s{kLocal};
   s.insert(s.end(), spec.begin(), spec.end());
@@ -92,11 +116,12 @@ bool record_tiled(Recorder& rec, const TiledPipelines& p, const std::vector<Rang
   int64_t gx = 0, gy = 0, invocations = 0;
   for (size_t i = 0; i < p.tiles.size(); ++i) {
     if (p.tiles[i] == nullptr) continue;
-    const int64_t x = (n + kTiles[i].bn - 1) / kTiles[i].bn, y = (m + kTiles[i].bm - 1) / kTiles[i].bm;
+    const TiledPipelines::Shape& t = p.shapes[i];
+    const int64_t x = (n + t.bn - 1) / t.bn, y = (m + t.bm - 1) / t.bm;
     if (x > limits.maxComputeWorkGroupCount[0] || y > limits.maxComputeWorkGroupCount[1] ||
         batches > limits.maxComputeWorkGroupCount[2])
       continue;
-    const int64_t v = x * y * batches * kTiles[i].invocations();
+    const int64_t v = x * y * batches * t.invocations;
     if (pick != nullptr && v <= invocations) continue;
     pick = p.tiles[i];
     gx = x;

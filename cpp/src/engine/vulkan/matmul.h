@@ -26,8 +26,15 @@ struct GemmPush {
 /// per tile size (128, 64 and 32 square; nullptr where the device runs fewer invocations per
 /// workgroup), and gemm_reduce.comp's, which finishes a product split along K; `spec` is
 /// their constants 1-5 (the activation's three, then whether a bias and a summand are added).
+/// Under precision fp16 on a device with tensor cores (Device::cooperative_matrix), the
+/// shader's `_coop` build on gemm_coop.glsl instead, with its own tiles.
 struct TiledPipelines {
+  /// A tile: its rows and columns of C, and the invocations of its workgroup.
+  struct Shape {
+    uint32_t bm = 0, bn = 0, invocations = 0;
+  };
   std::array<const Pipeline*, 3> tiles{};
+  std::array<Shape, 3> shapes{};
   const Pipeline* reduce = nullptr;
 };
 TiledPipelines tiled_pipelines(Gpu& gpu, const std::string& shader, uint32_t push_bytes, const std::vector<uint32_t>& spec);
