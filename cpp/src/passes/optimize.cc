@@ -13,6 +13,8 @@ std::string optimize(ir::Model& model, const OptimizeOptions& options) {
   // The matchers read element types and ranks; folding reads static shapes.
   ops::infer_shapes(model);
   report << "pass fold_constants: " << fold_constants(model) << " nodes folded into initializers\n";
+  report << "pass fold_grouped_kv_repeat: " << fold_grouped_kv_repeat(model)
+         << " MatMuls over repeated key/value heads folded\n";
   report << "pass fuse_qdq: " << fuse_qdq(model) << " DequantizeLinear -> op -> QuantizeLinear patterns fused\n";
   report << "pass fuse_matmul_integer_to_float: " << fuse_matmul_integer_to_float(model)
          << " MatMulInteger -> Cast -> Mul chains fused\n";

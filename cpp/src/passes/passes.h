@@ -57,6 +57,12 @@ int fuse_activations(ir::Model& model);
 /// activation or a bias; see qdq_fuse.cc). Returns the number of patterns fused.
 int fuse_qdq(ir::Model& model);
 
+/// Key/value heads repeated for grouped-query attention (Unsqueeze -> Expand -> Reshape, then
+/// MatMul, through a Transpose for the keys) become products over the unrepeated heads, the
+/// query or probability rows of a group viewed together by Reshapes (see grouped_kv.cc).
+/// Returns the number of MatMuls rewritten.
+int fold_grouped_kv_repeat(ir::Model& model);
+
 /// 2-D QLinearConv nodes (group 1 or depthwise, constant parameters) become ai.tether
 /// QLinearConv with channels_last = 1 between Transposes, QLinearAdd nodes between two of them
 /// and 8-bit MaxPool nodes after one follow, and Transposes that undo each other go (see
@@ -77,6 +83,6 @@ int channels_last_float_convs(ir::Model& model);
 int fuse_matmul_integer_to_float(ir::Model& model);
 
 // optimize() (tether/passes.h) runs them in order: identities, shape inference, constant
-// folding, Conv+BN, MatMul+Add, Conv+Add, activation fusion, dead code.
+// folding, grouped key/value heads, Conv+BN, MatMul+Add, Conv+Add, activation fusion, dead code.
 
 }  // namespace tether::passes

@@ -90,7 +90,57 @@ TETHER_MULTIVERSION void softmax_scaled(float* x, int64_t n, float scale, float 
   for (j = 0; j < n; ++j) x[j] *= inv;
 }
 
+namespace {
+
+// A block this small (a decoding step: one row per head, or one key/value head's group of
+// query heads) reads K and V in place, row by row, instead of packing them for the GEMM: the
+// pack of K^T gathers every key's values one column at a time, which cost more than the product.
+constexpr int64_t kInPlaceRows = 8;
+
+// scores[r * ld + j] = q_r . k_j, each key read once for all the rows; the dot products in 16
+// lanes the compiler vectorises, one copy per x86-64 level.
+TETHER_MULTIVERSION void scores_in_place(const float* q, int64_t q_stride, int64_t rows, int64_t d, const float* k,
+                                         int64_t k_stride, int64_t keys, float* scores, int64_t ld) {
+  constexpr int kLanes = 16;
+  for (int64_t j = 0; j < keys; ++j) {
+    const float* kj = k + j * k_stride;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* qr = q + r * q_stride;
+      float lane[kLanes] = {};
+      int64_t p = 0;
+      for (; p + kLanes <= d; p += kLanes)
+        for (int l = 0; l < kLanes; ++l) lane[l] += qr[p + l] * kj[p + l];
+      for (int w = kLanes / 2; w > 0; w /= 2)  // a tree of vector adds, not 16 scalar ones
+        for (int l = 0; l < w; ++l) lane[l] += lane[l + w];
+      float sum = lane[0];
+      for (; p < d; ++p) sum += qr[p] * kj[p];
+      scores[r * ld + j] = sum;
+    }
+  }
+}
+
+// y_r = sum_j p[r * ld + j] * v_j, each value read once for all the rows (in key order per
+// output element, so the loops over it vectorise as they stand).
+TETHER_MULTIVERSION void mix_in_place(const float* p, int64_t ld, int64_t rows, const float* v, int64_t v_stride,
+                                      int64_t keys, int64_t dv, float* y, int64_t y_stride) {
+  for (int64_t r = 0; r < rows; ++r) std::fill(y + r * y_stride, y + r * y_stride + dv, 0.0f);
+  for (int64_t j = 0; j < keys; ++j) {
+    const float* vj = v + j * v_stride;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float w = p[r * ld + j];
+      float* yr = y + r * y_stride;
+      for (int64_t c = 0; c < dv; ++c) yr[c] += w * vj[c];
+    }
+  }
+}
+
+}  // namespace
+
 void attention_scores(const AttentionBlock& a, int64_t k0, int64_t keys, float* scores, int64_t ld, float* gemm_scratch) {
+  if (a.rows <= kInPlaceRows) {
+    scores_in_place(a.q, a.q_stride, a.rows, a.d, a.k + k0 * a.k_stride, a.k_stride, keys, scores, ld);
+    return;
+  }
   GemmA lhs;
   lhs.data = a.q;
   lhs.lda = a.q_stride;
@@ -104,6 +154,10 @@ void attention_scores(const AttentionBlock& a, int64_t k0, int64_t keys, float* 
 }
 
 void attention_mix(const AttentionBlock& a, const float* p, int64_t ld, int64_t k0, int64_t keys, float* gemm_scratch) {
+  if (a.rows <= kInPlaceRows) {
+    mix_in_place(p, ld, a.rows, a.v + k0 * a.v_stride, a.v_stride, keys, a.dv, a.y, a.y_stride);
+    return;
+  }
   GemmA lhs;
   lhs.data = p;
   lhs.lda = ld;

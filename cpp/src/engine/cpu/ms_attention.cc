@@ -5,7 +5,9 @@
 // present_key / present_value, then runs causal attention per (batch, query head, block of
 // query rows) against its key/value head: one GEMM for the scores of the block over the keys
 // its rows may see, a scaled, soft-capped softmax per row over that row's own range (causal,
-// local window, the entry's length), and one GEMM with V straight into the output.
+// local window, the entry's length), and one GEMM with V straight into the output. A step of
+// one token runs per (batch, key/value head) instead, its group of query heads the block's
+// rows, so each key/value head is read once per step rather than once per query head.
 //
 // Lengths follow onnxruntime: entry b holds T_b = seqlens_k[b] + 1 keys after the step. A
 // first prompt (sequence_length == total_sequence_length) has no past, and its rows past T_b
@@ -187,31 +189,52 @@ class GqaCore {
     float* per_thread = scratch + (rotary_ ? g.batch * g.heads * g.seq * g.size : 0);
     const int64_t block = row_block(g), blocks = (g.seq + block - 1) / block;
     const int64_t group = g.heads / g.kv_heads, slot = slot_floats(g);
+    const bool grouped = by_group(g);
     const float scale = has_scale_ ? scale_ : 1.0f / std::sqrt(static_cast<float>(g.size));
     auto work = [&](int thread, int64_t i0, int64_t i1) {
       float* scores = per_thread + thread * slot;
-      float* gemm_scratch = scores + block * g.present;
+      float* gemm_scratch = scores + std::max(block, grouped ? group : int64_t{0}) * g.present;
       for (int64_t item = i0; item < i1; ++item) {
-        const int64_t blk = item % blocks, bh = item / blocks, h = bh % g.heads, b = bh / g.heads;
-        const int64_t r0 = blk * block, rows = std::min(block, g.seq - r0), kh = h / group;
+        AttentionBlock a;
+        a.d = a.dv = g.size;
+        int64_t b = 0, kh = 0, r0 = 0;
+        if (grouped) {
+          // One token: the group's query heads are `group` consecutive rows of Q and Y (head
+          // size apart), scored together against their key/value head, which is then read
+          // once for all of them.
+          b = item / g.kv_heads;
+          kh = item % g.kv_heads;
+          const int64_t h = kh * group;
+          a.q = rotary_ ? qp + (b * g.heads + h) * g.size : qp + b * q_stride + h * g.size;
+          a.q_stride = g.size;
+          a.y = y + (b * g.heads + h) * g.size;
+          a.y_stride = g.size;
+          a.rows = group;
+        } else {
+          const int64_t blk = item % blocks, bh = item / blocks, h = bh % g.heads;
+          b = bh / g.heads;
+          kh = h / group;
+          r0 = blk * block;
+          a.q = rotary_ ? qp + ((b * g.heads + h) * g.seq + r0) * g.size : qp + (b * g.seq + r0) * q_stride + h * g.size;
+          a.q_stride = q_stride;
+          a.y = y + (b * g.seq + r0) * g.heads * g.size + h * g.size;
+          a.y_stride = g.heads * g.size;
+          a.rows = std::min(block, g.seq - r0);
+        }
+        const int64_t rows = a.rows;
         const int64_t past = g.past[static_cast<size_t>(b)], keys = g.keys[static_cast<size_t>(b)];
+        // The keys token s attends to (every row of a group block is token 0).
         auto range = [&](int64_t s, int64_t& lo, int64_t& hi) {
           hi = std::min(past + s + 1, keys);
           lo = std::min(hi, window_ > 0 ? std::max<int64_t>(0, past + s + 1 - window_) : int64_t{0});
         };
+        auto token = [&](int64_t r) { return grouped ? int64_t{0} : r0 + r; };
         int64_t k0 = 0, k1 = 0, unused = 0;
-        range(r0, k0, unused);
-        range(r0 + rows - 1, unused, k1);
-        AttentionBlock a;
-        a.q = rotary_ ? qp + ((b * g.heads + h) * g.seq + r0) * g.size : qp + (b * g.seq + r0) * q_stride + h * g.size;
-        a.q_stride = q_stride;
+        range(token(0), k0, unused);
+        range(token(rows - 1), unused, k1);
         a.k = pk + (b * g.kv_heads + kh) * g.present * g.size;
         a.v = pv + (b * g.kv_heads + kh) * g.present * g.size;
         a.k_stride = a.v_stride = g.size;
-        a.y = y + (b * g.seq + r0) * g.heads * g.size + h * g.size;
-        a.y_stride = g.heads * g.size;
-        a.rows = rows;
-        a.d = a.dv = g.size;
         const int64_t ld = k1 - k0;
         if (ld <= 0) {  // no key to attend (padding rows of a windowed prompt): zero rows
           for (int64_t r = 0; r < rows; ++r) std::fill(a.y + r * a.y_stride, a.y + r * a.y_stride + g.size, 0.0f);
@@ -220,7 +243,7 @@ class GqaCore {
         attention_scores(a, k0, ld, scores, ld, gemm_scratch);
         for (int64_t r = 0; r < rows; ++r) {
           int64_t lo = 0, hi = 0;
-          range(r0 + r, lo, hi);
+          range(token(r), lo, hi);
           float* row = scores + r * ld;
           std::fill(row, row + (lo - k0), 0.0f);
           if (hi > lo) softmax_scaled(row + (lo - k0), hi - lo, scale, softcap_);
@@ -229,7 +252,7 @@ class GqaCore {
         attention_mix(a, scores, ld, k0, ld, gemm_scratch);
       }
     };
-    const int64_t items = g.batch * g.heads * blocks;
+    const int64_t items = grouped ? g.batch * g.kv_heads : g.batch * g.heads * blocks;
     if (ctx.pool == nullptr || items == 1) {
       work(0, 0, items);
     } else {
@@ -238,6 +261,10 @@ class GqaCore {
   }
 
  private:
+  // Decoding one token with several query heads per key/value head: work items are whole
+  // groups (see run) rather than single heads.
+  static bool by_group(const GqaGeometry& g) { return g.seq == 1 && g.heads > g.kv_heads; }
+
   // Query rows per work item: whole heads when there are enough to go round, else heads split
   // so that every thread gets two items; at most what keeps a block of scores within 256 KB.
   int64_t row_block(const GqaGeometry& g) const {
@@ -249,7 +276,7 @@ class GqaCore {
   }
 
   int64_t slot_floats(const GqaGeometry& g) const {
-    const int64_t rows = row_block(g);
+    const int64_t rows = std::max(row_block(g), by_group(g) ? g.heads / g.kv_heads : int64_t{0});
     return rows * g.present + attention_gemm_scratch_floats(rows, g.present, g.size, g.size) + 16;
   }
 
