@@ -26,6 +26,12 @@ struct GpuTensor {
   ir::DType dtype = ir::DType::kFloat32;
   std::vector<int64_t> dims;
   Range range;
+  /// Element strides over `dims` from the range's start, for an input the session folded a
+  /// Transpose (or views of one) into; empty when the value is row-major. Only inputs the
+  /// kernel reads strided (GpuKernel::reads_strided) get them.
+  std::vector<int64_t> strides;
+  /// The factor the value's elements carry, for such an input folded from a Mul by a constant.
+  float scale = 1.0f;
   int64_t numel() const {
     int64_t n = 1;
     for (int64_t d : dims) n *= d;
@@ -109,6 +115,11 @@ class GpuKernel : public Kernel {
   /// Squeeze, Unsqueeze, Identity): the session gives the output the input's range and the
   /// kernel records nothing.
   virtual bool is_view() const { return false; }
+  /// True when the kernel reads input `i` through GpuTensor::strides and multiplies it by
+  /// GpuTensor::scale, for inputs like `in` (dims, strides and scales of every input): the
+  /// session then folds a Transpose, a Mul by a constant or a Gather of one index that only
+  /// such reads consume into the reads instead of dispatching it.
+  virtual bool reads_strided(size_t i, const std::vector<GpuTensor>& in) const { return false; }
   /// Records the kernel's work for one plan. `in` and `out` carry the plan's dims and ranges;
   /// an omitted input, or one not read on the device, has an empty range. Throws
   /// UnsupportedError naming the node when these shapes exceed what the kernel handles.

@@ -284,6 +284,44 @@ class GemmKernel final : public GpuKernel {
 
 // MatMul and FusedMatMul: numpy matmul (1-D operands promoted, batch dims broadcast), then a
 // bias over the last dim and an activation.
+// A MatMul operand's dims and element strides, promoted as numpy's matmul promotes them (a
+// 1-D A is one row, a 1-D B one column) and to `rank` (missing batch dims have size 1):
+// row-major, or the strides of a Transpose the session folded into the read.
+struct Operand {
+  std::vector<int64_t> dims, strides;
+};
+Operand promote(const GpuTensor& t, bool is_b, size_t rank) {
+  Operand o{t.dims, t.strides.empty() ? strides_of(t.dims) : t.strides};
+  if (o.dims.size() == 1 && is_b) {
+    o.dims.push_back(1);
+    o.strides.push_back(1);
+  } else if (o.dims.size() == 1) {
+    o.strides.insert(o.strides.begin(), o.dims[0] * o.strides[0]);
+    o.dims.insert(o.dims.begin(), 1);
+  }
+  const size_t pad = rank > o.dims.size() ? rank - o.dims.size() : 0;
+  o.dims.insert(o.dims.begin(), pad, 1);
+  o.strides.insert(o.strides.begin(), pad, 0);
+  return o;
+}
+size_t matmul_rank(const std::vector<GpuTensor>& in) { return std::max<size_t>({in[0].dims.size(), in[1].dims.size(), 2}); }
+
+// Whether A's rows follow one another at one stride across its batch dims, so that a batch
+// over a shared B is one product with the rows stacked.
+bool rows_stack(const Operand& a) {
+  const size_t rank = a.dims.size();
+  int64_t next = a.strides[rank - 2] * a.dims[rank - 2];
+  for (size_t d = rank - 2; d-- > 0;) {
+    if (a.dims[d] == 1) continue;
+    if (a.strides[d] != next) return false;
+    next *= a.dims[d];
+  }
+  return true;
+}
+
+// B the same for every batch element (a weight matrix, as in a transformer's projections).
+bool shared_b(const Operand& b) { return std::all_of(b.dims.begin(), b.dims.end() - 2, [](int64_t v) { return v == 1; }); }
+
 class MatMulKernel final : public GpuKernel {
  public:
   explicit MatMulKernel(const KernelInit& init)
@@ -293,38 +331,39 @@ class MatMulKernel final : public GpuKernel {
 
   void prepare(Gpu& gpu) override { pipeline_ = gemm_pipeline(gpu, act_, has_bias_, false); }
 
+  // A and B take any strides, but for a shared B a transposed A whose rows do not stack: one
+  // thin product per batch element is slower than the Transpose it would save.
+  bool reads_strided(size_t i, const std::vector<GpuTensor>& in) const override {
+    if (i > 1) return false;
+    if (i == 1) return true;
+    const size_t rank = matmul_rank(in);
+    const Operand a = promote(in[0], false, rank);
+    return !shared_b(promote(in[1], true, rank)) || rows_stack(a);
+  }
+
   void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
-    std::vector<int64_t> a = in[0].dims, b = in[1].dims;
-    if (a.size() == 1) a.insert(a.begin(), 1);
-    if (b.size() == 1) b.push_back(1);
-    const size_t rank = std::max(a.size(), b.size());
-    a.insert(a.begin(), rank - a.size(), 1);
-    b.insert(b.begin(), rank - b.size(), 1);
+    const size_t rank = matmul_rank(in);
+    const Operand a = promote(in[0], false, rank), b = promote(in[1], true, rank);
     GemmPush p{};
-    p.M = static_cast<uint32_t>(a[rank - 2]);
-    p.K = static_cast<uint32_t>(a[rank - 1]);
-    p.N = static_cast<uint32_t>(b[rank - 1]);
-    p.a_rs = p.K;
-    p.a_cs = 1;
-    p.b_rs = p.N;
-    p.b_cs = 1;
-    p.alpha = 1.0f;
+    p.M = static_cast<uint32_t>(a.dims[rank - 2]);
+    p.K = static_cast<uint32_t>(a.dims[rank - 1]);
+    p.N = static_cast<uint32_t>(b.dims[rank - 1]);
+    p.a_rs = static_cast<uint32_t>(a.strides[rank - 2]);
+    p.a_cs = static_cast<uint32_t>(a.strides[rank - 1]);
+    p.b_rs = static_cast<uint32_t>(b.strides[rank - 2]);
+    p.b_cs = static_cast<uint32_t>(b.strides[rank - 1]);
+    p.alpha = in[0].scale * in[1].scale;
     p.beta = 1.0f;
     std::vector<int64_t> batch(rank - 2), a_bs(rank - 2), b_bs(rank - 2);
-    int64_t sa = static_cast<int64_t>(p.M) * p.K, sb = static_cast<int64_t>(p.K) * p.N;
-    for (size_t d = rank - 2; d-- > 0;) {
-      batch[d] = std::max(a[d], b[d]);
-      a_bs[d] = a[d] == 1 ? 0 : sa;
-      b_bs[d] = b[d] == 1 ? 0 : sb;
-      sa *= a[d];
-      sb *= b[d];
+    for (size_t d = 0; d + 2 < rank; ++d) {
+      batch[d] = std::max(a.dims[d], b.dims[d]);
+      a_bs[d] = a.dims[d] == 1 ? 0 : a.strides[d];
+      b_bs[d] = b.dims[d] == 1 ? 0 : b.strides[d];
     }
-    // B shared by every batch (a weight matrix, as in a transformer's projections): A's rows
-    // are contiguous across its batch dims, so the batch is one product with their rows
-    // stacked, tiled like any large GEMM rather than one thin product per batch element.
-    const bool shared_b = std::all_of(b.begin(), b.end() - 2, [](int64_t v) { return v == 1; });
+    // A batch over a shared B whose A rows stack is one product, tiled like any large GEMM
+    // rather than one thin product per batch element.
     const int64_t rows = std::accumulate(batch.begin(), batch.end(), int64_t{p.M}, std::multiplies<>());
-    if (shared_b && !batch.empty() && rows <= std::numeric_limits<uint32_t>::max()) {
+    if (shared_b(b) && !batch.empty() && rows_stack(a) && rows <= std::numeric_limits<uint32_t>::max()) {
       p.M = static_cast<uint32_t>(rows);
       batch.clear();
       a_bs.clear();

@@ -73,6 +73,7 @@ std::unique_ptr<Plan> VulkanSession::make_plan(const std::vector<const ir::Tenso
       const ValueEntry& e = values_[i];
       plan->capture[i] = e.producer >= 0 && plan->on_gpu[static_cast<size_t>(e.producer)] && e.output < 0;
     }
+  fold_steps(*plan);
   place_on_host(*plan);
   place_on_device(*plan);  // checks the whole against the limit, then allocates on the device
   try {
@@ -189,7 +190,12 @@ std::pair<std::vector<GpuTensor>, std::vector<GpuTensor>> VulkanSession::step_te
     return t;
   };
   std::vector<GpuTensor> ins, outs;
-  for (size_t k = 0; k < step.inputs.size(); ++k) ins.push_back(tensor(step.inputs[k], ranges && step.gpu->reads_on_device(k)));
+  for (size_t k = 0; k < step.inputs.size(); ++k) {
+    ins.push_back(tensor(step.inputs[k], ranges && step.gpu->reads_on_device(k)));
+    if (step.inputs[k] < 0 || plan.strides.empty()) continue;
+    ins.back().strides = plan.strides[static_cast<size_t>(step.inputs[k])];
+    ins.back().scale = plan.scale[static_cast<size_t>(step.inputs[k])];
+  }
   empty = true;
   for (int o : step.outputs) {
     outs.push_back(tensor(o, ranges));
@@ -232,11 +238,9 @@ void VulkanSession::place_on_device(Plan& plan) const {
     if (gpu_written(i) && host_needed(i))
       last[i] = std::max(last[i], plan.segments[static_cast<size_t>(seg_of[static_cast<size_t>(values_[i].producer)])].end - 1);
   for (size_t s = 0; s < steps_.size(); ++s) {
-    const Step& step = steps_[s];
-    if (!plan.on_gpu[s] || !step.gpu->is_view()) continue;
-    int root = step.inputs[0];
-    while (alias[static_cast<size_t>(root)] >= 0) root = alias[static_cast<size_t>(root)];
-    const auto out = static_cast<size_t>(step.outputs[0]);
+    if (!plan.on_gpu[s] || !plan.folded[s]) continue;
+    const auto out = static_cast<size_t>(steps_[s].outputs[0]);
+    const int root = plan.root[out];
     alias[out] = root;
     last[static_cast<size_t>(root)] = std::max(last[static_cast<size_t>(root)], last[out]);
   }
@@ -278,7 +282,9 @@ void VulkanSession::place_on_device(Plan& plan) const {
     if (alias[i] < 0) continue;
     const Range& r = plan.dev[static_cast<size_t>(alias[i])];
     plan.dev[i].buffer = r.buffer;
-    plan.dev[i].offset = r.offset;
+    plan.dev[i].offset = r.offset + plan.root_offset[i];
+    // Strided reads reach anywhere in the root's range past the offset.
+    if (!plan.strides[i].empty()) plan.dev[i].bytes = r.bytes - plan.root_offset[i];
   }
   if (staging > 0) plan.staging = device_->buffer(staging, Memory::kStaging, "the staging buffer of a plan");
   if (plan.device_scratch_bytes > 0)
@@ -380,7 +386,7 @@ void VulkanSession::record(Plan& plan) const {
     if (gpu_timestamps_) rec.stamp(-1);
     for (int s = seg.begin; s < seg.end; ++s) {
       const Step& step = steps_[static_cast<size_t>(s)];
-      if (step.gpu->is_view()) continue;
+      if (plan.folded[static_cast<size_t>(s)]) continue;
       bool empty = true;
       const auto [ins, outs] = step_tensors(plan, static_cast<size_t>(s), true, empty);
       if (!empty) step.gpu->record(rec, ins, outs);

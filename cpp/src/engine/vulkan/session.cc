@@ -645,7 +645,8 @@ void VulkanSession::read_timestamps(const Plan& plan, const Segment& seg) const 
 
 // CPU steps by node (wall time); each Vulkan stretch as one entry (op type vulkan:segment: the
 // wall time of its uploads, submission, wait and downloads) followed by its kernels, each with
-// its time on the device (timestamps around it). Views run nothing and have no entry.
+// its time on the device (timestamps around it). Views, and steps no run dispatched (folded
+// into their readers, fold.cc), have no entry.
 std::vector<NodeProfile> VulkanSession::profile() const {
   std::lock_guard<std::mutex> lock(run_mutex_);
   std::vector<NodeProfile> out;
@@ -660,7 +661,7 @@ std::vector<NodeProfile> VulkanSession::profile() const {
                        it->second.first, static_cast<double>(it->second.second) * 1e-9});
       }
     // A Vulkan step some plan ran on the CPU (shapes its kernel refused) has wall time too.
-    if (step.gpu == nullptr || step.fallback != nullptr || (gpu_timestamps_ && !step.gpu->is_view()))
+    if (step.gpu == nullptr || step.fallback != nullptr || (gpu_timestamps_ && !step.gpu->is_view() && step_runs_[s] > 0))
       out.push_back({step.node->name(), qualified_op(*step.node), step_runs_[s], static_cast<double>(step_ns_[s]) * 1e-9});
   }
   return out;

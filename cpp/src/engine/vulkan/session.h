@@ -93,6 +93,16 @@ struct Plan {
   std::vector<Dims> dims;             ///< per value
   std::vector<char> on_gpu;           ///< per step: on the Vulkan backend in this plan (its kernel takes these shapes)
   std::vector<char> cpu_reads;        ///< per value: a CPU step of this plan reads its data
+  /// Per step: records nothing, its output read in place of its input (views; Transposes,
+  /// Muls by a constant and Gathers of one index folded into strided reads: fold.cc).
+  std::vector<char> folded;
+  /// Per value a folded step writes: the value whose range holds its elements (else -1), the
+  /// byte offset there, the element strides its readers take (empty: row-major) and the
+  /// factor they apply.
+  std::vector<int> root;
+  std::vector<int64_t> root_offset;
+  std::vector<std::vector<int64_t>> strides;
+  std::vector<float> scale;
   std::vector<Range> dev;             ///< per value: its device range (empty buffer when none)
   std::vector<int64_t> host_offset;   ///< per value: offset in the host arena, or -1
   std::vector<bool> capture;          ///< per value: written on the device into a tensor of its own (run_capture)
@@ -141,6 +151,8 @@ class VulkanSession final : public Session {
   Plan& plan_for(const std::vector<const ir::Tensor*>& bound, bool capture) const;
   std::unique_ptr<Plan> make_plan(const std::vector<const ir::Tensor*>& bound, bool capture) const;
   void place_steps(Plan& plan) const;
+  /// Which Vulkan steps of the plan fold into their readers (Plan::folded and the layouts).
+  void fold_steps(Plan& plan) const;
   /// Step s's inputs and outputs as its kernel records them: dims, and with `ranges` their
   /// device ranges (an input the kernel does not read on the device keeps an empty one).
   /// `empty` gets whether every output has no elements.

@@ -129,13 +129,16 @@ class TransposeKernel final : public GpuKernel {
  public:
   explicit TransposeKernel(const KernelInit& init) : node_(init.node), data_(init.input_dtype(0)), perm_(init.node.attr_ints("perm")) {}
   void prepare(Gpu& gpu) override { pipeline_ = &strided_pipeline(gpu, data_); }
+  // A strided input (another Transpose, a Gather of one index, folded) composes with the
+  // permutation: one copy where the graph has several.
+  bool reads_strided(size_t i, const std::vector<GpuTensor>& in) const override { return i == 0 && in[0].scale == 1.0f; }
 
   void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
     const size_t rank = in[0].dims.size();
     std::vector<int64_t> perm = perm_;
     if (perm.empty())
       for (size_t d = rank; d-- > 0;) perm.push_back(static_cast<int64_t>(d));
-    const std::vector<int64_t> xs = strides_of(in[0].dims);
+    const std::vector<int64_t> xs = in[0].strides.empty() ? strides_of(in[0].dims) : in[0].strides;
     std::vector<int64_t> strides(rank);
     for (size_t d = 0; d < rank; ++d) strides[d] = xs[static_cast<size_t>(perm[d])];
     record_strided(rec, node_, *pipeline_, out[0].dims, strides, 0, in[0].range, out[0].range);
@@ -226,7 +229,11 @@ struct GatherPush {
 class GatherKernel final : public GpuKernel {
  public:
   explicit GatherKernel(const KernelInit& init)
-      : node_(init.node), data_(init.input_dtype(0)), axis_(init.node.attr_int("axis", 0)), indices_(int_values(*init.constant(1))) {}
+      : node_(init.node),
+        data_(init.input_dtype(0)),
+        axis_(init.node.attr_int("axis", 0)),
+        indices_(int_values(*init.constant(1))),
+        index_rank_(init.constant(1)->dims().size()) {}
 
   void prepare(Gpu& gpu) override {
     std::vector<std::byte> bytes(indices_.size() * sizeof(int32_t));
@@ -236,8 +243,14 @@ class GatherKernel final : public GpuKernel {
     }
     weight_ = gpu.add_weight(std::move(bytes));
     pipeline_ = &gpu.pipeline("gather", 3, sizeof(GatherPush), {kLocal}, data_);
+    if (indices_.size() == 1) strided_ = &strided_pipeline(gpu, data_);
   }
   bool reads_on_device(size_t i) const override { return i == 0; }
+  // One index of a strided input (a folded Transpose: the heads of a packed q/k/v projection)
+  // is a strided copy from the index's slab.
+  bool reads_strided(size_t i, const std::vector<GpuTensor>& in) const override {
+    return i == 0 && indices_.size() == 1 && in[0].scale == 1.0f;
+  }
 
   void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
     const std::vector<int64_t>& xd = in[0].dims;
@@ -250,6 +263,17 @@ class GatherKernel final : public GpuKernel {
                             std::to_string(a) + " of size " + std::to_string(len));
     check_u32(node_, in[0].numel(), "the input");
     check_u32(node_, out[0].numel(), "the output");
+    if (!in[0].strides.empty()) {
+      const std::vector<int64_t>& xs = in[0].strides;
+      std::vector<int64_t> strides(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(a));
+      strides.insert(strides.end(), index_rank_, 0);
+      strides.insert(strides.end(), xs.begin() + static_cast<std::ptrdiff_t>(a) + 1, xs.end());
+      const int64_t at = indices_[0] < 0 ? indices_[0] + len : indices_[0];
+      if (at * xs[a] > INT32_MAX)
+        throw UnsupportedError(node_.describe() + ": a strided input whose slab starts past 2^31 elements");
+      record_strided(rec, node_, *strided_, out[0].dims, strides, at * xs[a], in[0].range, out[0].range);
+      return;
+    }
     GatherPush p{static_cast<uint32_t>(out[0].numel()), static_cast<uint32_t>(indices_.size()),
                  static_cast<uint32_t>(product(xd, a + 1, xd.size())), static_cast<uint32_t>(len)};
     dispatch_1d(rec, *pipeline_, {in[0].range, rec.weight(weight_), out[0].range}, &p, sizeof p, p.n);
@@ -260,8 +284,10 @@ class GatherKernel final : public GpuKernel {
   ir::DType data_;  // float32 or int32
   int64_t axis_;
   std::vector<int64_t> indices_;
+  size_t index_rank_;
   int weight_ = -1;
   const Pipeline* pipeline_ = nullptr;
+  const Pipeline* strided_ = nullptr;  // for one index of a strided input
 };
 
 std::string gather_check(const KernelInit& init) {
