@@ -146,7 +146,9 @@ def test_float16_storage_in_the_gpu_form_within_1e_2(monkeypatch: pytest.MonkeyP
 
 # Where a device has tensor cores for float16 (cooperative matrices), precision "fp16" takes them
 # for every tiled product and convolution; elsewhere (lavapipe) the CUDA-core tiles on float16
-# storage. Either way float32 sums: within 1e-2 of float64 on the inputs rounded to float16.
+# storage. Either way float32 sums of exact float16 inputs, the output rounded once to float16:
+# within 3e-3 of the largest magnitude (float16's half step is 4.9e-4 of a value), tight enough
+# that a lost block of 16 along K shows.
 TENSOR_CORES = any(d.get("cooperative_matrix") for d in VULKAN_DEVICES)
 
 
@@ -155,7 +157,7 @@ def _half(x: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("dims", list(_MATMULS.values()), ids=list(_MATMULS))
-def test_float16_products_of_every_tile_size_within_1e_2(dims: tuple[int, int, int, int], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_float16_products_of_every_tile_size_within_3e_3(dims: tuple[int, int, int, int], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TETHER_VULKAN_KERNELS", "gpu")
     b, m, k, n = dims
     rng = np.random.default_rng(sum(dims) + 1)
@@ -163,11 +165,11 @@ def test_float16_products_of_every_tile_size_within_1e_2(dims: tuple[int, int, i
     model = _model([oh.make_node("MatMul", ["a", "w"], ["y"])], {"a": a, "w": w}, {})
     got = _vulkan(model, precision="fp16").run({"a": a, "w": w})["y"]
     want = (a.astype(np.float64) @ w).astype(np.float32)
-    assert_close(got, want, 1e-2, f"fp16 MatMul {dims} (tensor cores: {TENSOR_CORES})")
+    assert_close(got, want, 3e-3, f"fp16 MatMul {dims} (tensor cores: {TENSOR_CORES})")
 
 
 @pytest.mark.parametrize("dims", list(_CONVS.values()), ids=list(_CONVS))
-def test_float16_implicit_gemm_convolution_within_1e_2(dims: tuple[int, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_float16_implicit_gemm_convolution_within_3e_3(dims: tuple[int, ...], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TETHER_VULKAN_KERNELS", "gpu")
     n, c, h, w, m, k, s, p, d, g = dims
     rng = np.random.default_rng(sum(dims) + 1)
@@ -175,7 +177,7 @@ def test_float16_implicit_gemm_convolution_within_1e_2(dims: tuple[int, ...], mo
     node = oh.make_node("Conv", ["x", "w", "b"], ["y"], strides=[s, s], pads=[p] * 4, dilations=[d, d], group=g)
     model = _model([node], {"x": x}, {"w": wt, "b": b})
     got = _vulkan(model, precision="fp16").run({"x": x})["y"]
-    assert_close(got, run_ort(model, {"x": x})[0], 1e-2, f"fp16 Conv {dims} (tensor cores: {TENSOR_CORES})")
+    assert_close(got, run_ort(model, {"x": x})[0], 3e-3, f"fp16 Conv {dims} (tensor cores: {TENSOR_CORES})")
 
 
 def test_devices_say_whether_they_have_tensor_cores_for_float16() -> None:
