@@ -9,7 +9,9 @@ void register_passes(pyb::module_& m) {
       [](const ir::Model& model) {
         pyb::gil_scoped_release release;
         ir::Model copy = model.clone();
-        std::string report = passes::optimize(copy);
+        passes::OptimizeOptions options;
+        options.evaluator = &engine::constant_evaluator();
+        std::string report = passes::optimize(copy, options);
         return std::make_pair(std::move(copy), std::move(report));
       },
       pyb::arg("model"));

@@ -108,3 +108,70 @@ TEST(Passes, AConvOutputThatASubgraphReturnsIsNotFusedAway) {
 }
 
 }  // namespace
+
+namespace {
+
+// x + (Constant a * b): the product's inputs are all constant.
+ir::Model add_of_constant_product() {
+  ir::Model m;
+  m.set_opset("", 17);
+  ir::Graph& g = m.graph();
+  ir::Value* x = g.add_input("x", f32({Dim(3)}));
+  ir::Node* a = g.add_node("Constant", {}, {"a"}, "a");
+  a->set_attr(ir::Attribute::tensor("value", vec({1.0f, 2.0f, 3.0f}, {3})));
+  ir::Value* b = g.add_initializer(vec({4.0f, -5.0f, 0.5f}, {3}), "b");
+  ir::Node* mul = g.add_node("Mul", {a->output(0), b}, {"p"}, "mul");
+  ir::Node* add = g.add_node("Add", {x, mul->output(0)}, {"y"}, "add");
+  g.add_output(add->output(0));
+  return m;
+}
+
+// An evaluator that computes Mul alone, in its own loop: the passes call whatever they are given.
+class MulOnly final : public passes::ConstantEvaluator {
+ public:
+  mutable int calls = 0;
+  std::optional<std::vector<ir::Tensor>> evaluate(const ir::Node& node, const std::vector<const ir::Tensor*>& inputs,
+                                                  int64_t, int64_t) const override {
+    ++calls;
+    if (node.op_type() != "Mul") return std::nullopt;
+    ir::Tensor out = ir::Tensor::zeros(DType::kFloat32, inputs[0]->dims());
+    for (int64_t i = 0; i < out.num_elements(); ++i)
+      out.mutable_data<float>()[i] = inputs[0]->data<float>()[i] * inputs[1]->data<float>()[i];
+    return std::vector<ir::Tensor>{std::move(out)};
+  }
+};
+
+const ir::Tensor* initializer_named(const ir::Graph& g, const std::string& name) {
+  const ir::Value* v = g.find(name);
+  return v != nullptr && v->has_initializer() ? &v->initializer() : nullptr;
+}
+
+}  // namespace
+
+TEST(Passes, ConstantFoldingComputesOnlyThroughTheEvaluatorItIsGiven) {
+  // Without an evaluator the Constant becomes an initializer and the Mul stays.
+  ir::Model plain = add_of_constant_product();
+  passes::optimize(plain);
+  EXPECT_NE(initializer_named(plain.graph(), "a"), nullptr);
+  EXPECT_EQ(initializer_named(plain.graph(), "p"), nullptr);
+  EXPECT_EQ(plain.graph().num_nodes(), 2u);
+
+  // With the engine's evaluator (the CPU kernels) and with one of the caller's, the product
+  // becomes an initializer holding a * b.
+  MulOnly mine;
+  for (const passes::ConstantEvaluator* evaluator : {&engine::constant_evaluator(),
+                                                     static_cast<const passes::ConstantEvaluator*>(&mine)}) {
+    ir::Model m = add_of_constant_product();
+    passes::OptimizeOptions o;
+    o.evaluator = evaluator;
+    const std::string report = passes::optimize(m, o);
+    EXPECT_NE(report.find("pass fold_constants: 2"), std::string::npos) << report;
+    const ir::Tensor* p = initializer_named(m.graph(), "p");
+    ASSERT_NE(p, nullptr);
+    const float want[] = {4.0f, -10.0f, 1.5f};
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(p->data<float>()[i], want[i]);
+    ASSERT_EQ(m.graph().num_nodes(), 1u);
+    EXPECT_EQ(m.graph().nodes()[0]->op_type(), "Add");
+  }
+  EXPECT_EQ(mine.calls, 1);  // the Add reads the input x: never offered
+}

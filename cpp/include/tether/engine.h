@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "tether/model.h"
+#include "tether/passes.h"
 
 namespace tether::engine {
 
@@ -233,5 +234,13 @@ std::unique_ptr<Session> compile(const ir::Model& model, const CompileOptions& o
 /// ("ai.tether:FusedConv", ":Conv"), sorted. A listed op may still reject some dtypes or
 /// attributes; compile() names those nodes. Throws ArgumentError for an unknown device.
 std::vector<std::string> supported_ops(const std::string& device = "cpu");
+
+/// What constant folding computes nodes with (passes::OptimizeOptions::evaluator): the CPU
+/// engine's kernels, single-threaded, the code that would compute the node at run time.
+///
+///   tether::passes::OptimizeOptions o;
+///   o.evaluator = &tether::engine::constant_evaluator();
+///   tether::passes::optimize(model, o);
+const passes::ConstantEvaluator& constant_evaluator();
 
 }  // namespace tether::engine

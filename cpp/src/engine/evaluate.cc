@@ -2,6 +2,7 @@
 #include "engine/evaluate.h"
 
 #include "engine/kernel.h"
+#include "tether/engine.h"
 #include "tether/model.h"
 #include "tether/shape_inference.h"
 
@@ -106,33 +107,24 @@ Evaluation evaluate_node(const ir::Node& node, const std::vector<const ir::Tenso
   return result;
 }
 
-ir::Tensor constant_node_value(const ir::Node& n) {
-  using ir::DType;
-  if (const ir::Attribute* a = n.attr("value")) return a->as_tensor();
-  if (const ir::Attribute* a = n.attr("value_float")) {
-    float v = a->as_float();
-    return ir::Tensor::copy_of(DType::kFloat32, {}, &v, sizeof v);
+namespace {
+
+// The CPU kernels as constant folding's evaluator (passes::ConstantEvaluator).
+class KernelEvaluator final : public passes::ConstantEvaluator {
+ public:
+  std::optional<std::vector<ir::Tensor>> evaluate(const ir::Node& node, const std::vector<const ir::Tensor*>& inputs,
+                                                  int64_t opset, int64_t max_output_bytes) const override {
+    Evaluation e = evaluate_node(node, inputs, opset, max_output_bytes);
+    if (!e.ok()) return std::nullopt;
+    return std::move(e.outputs);
   }
-  if (const ir::Attribute* a = n.attr("value_int")) {
-    int64_t v = a->as_int();
-    return ir::Tensor::copy_of(DType::kInt64, {}, &v, sizeof v);
-  }
-  if (const ir::Attribute* a = n.attr("value_floats")) {
-    const auto& v = a->as_floats();
-    return ir::Tensor::copy_of(DType::kFloat32, {static_cast<int64_t>(v.size())}, v.data(),
-                               static_cast<int64_t>(v.size() * sizeof(float)));
-  }
-  if (const ir::Attribute* a = n.attr("value_ints")) {
-    const auto& v = a->as_ints();
-    return ir::Tensor::copy_of(DType::kInt64, {static_cast<int64_t>(v.size())}, v.data(),
-                               static_cast<int64_t>(v.size() * sizeof(int64_t)));
-  }
-  if (const ir::Attribute* a = n.attr("value_string")) return ir::Tensor::strings({}, {a->as_string()});
-  if (const ir::Attribute* a = n.attr("value_strings"))
-    return ir::Tensor::strings({static_cast<int64_t>(a->as_strings().size())}, a->as_strings());
-  if (n.attr("sparse_value") != nullptr)
-    throw UnsupportedError(n.describe() + ": Constant with a sparse value is not supported");
-  throw ModelError(n.describe() + ": Constant has no value attribute");
+};
+
+}  // namespace
+
+const passes::ConstantEvaluator& constant_evaluator() {
+  static const KernelEvaluator evaluator;
+  return evaluator;
 }
 
 }  // namespace tether::engine

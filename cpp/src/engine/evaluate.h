@@ -1,5 +1,6 @@
-// Runs single nodes on constant tensors with the CPU kernels: what constant folding uses, so
-// that a folded value is computed by the same code that would have computed it at run time.
+// Runs single nodes on constant tensors with the CPU kernels: what constant folding uses
+// (through constant_evaluator(), tether/engine.h), so that a folded value is computed by the
+// same code that would have computed it at run time.
 #pragma once
 
 #include <cstdint>
@@ -27,8 +28,5 @@ struct Evaluation {
 Evaluation evaluate_node(const ir::Node& node, const std::vector<const ir::Tensor*>& inputs, int64_t opset,
                          int64_t max_output_bytes = std::numeric_limits<int64_t>::max());
 
-/// The tensor a Constant node holds (value, value_float(s), value_int(s), value_string(s)).
-/// Throws UnsupportedError for a sparse value and ModelError when no value attribute is set.
-ir::Tensor constant_node_value(const ir::Node& node);
 
 }  // namespace tether::engine

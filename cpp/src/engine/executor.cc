@@ -14,13 +14,13 @@
 #include <unordered_map>
 
 #include "engine/backends.h"
-#include "engine/evaluate.h"
 #include "engine/executor.h"
 #include "engine/half.h"
 #include "engine/kernel.h"
 #include "engine/plan_cache.h"
 #include "engine/planner.h"
 #include "engine/session.h"
+#include "ops/constant.h"
 #include "passes/passes.h"
 #include "passes/rewrite.h"
 #include "tether/engine.h"
@@ -297,7 +297,7 @@ int64_t Executor::release_packed_constants() {
 // (Reshape, Flatten, Squeeze, Unsqueeze, Identity) stays with its data, on the backend that
 // computes its input when that one supports it. `why` gets every backend's reason when none does.
 const Backend* Executor::place(const KernelInit& init, const std::vector<const ir::Value*>& inputs, std::string& why) const {
-  if (keeps_bytes(init.node) && !inputs.empty() && inputs[0] != nullptr) {
+  if (ops::keeps_bytes(init.node) && !inputs.empty() && inputs[0] != nullptr) {
     const int producer = values_[static_cast<size_t>(index_.at(inputs[0]))].producer;
     const Backend* with_data = producer >= 0 ? placed_[static_cast<size_t>(producer)] : nullptr;
     if (with_data != nullptr && with_data->supports(init).empty()) return with_data;
@@ -322,7 +322,7 @@ void Executor::create_steps() {
   std::vector<bool> shapes_only;  // per node: computes on dims and constants alone (Shape, Size and what follows)
   for (const ir::Node* n : order) {
     if (n->op_type() == "Constant" && (n->domain().empty() || n->domain() == "ai.onnx")) {
-      constants_.push_back(constant_node_value(*n));
+      constants_.push_back(ops::constant_value(*n));
       ValueEntry& e = values_[static_cast<size_t>(index_.at(n->output(0)))];
       e.constant = &constants_.back();
       e.constant_dims = e.constant->dims();
@@ -434,7 +434,7 @@ std::shared_ptr<Plan> Executor::next_plan(Plan& plan, const std::vector<const ir
     const Step& step = steps_[static_cast<size_t>(plan.end)];
     for (size_t i = 0; i < step.inputs.size(); ++i) {
       const int v = step.inputs[i];
-      if (v < 0 || !is_shape_slot(*step.node, i) || values_[static_cast<size_t>(v)].value->producer() == nullptr) continue;
+      if (v < 0 || !ops::is_shape_slot(*step.node, i) || values_[static_cast<size_t>(v)].value->producer() == nullptr) continue;
       const ir::DType dt = values_[static_cast<size_t>(v)].value->type().dtype();
       const Dims& d = plan.dims[static_cast<size_t>(v)];
       const int64_t n = ir::checked_num_elements(d).value_or(0);
@@ -544,7 +544,7 @@ std::shared_ptr<Plan> Executor::make_plan(const std::vector<const ir::Tensor*>& 
       if (v < 0) continue;
       inputs_known = inputs_known && known[static_cast<size_t>(v)];
       computed_shape_input = computed_shape_input ||
-                             (is_shape_slot(*step.node, i) && values_[static_cast<size_t>(v)].value->producer() != nullptr &&
+                             (ops::is_shape_slot(*step.node, i) && values_[static_cast<size_t>(v)].value->producer() != nullptr &&
                               values_[static_cast<size_t>(v)].slot != Slot::kConstant);
     }
     if (inputs_known && step.kernel->allocates_outputs()) {
@@ -586,7 +586,7 @@ std::shared_ptr<Plan> Executor::make_plan(const std::vector<const ir::Tensor*>& 
   std::vector<int> alias(values_.size(), -1);
   for (int s = begin; s < plan->end; ++s) {
     const Step& step = steps_[static_cast<size_t>(s)];
-    if (step.node == nullptr || !keeps_bytes(*step.node) || step.inputs.empty() || step.outputs.size() != 1) continue;
+    if (step.node == nullptr || !ops::keeps_bytes(*step.node) || step.inputs.empty() || step.outputs.size() != 1) continue;
     const int in = step.inputs[0], out = step.outputs[0];
     if (in < 0 || out < 0 || values_[static_cast<size_t>(in)].slot != Slot::kArena ||
         values_[static_cast<size_t>(out)].slot != Slot::kArena || first[static_cast<size_t>(in)] < 0 ||

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/kernel.h"
+#include "ops/node_facts.h"
 #include "ops/type_overlay.h"
 #include "tether/engine.h"
 #include "tether/passes.h"
@@ -48,13 +49,6 @@ std::string prepare_model(ir::Model& model, const CompileOptions& options, const
 /// contradicts the model, or a symbolic dim bound to two sizes.
 std::vector<const ir::Tensor*> bind_inputs(const std::vector<TensorInfo>& infos, const std::vector<const ir::Value*>& values,
                                            const std::vector<std::pair<std::string, ir::Tensor>>& named);
-
-/// True when input i of `n` is read by value to decide an output's shape.
-bool is_shape_slot(const ir::Node& n, size_t i);
-
-/// True for ops whose output is their input's bytes unchanged (Reshape, Flatten, Squeeze,
-/// Unsqueeze, Identity).
-bool keeps_bytes(const ir::Node& n);
 
 /// Per graph input of `graph`: whether its values reach a shape slot (directly, or through
 /// nodes computing on it other than Shape and Size): a "shape tensor".

@@ -63,7 +63,11 @@ std::string prepare_model(ir::Model& model, const CompileOptions& options, const
     v->metadata().emplace_back(passes::kKeep, "1");
   }
   std::ostringstream report;
-  if (options.optimize) report << passes::optimize(model, passes);
+  if (options.optimize) {
+    passes::OptimizeOptions with_evaluator = passes;
+    if (with_evaluator.evaluator == nullptr) with_evaluator.evaluator = &constant_evaluator();
+    report << passes::optimize(model, with_evaluator);
+  }
   ops::infer_shapes(model);
   if (const int lowered = lower_half_precision(model, backend); lowered > 0) {
     ops::infer_shapes(model);
@@ -71,27 +75,6 @@ std::string prepare_model(ir::Model& model, const CompileOptions& options, const
            << " computed in float32\n";
   }
   return report.str();
-}
-
-bool is_shape_slot(const ir::Node& n, size_t i) {
-  if (!(n.domain().empty() || n.domain() == "ai.onnx")) return false;
-  const std::string& op = n.op_type();
-  if (op == "Reshape" || op == "Expand" || op == "Tile" || op == "Squeeze" || op == "Unsqueeze" || op == "Split" ||
-      op == "TopK" || op == "Upsample" || op == "OneHot" || op == "CenterCropPad")
-    return i == 1;
-  if (op == "ConstantOfShape") return i == 0;
-  if (op == "Range") return i <= 2;
-  if (op == "Slice") return i >= 1;
-  if (op == "Resize") return i == 2 || i == 3;
-  if (op == "Pad") return i == 1 || i == 3;
-  if (op.rfind("Reduce", 0) == 0) return i == 1;
-  return false;
-}
-
-bool keeps_bytes(const ir::Node& n) {
-  if (!(n.domain().empty() || n.domain() == "ai.onnx")) return false;
-  const std::string& op = n.op_type();
-  return op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze" || op == "Identity";
 }
 
 // A session input is a shape tensor when its values reach a shape slot (directly, or through
@@ -108,7 +91,7 @@ std::vector<bool> find_shape_inputs(const ir::Graph& g) {
     for (size_t i = 0; i < n.inputs().size(); ++i) {
       const ir::Value* in = n.input(i);
       if (in == nullptr) continue;
-      if (is_shape_slot(n, i) || (output_decides && !reads_shape_only)) decides[in] = true;
+      if (ops::is_shape_slot(n, i) || (output_decides && !reads_shape_only)) decides[in] = true;
     }
   }
   std::vector<bool> out;

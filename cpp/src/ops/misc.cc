@@ -4,39 +4,53 @@
 #include <cstring>
 #include <limits>
 
+#include "ops/constant.h"
 #include "ops/infer_context.h"
 
 namespace tether::ops {
+
+ir::Tensor constant_value(const ir::Node& n) {
+  if (const ir::Attribute* a = n.attr("value")) return a->as_tensor();
+  if (const ir::Attribute* a = n.attr("value_float")) {
+    float v = a->as_float();
+    return ir::Tensor::copy_of(DType::kFloat32, {}, &v, sizeof v);
+  }
+  if (const ir::Attribute* a = n.attr("value_int")) {
+    int64_t v = a->as_int();
+    return ir::Tensor::copy_of(DType::kInt64, {}, &v, sizeof v);
+  }
+  if (const ir::Attribute* a = n.attr("value_floats")) {
+    const auto& v = a->as_floats();
+    return ir::Tensor::copy_of(DType::kFloat32, {static_cast<int64_t>(v.size())}, v.data(),
+                               static_cast<int64_t>(v.size() * sizeof(float)));
+  }
+  if (const ir::Attribute* a = n.attr("value_ints")) {
+    const auto& v = a->as_ints();
+    return ir::Tensor::copy_of(DType::kInt64, {static_cast<int64_t>(v.size())}, v.data(),
+                               static_cast<int64_t>(v.size() * sizeof(int64_t)));
+  }
+  if (const ir::Attribute* a = n.attr("value_string")) return ir::Tensor::strings({}, {a->as_string()});
+  if (const ir::Attribute* a = n.attr("value_strings"))
+    return ir::Tensor::strings({static_cast<int64_t>(a->as_strings().size())}, a->as_strings());
+  if (n.attr("sparse_value") != nullptr)
+    throw UnsupportedError(n.describe() + ": Constant with a sparse value is not supported");
+  throw ModelError(n.describe() + ": Constant has no value attribute");
+}
 
 namespace {
 
 void constant(InferContext& ctx) {
   const ir::Node& n = ctx.node();
-  if (const ir::Attribute* a = n.attr("value")) {
-    ctx.set_output_constant(0, a->as_tensor());
-  } else if (const ir::Attribute* a = n.attr("value_float")) {
-    ir::Tensor t = ir::Tensor::zeros(DType::kFloat32, {});
-    t.mutable_data<float>()[0] = a->as_float();
-    ctx.set_output_constant(0, std::move(t));
-  } else if (const ir::Attribute* a = n.attr("value_floats")) {
-    const auto& v = a->as_floats();
-    ctx.set_output_constant(0, ir::Tensor::copy_of(DType::kFloat32, {static_cast<int64_t>(v.size())}, v.data(),
-                                                   static_cast<int64_t>(v.size() * sizeof(float))));
-  } else if (const ir::Attribute* a = n.attr("value_int")) {
-    ir::Tensor t = ir::Tensor::zeros(DType::kInt64, {});
-    t.mutable_data<int64_t>()[0] = a->as_int();
-    ctx.set_output_constant(0, std::move(t));
-  } else if (const ir::Attribute* a = n.attr("value_ints")) {
-    const auto& v = a->as_ints();
-    ctx.set_output_constant(0, ir::Tensor::copy_of(DType::kInt64, {static_cast<int64_t>(v.size())}, v.data(),
-                                                   static_cast<int64_t>(v.size() * sizeof(int64_t))));
-  } else if (n.attr("value_string") != nullptr) {
+  if (n.attr("value_string") != nullptr) {
     ctx.set_output(0, DType::kString, Shape(std::vector<Dim>{}));
   } else if (const ir::Attribute* a = n.attr("value_strings")) {
     ctx.set_output(0, DType::kString, Shape::of({static_cast<int64_t>(a->as_strings().size())}));
   } else if (const ir::Attribute* a = n.attr("sparse_value")) {
     const ir::SparseTensor& s = a->as_sparse_tensor();
     ctx.set_output(0, s.values.dtype(), Shape::of(s.dims));
+  } else if (n.attr("value") || n.attr("value_float") || n.attr("value_floats") || n.attr("value_int") ||
+             n.attr("value_ints")) {
+    ctx.set_output_constant(0, constant_value(n));
   } else {
     ctx.fail("has none of the value attributes");
   }

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "engine/evaluate.h"
+#include "ops/constant.h"
 #include "passes/passes.h"
 #include "passes/rewrite.h"
 #include "tether/error.h"
@@ -68,9 +68,9 @@ std::unordered_map<std::string, ir::Shape> inferred_shapes(const ir::Model& mode
   return out;
 }
 
-// The node's outputs when all its inputs are constant and the CPU kernels can compute them
-// within the size budget; nullopt otherwise.
-std::optional<std::vector<ir::Tensor>> evaluate(const ir::Node& n, int64_t opset) {
+// The node's outputs when all its inputs are constant and the evaluator computes them within
+// the size budget; nullopt otherwise.
+std::optional<std::vector<ir::Tensor>> evaluate(const ConstantEvaluator& evaluator, const ir::Node& n, int64_t opset) {
   std::vector<ir::Tensor> held;
   held.reserve(n.inputs().size());
   std::vector<const ir::Tensor*> inputs;
@@ -87,8 +87,7 @@ std::optional<std::vector<ir::Tensor>> evaluate(const ir::Node& n, int64_t opset
     inputs.push_back(&held.back());
   }
   try {
-    engine::Evaluation e = engine::evaluate_node(n, inputs, opset, std::max(kMaxFoldedBytes, input_bytes));
-    if (e.ok()) return std::move(e.outputs);
+    return evaluator.evaluate(n, inputs, opset, std::max(kMaxFoldedBytes, input_bytes));
   } catch (const ModelError&) {
     // Inputs that contradict the node: compiling reports it, naming the model's own values.
   } catch (const UnsupportedError&) {
@@ -98,7 +97,7 @@ std::optional<std::vector<ir::Tensor>> evaluate(const ir::Node& n, int64_t opset
 
 }  // namespace
 
-int fold_constants(ir::Model& model) {
+int fold_constants(ir::Model& model, const ConstantEvaluator* evaluator) {
   ir::Graph& g = model.graph();
   const int64_t opset = model.opset("") > 0 ? model.opset("") : 1;
   // Inference on a copy of the model is the costly part, and only Shape and Size read it.
@@ -111,7 +110,7 @@ int fold_constants(ir::Model& model) {
   for (ir::Node* n : order) {
     if (is_onnx(*n, "Constant")) {
       if (n->attr("sparse_value") != nullptr || n->output(0) == nullptr) continue;
-      replace_with_constants(g, n, {engine::constant_node_value(*n)});
+      replace_with_constants(g, n, {ops::constant_value(*n)});
       ++folded;
       continue;
     }
@@ -121,8 +120,8 @@ int fold_constants(ir::Model& model) {
       ++folded;
       continue;
     }
-    if (n->inputs().empty()) continue;  // a source node that is not Constant: leave it be
-    if (std::optional<std::vector<ir::Tensor>> outs = evaluate(*n, opset)) {
+    if (n->inputs().empty() || evaluator == nullptr) continue;  // a source node that is not Constant: leave it be
+    if (std::optional<std::vector<ir::Tensor>> outs = evaluate(*evaluator, *n, opset)) {
       replace_with_constants(g, n, std::move(*outs));
       ++folded;
     }

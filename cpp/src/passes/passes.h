@@ -24,12 +24,15 @@ int remove_unused_initializers(ir::Graph& graph);
 inline constexpr int64_t kMaxFoldedBytes = int64_t{1} << 20;
 
 /// Replaces each main-graph node whose inputs are all constants (initializers that are not
-/// graph inputs, Constant outputs) by initializers holding its outputs, computed once by the
-/// CPU kernels; Constant nodes become initializers, and Shape / Size of values whose shape
+/// graph inputs, Constant outputs) by initializers holding its outputs, computed once by
+/// `evaluator`; Constant nodes become initializers, and Shape / Size of values whose shape
 /// is static become constants too. Random ops, QuantizeLinear / DequantizeLinear, nodes with
-/// subgraphs and nodes the CPU engine cannot run stay. Values keep their names. Types on the
-/// values should be inferred first (optimize() does so).
-int fold_constants(ir::Model& model);
+/// subgraphs and nodes the evaluator does not compute stay; with a null evaluator only Constant,
+/// Shape and Size fold. Values keep their names. Types on the values should be inferred first
+/// (optimize() does so).
+///
+///   fold_constants(model, &engine::constant_evaluator());   // what compile() does
+int fold_constants(ir::Model& model, const ConstantEvaluator* evaluator);
 
 /// Folds inference-mode BatchNormalization into the Conv or ConvTranspose before it (new
 /// weights and bias, computed in double) when the conv output has no other reader.

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "engine/evaluate.h"
+#include "ops/constant.h"
 
 namespace tether::passes {
 
@@ -19,7 +19,7 @@ std::optional<ir::Tensor> constant_of(const ir::Value* v) {
   }
   const ir::Node* p = v->producer();
   if (p == nullptr || !is_onnx(*p, "Constant") || p->attr("sparse_value") != nullptr) return std::nullopt;
-  return engine::constant_node_value(*p);
+  return ops::constant_value(*p);
 }
 
 bool is_kept(const ir::Value& v) {

@@ -7,6 +7,7 @@
 
 #include "passes/passes.h"
 #include "passes/rewrite.h"
+#include "tether/engine.h"
 #include "tether/quant.h"
 #include "tether/shape_inference.h"
 
@@ -380,7 +381,7 @@ ir::Model prepare(const ir::Model& model) {
   name_nodes(g);
   passes::remove_identities(g);
   ops::infer_shapes(m);
-  passes::fold_constants(m);
+  passes::fold_constants(m, &engine::constant_evaluator());
   passes::fold_conv_batchnorm(g);
   passes::remove_dead_nodes(g);
   passes::remove_unused_initializers(g);

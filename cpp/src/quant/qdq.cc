@@ -4,10 +4,10 @@
 #include <map>
 #include <set>
 
-#include "engine/evaluate.h"
 #include "passes/passes.h"
 #include "passes/rewrite.h"
 #include "quant/rounding.h"
+#include "tether/engine.h"
 #include "tether/quant.h"
 #include "tether/shape_inference.h"
 
@@ -285,8 +285,9 @@ ir::Model fold_dequantized_constants(const ir::Model& qdq) {
       inputs.push_back(&values.back());
     }
     if (!constant) continue;
-    engine::Evaluation e = engine::evaluate_node(*n, inputs, m.opset(""));
-    if (e.ok()) passes::replace_with_constants(g, n, std::move(e.outputs));
+    std::optional<std::vector<ir::Tensor>> outs =
+        engine::constant_evaluator().evaluate(*n, inputs, m.opset(""), std::numeric_limits<int64_t>::max());
+    if (outs) passes::replace_with_constants(g, n, std::move(*outs));
   }
   passes::remove_dead_nodes(g);
   passes::remove_unused_initializers(g);

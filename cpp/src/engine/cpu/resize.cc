@@ -7,12 +7,13 @@
 #include <limits>
 
 #include "engine/cpu/cpu.h"
-#include "engine/resize_geometry.h"
+#include "ops/resize_geometry.h"
 
 namespace tether::engine::cpu {
 
 namespace {
 
+namespace resize = ::tether::ops::resize;
 using resize::Coord;
 using resize::Mode;
 using resize::Nearest;

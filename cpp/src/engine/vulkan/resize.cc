@@ -1,18 +1,19 @@
 // Resize (opsets 10 to 19) and Upsample (opsets 7 and 9), nearest or linear over the last two
 // axes (shaders/resize2d.comp): images and feature maps. Each plan computes where every output
 // row and column reads from on the host, with the CPU engine's own formulas
-// (engine/resize_geometry.h), into a table the shader reads, so that exact halves round alike
+// (ops/resize_geometry.h), into a table the shader reads, so that exact halves round alike
 // on both backends. Cubic, tf_crop_and_resize, antialias, the keep_aspect_ratio policies and
 // scales computed at run time stay on the CPU.
 #include <cstring>
 
-#include "engine/resize_geometry.h"
 #include "engine/vulkan/ops.h"
+#include "ops/resize_geometry.h"
 
 namespace tether::engine::vulkan {
 
 namespace {
 
+namespace resize = ::tether::ops::resize;
 using resize::Coord;
 using resize::Mode;
 using resize::Nearest;

@@ -10,10 +10,10 @@
 #include <optional>
 #include <sstream>
 
-#include "engine/evaluate.h"
 #include "engine/executor.h"
 #include "engine/session.h"
 #include "engine/vulkan/vulkan.h"
+#include "ops/constant.h"
 #include "util/float16.h"
 #include "util/thread_pool.h"
 
@@ -248,7 +248,7 @@ void VulkanSession::create_steps(const CompileOptions& options) {
   std::vector<std::string> unsupported, fallback, dynamic;
   for (const ir::Node* n : order) {
     if (n->op_type() == "Constant" && (n->domain().empty() || n->domain() == "ai.onnx")) {
-      constants_.push_back(constant_node_value(*n));
+      constants_.push_back(ops::constant_value(*n));
       ValueEntry& e = values_[static_cast<size_t>(index_.at(n->output(0)))];
       e.constant = &constants_.back();
       e.is_constant = true;
@@ -260,7 +260,7 @@ void VulkanSession::create_steps(const CompileOptions& options) {
     });
     const KernelInit& init = made.init;
     std::string why = vulkan_backend().supports(init);
-    if (why.empty() && keeps_bytes(*n) && n->input(0) != nullptr) {
+    if (why.empty() && ops::keeps_bytes(*n) && n->input(0) != nullptr) {
       const int producer = values_[static_cast<size_t>(index_.at(n->input(0)))].producer;
       if (producer >= 0 && steps_[static_cast<size_t>(producer)].gpu == nullptr)
         why = "its data is computed on the CPU, where the view stays";

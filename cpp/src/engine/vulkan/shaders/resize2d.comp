@@ -1,6 +1,6 @@
 // Resize over the last two dims, nearest or linear: each output value mixes at most two input
 // rows and two input columns. Where and with what weights come from a table the host computed
-// with the CPU engine's formulas (engine/resize_geometry.h), so that both backends pick the
+// with the CPU engine's formulas (ops/resize_geometry.h), so that both backends pick the
 // same input at exact halves: per output row, then per output column, (index 0, index 1,
 // weight 0, weight 1). The sums are the CPU engine's: wa * (w0 a0 + w1 a1) + wb * (w0 b0 + w1 b1).
 #version 450

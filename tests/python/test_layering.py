@@ -1,0 +1,41 @@
+"""The source layers keep their direction: graph passes and op definitions name no backend, and
+the Python bindings reach the core through its public headers only (docs/building.md, "Layout").
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+
+
+def _includes(folder: Path, root: Path = ROOT) -> list[tuple[str, str]]:
+    found = []
+    for f in sorted(folder.rglob("*")):
+        if f.suffix in (".cc", ".h", ".inc"):
+            for inc in INCLUDE.findall(f.read_text()):
+                found.append((str(f.relative_to(root)), inc))
+    return found
+
+
+@pytest.mark.parametrize("layer", ["passes", "ops"])
+def test_passes_and_ops_include_nothing_from_the_engine(layer):
+    files = _includes(ROOT / "cpp" / "src" / layer)
+    assert files, f"no sources found under cpp/src/{layer}"
+    crossing = [(f, inc) for f, inc in files if inc.startswith("engine/")]
+    assert crossing == [], f"cpp/src/{layer} includes engine headers: {crossing}"
+
+
+def test_bindings_include_only_public_headers():
+    files = _includes(ROOT / "bindings")
+    assert files
+    private = [(f, inc) for f, inc in files if not (inc.startswith("tether/") or inc == "bindings.h")]
+    assert private == [], f"the bindings include private headers: {private}"
+
+
+def test_the_check_sees_a_crossing_include(tmp_path):
+    # The scan itself: an engine include in a pass is found.
+    (tmp_path / "p.cc").write_text('#include <vector>\n  #  include "engine/kernel.h"\n#include "ops/constant.h"\n')
+    assert _includes(tmp_path, tmp_path) == [("p.cc", "engine/kernel.h"), ("p.cc", "ops/constant.h")]
