@@ -3,9 +3,15 @@
 // backend in one session, and its results are checked against the CPU backend's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -15,6 +21,7 @@
 #include "tether/builder.h"
 #include "tether/engine.h"
 #include "tether/error.h"
+#include "tether/onnx.h"
 
 namespace {
 
@@ -52,7 +59,10 @@ class Binary final : public HostKernel {
     for (int64_t i = 0; i < out[0].numel(); ++i) {
       const double a = in[0].as<float>()[broadcast_offset(in[0].dims, out[0].dims, i)];
       const double b = in[1].as<float>()[broadcast_offset(in[1].dims, out[0].dims, i)];
-      out[0].as<float>()[i] = static_cast<float>(op_ == "Add" ? a + b : op_ == "Sub" ? a - b : a * b);
+      out[0].as<float>()[i] = static_cast<float>(op_ == "Add"   ? a + b
+                                                 : op_ == "Sub" ? a - b
+                                                 : op_ == "Mul" ? a * b
+                                                                : a / b);
     }
   }
 
@@ -63,10 +73,18 @@ class Binary final : public HostKernel {
 class Unary final : public HostKernel {
  public:
   explicit Unary(std::string op) : op_(std::move(op)) {}
+  double apply(double x) const {
+    if (op_ == "Relu") return x > 0 ? x : 0.0;
+    if (op_ == "Sigmoid") return 1.0 / (1.0 + std::exp(-x));
+    if (op_ == "Neg") return -x;
+    if (op_ == "Abs") return std::fabs(x);
+    if (op_ == "Exp") return std::exp(x);
+    if (op_ == "Tanh") return std::tanh(x);
+    return std::sqrt(x);
+  }
   void run(const RunContext&, const std::vector<View>& in, std::vector<View>& out) const override {
     for (int64_t i = 0; i < out[0].numel(); ++i) {
-      const double x = in[0].as<float>()[i];
-      out[0].as<float>()[i] = static_cast<float>(op_ == "Relu" ? (x > 0 ? x : 0.0) : 1.0 / (1.0 + std::exp(-x)));
+      out[0].as<float>()[i] = static_cast<float>(apply(in[0].as<float>()[i]));
     }
   }
 
@@ -88,7 +106,8 @@ class MatMul2d final : public HostKernel {
   }
 };
 
-// The test's backend: float32 Add, Sub, Mul, Relu, Sigmoid and 2-D MatMul, nothing else.
+// The test's backend: float32 Add, Sub, Mul, Div, Relu, Sigmoid, Neg, Abs, Exp, Tanh, Sqrt and
+// 2-D MatMul, nothing else; a unary op only on its own shape (no views, no strides).
 class ReferenceBackend final : public Backend {
  public:
   std::string_view name() const override { return "reference"; }
@@ -106,16 +125,19 @@ class ReferenceBackend final : public Backend {
   std::unique_ptr<Kernel> create(const KernelInit& init) const override {
     const std::string& op = init.node.op_type();
     if (op == "MatMul") return std::make_unique<MatMul2d>();
-    if (op == "Relu" || op == "Sigmoid") return std::make_unique<Unary>(op);
+    if (is_unary(op)) return std::make_unique<Unary>(op);
     return std::make_unique<Binary>(op);
   }
   std::vector<std::string> op_types() const override {
-    return {":Add", ":MatMul", ":Mul", ":Relu", ":Sigmoid", ":Sub"};
+    return {":Abs", ":Add", ":Div", ":Exp", ":MatMul", ":Mul", ":Neg", ":Relu", ":Sigmoid", ":Sqrt", ":Sub", ":Tanh"};
   }
 
  private:
+  static bool is_unary(const std::string& op) {
+    return op == "Relu" || op == "Sigmoid" || op == "Neg" || op == "Abs" || op == "Exp" || op == "Tanh" || op == "Sqrt";
+  }
   static bool is_op(const std::string& op) {
-    return op == "Add" || op == "Sub" || op == "Mul" || op == "Relu" || op == "Sigmoid" || op == "MatMul";
+    return is_unary(op) || op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "MatMul";
   }
 };
 
@@ -202,7 +224,8 @@ TEST(ExecutorBackend, ARegisteredBackendRunsBesideTheCpuAndMatchesIt) {
 TEST(ExecutorBackend, ARegisteredBackendIsListedLikeTheBuiltInOnes) {
   register_once();
   EXPECT_EQ(engine::supported_ops("reference"),
-            (std::vector<std::string>{":Add", ":Constant", ":MatMul", ":Mul", ":Relu", ":Sigmoid", ":Sub"}));
+            (std::vector<std::string>{":Abs", ":Add", ":Constant", ":Div", ":Exp", ":MatMul", ":Mul", ":Neg", ":Relu",
+                                      ":Sigmoid", ":Sqrt", ":Sub", ":Tanh"}));
   bool listed = false;
   for (const engine::DeviceInfo& d : engine::devices()) listed = listed || d.device == "reference";
   EXPECT_TRUE(listed);
@@ -232,6 +255,75 @@ TEST(ExecutorBackend, StrictRefusesNodesLeftToTheNextBackend) {
     EXPECT_NE(msg.find("strict: the reference backend cannot run 2 nodes"), std::string::npos) << msg;
     EXPECT_NE(msg.find("Softmax 'soft': no reference kernel for this op"), std::string::npos) << msg;
   }
+}
+
+// The shared op table (tests/python/_op_cases.py), run here on the reference device: its cases,
+// written by tests/python/test_op_table_backend.py as models whose inputs carry the case's
+// feeds as defaults, into the folder TETHER_OP_TABLE_DIR names. Every case with a node of the
+// reference backend's ops runs mixed with the CPU and must match the CPU engine alone: floats
+// within `TETHER_OP_TABLE_RTOL` (1e-4 by default) of the largest magnitude, other types exactly.
+// Each op of the backend must run on it in at least one case. Without the folder (plain ctest),
+// the case is skipped: the Python test drives it.
+TEST(ExecutorBackend, RunsTheOpTableCasesOfItsOps) {
+  const char* dir = std::getenv("TETHER_OP_TABLE_DIR");
+  if (dir == nullptr) GTEST_SKIP() << "TETHER_OP_TABLE_DIR is not set (tests/python/test_op_table_backend.py sets it)";
+  register_once();
+  const double rtol = std::getenv("TETHER_OP_TABLE_RTOL") ? std::atof(std::getenv("TETHER_OP_TABLE_RTOL")) : 1e-4;
+  std::vector<std::string> ops;
+  for (const std::string& o : reference_backend().op_types()) ops.push_back(o.substr(1));
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    if (entry.path().extension() == ".onnx") files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  ASSERT_FALSE(files.empty()) << "no .onnx cases in " << dir;
+
+  std::set<std::string> ran_ops;
+  int cases = 0;
+  for (const auto& file : files) {
+    const std::string id = file.stem().string();
+    const ir::Model model = ir::load_model(file.string());
+    bool has_op = false;
+    for (const ir::Node* n : model.graph().nodes())
+      has_op = has_op || (n->domain().empty() && std::find(ops.begin(), ops.end(), n->op_type()) != ops.end());
+    if (!has_op) continue;
+    ++cases;
+    auto mixed = engine::compile(model, {.device = "reference", .threads = 1, .optimize = false});
+    auto cpu = engine::compile(model, {.threads = 1, .optimize = false});
+    int on_reference = 0;
+    for (const engine::StepInfo& st : mixed->steps())
+      if (st.backend == "reference") {
+        ++on_reference;
+        ran_ops.insert(st.op_type);
+      }
+    const std::vector<Tensor> got = mixed->run({});
+    const std::vector<Tensor> want = cpu->run({});
+    ASSERT_EQ(got.size(), want.size()) << id;
+    double worst = 0;
+    for (size_t k = 0; k < got.size(); ++k) {
+      ASSERT_EQ(got[k].dims(), want[k].dims()) << id << ", output " << k;
+      ASSERT_EQ(got[k].dtype(), want[k].dtype()) << id << ", output " << k;
+      if (want[k].dtype() != DType::kFloat32) {
+        EXPECT_EQ(0, std::memcmp(got[k].raw_data(), want[k].raw_data(), static_cast<size_t>(want[k].nbytes())))
+            << id << ", output " << k;
+        continue;
+      }
+      double scale = 1e-30, err = 0;
+      for (int64_t i = 0; i < want[k].num_elements(); ++i) {
+        const double w = want[k].data<float>()[i], g = got[k].data<float>()[i];
+        if (std::isnan(w) || std::isnan(g)) {
+          EXPECT_TRUE(std::isnan(w) && std::isnan(g)) << id << ", output " << k << ", element " << i;
+          continue;
+        }
+        scale = std::max(scale, std::fabs(w));
+        err = std::max(err, std::fabs(g - w));
+      }
+      worst = std::max(worst, err / scale);
+    }
+    EXPECT_LE(worst, rtol) << id;
+    std::cout << "op-table " << id << ": " << on_reference << " reference kernels, error " << worst << "\n";
+  }
+  EXPECT_GT(cases, 0);
+  for (const std::string& op : ops) EXPECT_TRUE(ran_ops.count(op)) << op << " ran on the reference backend in no case";
 }
 
 }  // namespace
