@@ -10,9 +10,6 @@ namespace tether::ops {
 
 namespace {
 
-// Output 0 has input 0's type.
-void same_as_input(InferContext& ctx) { ctx.set_output(0, ctx.input_type(0)); }
-
 // Output 0: the broadcast of every present input, with input `dtype_from`'s element type
 // (or `fixed` when given).
 void broadcast(InferContext& ctx, size_t dtype_from, std::optional<DType> fixed = std::nullopt) {
@@ -199,28 +196,6 @@ void min_max(InferContext& ctx) {
   });
 }
 
-// Ops of X's shape that work along an axis attribute (Softmax, Hardmax, LpNormalization):
-// X has rank >= 1 and the axis lies within it.
-void along_axis(InferContext& ctx) {
-  const Shape& x = ctx.input_shape(0);
-  if (x.has_rank()) {
-    if (x.rank() == 0) ctx.fail("input must have rank >= 1, got a scalar");
-    // (The default differs between opsets; only an axis the model gives is checked.)
-    if (ctx.has_attr("axis")) ctx.axis(ctx.attr_int("axis", -1), x.rank());
-  }
-  same_as_input(ctx);
-}
-
-// MeanVarianceNormalization over `axes` (default [0, 2, 3]), each within X's rank.
-void mean_variance(InferContext& ctx) {
-  const Shape& x = ctx.input_shape(0);
-  // An empty list is not the default: it would normalise over nothing.
-  if (ctx.has_attr("axes") && ctx.attr_ints("axes").empty()) ctx.fail("axes is empty; it must name at least one axis");
-  if (x.has_rank())
-    ctx.distinct_axes(ctx.attr_ints("axes", {0, 2, 3}), x.rank());
-  same_as_input(ctx);
-}
-
 // Trilu keeps the upper or lower triangle of the last two dims: rank >= 2.
 void trilu(InferContext& ctx) {
   const Shape& x = ctx.input_shape(0);
@@ -270,8 +245,6 @@ void register_elementwise(Registry& r) {
     r.add(op, same_as_input);
   r.add("Celu", celu);
   r.add("Clip", clip);
-  for (const char* op : {"Softmax", "LogSoftmax", "Hardmax", "LpNormalization"}) r.add(op, along_axis);
-  r.add("MeanVarianceNormalization", mean_variance);
   r.add("Trilu", trilu);
   r.add("CumSum", cumulative);
   r.add("CumProd", cumulative);

@@ -210,7 +210,13 @@ const Registry& registry() {
   static const Registry r = [] {
     Registry reg;
     register_elementwise(reg);
-    register_nn(reg);
+    register_conv(reg);
+    register_pool(reg);
+    register_norm(reg);
+    register_resize(reg);
+    register_rnn(reg);
+    register_attention(reg);
+    register_quantize(reg);
     register_linalg(reg);
     register_shape_ops(reg);
     register_reduce(reg);

@@ -166,7 +166,13 @@ const Registry& registry();
 
 // Families (one file each under cpp/src/ops/).
 void register_elementwise(Registry& r);
-void register_nn(Registry& r);
+void register_conv(Registry& r);
+void register_pool(Registry& r);
+void register_norm(Registry& r);
+void register_resize(Registry& r);
+void register_rnn(Registry& r);
+void register_attention(Registry& r);
+void register_quantize(Registry& r);
 void register_linalg(Registry& r);
 void register_shape_ops(Registry& r);
 void register_reduce(Registry& r);
@@ -178,6 +184,12 @@ void register_vision(Registry& r);
 void register_signal(Registry& r);
 
 // ---- helpers shared by rules ---------------------------------------------------------------
+
+/// Output 0 has input 0's type.
+inline void same_as_input(InferContext& ctx) { ctx.set_output(0, ctx.input_type(0)); }
+
+/// a / b rounded up, for a >= 0 and b >= 1 ((a + b - 1) / b would overflow for large a).
+inline int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
 /// Numpy-style broadcast of shapes; fail()s through ctx when dims cannot match. Unknown rank
 /// in any input gives unknown rank.

@@ -1,5 +1,5 @@
-// Shape inference for constants, generators and control flow: Constant, ConstantOfShape,
-// Range, EyeLike, Random*, Multinomial, If, Loop.
+// Shape inference for constants, generators, control flow and rearrangements: Constant,
+// ConstantOfShape, Range, EyeLike, Random*, Multinomial, If, Loop, DepthToSpace, SpaceToDepth.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -307,11 +307,42 @@ void scan(InferContext& ctx) {
   }
 }
 
+void depth_to_space(InferContext& ctx) {
+  const Shape& x = ctx.input_shape(0);
+  const int64_t b = ctx.attr_int("blocksize", 0);
+  if (b < 1) ctx.fail("blocksize must be >= 1");
+  if (!x.has_rank()) {
+    ctx.set_output(0, ctx.input_dtype(0), Shape());
+    return;
+  }
+  if (x.rank() != 4) ctx.fail("input must be 4-D, got " + x.to_string());
+  const bool to_space = ctx.node().op_type() == "DepthToSpace";
+  std::vector<Dim> out{x[0]};
+  if (to_space) {
+    const int64_t b2 = ctx.mul(b, b, "blocksize^2");
+    auto c = x[1].divide(Dim(b2));
+    if (x[1].is_known() && !c) ctx.fail("channels " + x[1].to_string() + " are not divisible by blocksize^2 = " + std::to_string(b2));
+    out.push_back(c ? *c : Dim());
+    out.push_back(x[2] * Dim(b));
+    out.push_back(x[3] * Dim(b));
+  } else {
+    out.push_back(x[1] * Dim(ctx.mul(b, b, "blocksize^2")));
+    for (size_t i : {2, 3}) {
+      auto d = x[i].divide(Dim(b));
+      if (x[i].is_known() && !d) ctx.fail("spatial dim " + x[i].to_string() + " is not divisible by blocksize " + std::to_string(b));
+      out.push_back(d ? *d : Dim());
+    }
+  }
+  ctx.set_output(0, ctx.input_dtype(0), Shape(std::move(out)));
+}
+
 }  // namespace
 
 void register_misc(Registry& r) {
   r.add("Scan", scan);
   r.add("Constant", constant);
+  r.add("DepthToSpace", depth_to_space);
+  r.add("SpaceToDepth", depth_to_space);
   r.add("ConstantOfShape", constant_of_shape);
   r.add("Range", range);
   r.add("EyeLike", eye_like);

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-namespace tether::engine::resize {
+namespace tether::ops::resize {
 
 enum class Mode { kNearest, kLinear, kCubic };
 enum class Coord { kHalfPixel, kHalfPixelSymmetric, kPytorchHalfPixel, kAlignCorners, kAsymmetric, kTfHalfPixelForNn, kTfCropAndResize };
@@ -103,4 +103,4 @@ inline void linear_taps(float x, int64_t in, int64_t* i0, int64_t* i1, float* w0
   if (*i0 == *i1) *w0 = *w1 = 0.5f;
 }
 
-}  // namespace tether::engine::resize
+}  // namespace tether::ops::resize

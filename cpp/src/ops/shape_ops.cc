@@ -494,8 +494,6 @@ void gather_nd(InferContext& ctx) {
   ctx.set_output(0, ctx.input_dtype(0), Shape(std::move(out)));
 }
 
-void same_as_input(InferContext& ctx) { ctx.set_output(0, ctx.input_type(0)); }
-
 bool same_known(const Shape& a, const Shape& b) {
   if (a.rank() != b.rank()) return false;
   for (size_t k = 0; k < a.rank(); ++k)

@@ -42,7 +42,7 @@ int64_t numel_of(const std::vector<int64_t>& dims) {
 }
 
 // The layout of a scale of `sdims` for an x of `xdims`; "" on success, else what is wrong. The
-// same rules as shape inference (ops/nn.cc), applied here to the dims of one run, which
+// same rules as shape inference (ops/quantize.cc), applied here to the dims of one run, which
 // inference may not have known: without block_size one element is per tensor and a 1-D scale
 // per axis; with block_size the scale has x's shape but ceil(d / block_size) along the axis
 // (onnxruntime refuses a lone scalar there too; the ONNX reference would take it per tensor).
