@@ -50,10 +50,7 @@ REFUSED: dict[str, dict[str, str]] = {"vulkan": {
     "conv7_residual_relu": "Vulkan's FusedConv takes 1-D and 2-D convolutions (this one is 3-D)",
 }}
 # Cases a backend runs and gets wrong: known bugs, each a strict xfail until fixed.
-WRONG: dict[str, dict[str, str]] = {"vulkan": {
-    "MatMulInteger-batched-no-zp": "Vulkan MatMulInteger without zero-point inputs gives wrong sums "
-                                   "(uint8 and int8 B, batched or not; with zero points it is right)",
-}}
+WRONG: dict[str, dict[str, str]] = {}
 
 
 @dataclass(frozen=True)
@@ -684,6 +681,9 @@ def _quantized_cases(t: _Table) -> None:
         {"b": ints(13, 7, lo=0, hi=255, dtype=np.uint8)})
     one("ConvInteger-pads", "ConvInteger", {"x": ints(1, 3, 7, 7, lo=0, hi=255, dtype=np.uint8)},
         {"w": ints(4, 3, 3, 3, lo=0, hi=255, dtype=np.uint8), "xz": u8(120)}, pads=[1, 1, 1, 1])
+    # no zero points: the padding is x's zero, 0 (not 128, the middle of uint8)
+    one("ConvInteger-pads-no-zp", "ConvInteger", {"x": ints(1, 3, 7, 7, lo=0, hi=255, dtype=np.uint8)},
+        {"w": ints(4, 3, 3, 3, lo=0, hi=255, dtype=np.uint8)}, pads=[1, 1, 1, 1])
     qconv = {"xs": f32(0.05), "xz": u8(128), "w": ints(4, 3, 3, 3, lo=-127, hi=127, dtype=np.int8),
              "ws": f32(0.01, 0.02, 0.005, 0.03), "wz": np.zeros(4, np.int8), "ys": f32(0.4), "yz": u8(100),
              "b": ints(4, lo=-300, hi=300, dtype=np.int32)}

@@ -69,7 +69,7 @@ void main() {
   int oh = int(r / p.OW), ow = int(r % p.OW);
   int h0 = oh * p.SH - p.PH, w0 = ow * p.SW - p.PW;
   uint xbase = (img * p.C + g * cg) * p.H * p.W;
-  uint zero_raw = HAS_AZ ? uint(az[0]) : FLIP;  // a raw byte whose int8 form is za (0 without one)
+  uint zero_raw = HAS_AZ ? uint(az[0]) : 0u;  // the raw zero point byte (0 without one: -128 in int8 form for uint8)
   uint col0 = CONV ? g * p.N + j0 : j0;
   // Where the window is, (c, kh, kw) of k, stepped along with k.
   uint c = 0, kh = 0, kw = 0;
