@@ -217,8 +217,8 @@ const Registry& registry() {
     register_rnn(reg);
     register_attention(reg);
     register_quantize(reg);
-    register_linalg(reg);
-    register_shape_ops(reg);
+    register_matmul(reg);
+    register_shape(reg);
     register_reduce(reg);
     register_misc(reg);
     register_fused(reg);

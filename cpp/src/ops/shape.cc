@@ -746,7 +746,7 @@ void compress(InferContext& ctx) {
 
 }  // namespace
 
-void register_shape_ops(Registry& r) {
+void register_shape(Registry& r) {
   r.add("Shape", shape);
   r.add("Size", size);
   r.add("Reshape", reshape);

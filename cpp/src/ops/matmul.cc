@@ -214,7 +214,7 @@ void einsum(InferContext& ctx) {
 
 }  // namespace
 
-void register_linalg(Registry& r) {
+void register_matmul(Registry& r) {
   r.add("MatMul", matmul);
   r.add("MatMulInteger", matmul_integer);
   r.add("Gemm", gemm);
