@@ -47,14 +47,17 @@ test-sanitize: setup
 
 # The deployment build cross-compiled for AArch64 (build/arm64, incremental) and a sample of
 # the C++ tests run under qemu-aarch64: the float and integer kernels against plain loops, the
-# C API end to end, ONNX I/O. qemu's default CPU has every extension (the i8mm kernels run);
+# C API end to end, ONNX I/O, and every CPU case of the op table against its oracle (files that
+# tests/python/_op_table_files.py writes: onnxruntime's or numpy's outputs from this machine).
+# qemu's default CPU has every extension (the i8mm kernels run);
 # then the kernel tests again as a Cortex-A76 (dot product, no i8mm) and a Cortex-A53 (NEON
 # alone), where a kernel chosen past what getauxval reports would stop on an illegal
 # instruction, and with TETHER_ISA=generic. Nothing here measures speed. The test programs are
 # linked statically: Debian 12's qemu-aarch64 (7.2) hangs when a dynamically linked program
 # starts a thread.
 ARM_BUILD := build/arm64
-ARM_TESTS := cpu_kernels_test;qgemm_test;c_api_test;onnx_io_test
+ARM_TESTS := cpu_kernels_test;qgemm_test;c_api_test;onnx_io_test;op_table_test
+ARM_OP_TABLE := $(abspath $(ARM_BUILD))/op_table
 ARM_PACKAGES := g++-aarch64-linux-gnu qemu-user libprotobuf-dev:arm64 libgtest-dev:arm64
 test-arm64: setup
 	@if [ "$$(id -u)" = 0 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then \
@@ -63,14 +66,18 @@ test-arm64: setup
 	@test -f $(ARM_BUILD)/build.ninja || $(VENV)/bin/cmake -S . -B $(ARM_BUILD) -G Ninja \
 	  -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
 	  -DTETHER_DEPLOY=ON -DTETHER_TEST_SELECTION="$(ARM_TESTS)" -DCMAKE_EXE_LINKER_FLAGS=-static >/dev/null
+	$(VENV)/bin/cmake -B $(ARM_BUILD) -DTETHER_TEST_SELECTION="$(ARM_TESTS)" >/dev/null
 	$(VENV)/bin/cmake --build $(ARM_BUILD) -j2
-	TETHER_EXPECT_ISA=neon_i8mm $(VENV)/bin/ctest --test-dir $(ARM_BUILD) --output-on-failure -j2
+	rm -rf $(ARM_OP_TABLE) && $(VPY) tests/python/_op_table_files.py $(ARM_OP_TABLE)
+	TETHER_OP_TABLE_DIR=$(ARM_OP_TABLE) TETHER_EXPECT_ISA=neon_i8mm $(VENV)/bin/ctest --test-dir $(ARM_BUILD) \
+	  --output-on-failure -j2
 	for run in cortex-a76:neon_dot cortex-a53:neon; do \
-	  QEMU_CPU=$${run%:*} TETHER_EXPECT_ISA=$${run#*:} $(VENV)/bin/ctest --test-dir $(ARM_BUILD) \
-	    --output-on-failure -j2 -R "CpuKernels|QGemm.SumsMatchInt64|QGemm.Kernels|CApi.Mlp" || exit 1; \
+	  QEMU_CPU=$${run%:*} TETHER_EXPECT_ISA=$${run#*:} TETHER_OP_TABLE_DIR=$(ARM_OP_TABLE) $(VENV)/bin/ctest \
+	    --test-dir $(ARM_BUILD) --output-on-failure -j2 -R "CpuKernels|QGemm.SumsMatchInt64|QGemm.Kernels|CApi.Mlp|OpTable" \
+	    || exit 1; \
 	done
-	TETHER_ISA=generic TETHER_EXPECT_ISA=generic $(VENV)/bin/ctest --test-dir $(ARM_BUILD) --output-on-failure -j2 \
-	  -R CpuKernels
+	TETHER_ISA=generic TETHER_EXPECT_ISA=generic TETHER_OP_TABLE_DIR=$(ARM_OP_TABLE) $(VENV)/bin/ctest \
+	  --test-dir $(ARM_BUILD) --output-on-failure -j2 -R "CpuKernels|OpTable"
 
 test-python: setup
 	$(VPY) -m pytest -q

@@ -12,27 +12,16 @@ import re
 import subprocess
 from pathlib import Path
 
-import onnx
 from _op_cases import op_cases
-from onnx import numpy_helper
+from _op_table_files import write
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = ROOT / "build" / "py" / "tests" / "cpp" / "executor_backend_test"
 
 
-def _with_feeds_as_defaults(model: bytes, feeds: dict) -> onnx.ModelProto:
-    m = onnx.load_from_string(model)
-    for name, value in feeds.items():
-        m.graph.initializer.append(numpy_helper.from_array(value, name))
-    return m
-
-
 def test_the_reference_backend_runs_the_op_table_cases_of_its_ops(tmp_path):
     assert PROGRAM.exists(), f"{PROGRAM} is missing: build the C++ tests first (make setup builds them)"
-    cases = op_cases()
-    ids = {f"case{k:04d}": case.id for k, case in enumerate(cases)}  # ids hold "/": files are numbered
-    for stem, case in zip(ids, cases, strict=True):
-        onnx.save(_with_feeds_as_defaults(case.model, case.feeds), str(tmp_path / f"{stem}.onnx"))
+    ids = write(tmp_path, op_cases(), expected=False)
     env = dict(os.environ, TETHER_OP_TABLE_DIR=str(tmp_path))
     done = subprocess.run([str(PROGRAM), "--gtest_filter=ExecutorBackend.RunsTheOpTableCasesOfItsOps"], env=env,
                           capture_output=True, text=True, timeout=600)
