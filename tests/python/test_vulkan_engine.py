@@ -37,15 +37,14 @@ def _model(nodes, inputs, consts=None, outputs=("y",), opset=18) -> tt.Model:
     return tt.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10).SerializeToString())
 
 
-def _mlp_with_cumsum() -> tt.Model:
-    """MatMul -> Relu -> CumSum (no Vulkan kernel) -> Sigmoid -> MatMul, batch dim symbolic."""
+def _mlp_with_sinh() -> tt.Model:
+    """MatMul -> Relu -> Sinh (no Vulkan kernel) -> Sigmoid -> MatMul, batch dim symbolic."""
     rng = np.random.default_rng(1)
     nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"), helper.make_node("Relu", ["h"], ["r"], name="act"),
-             helper.make_node("CumSum", ["r", "axis"], ["c"], name="running_sum"),
+             helper.make_node("Sinh", ["r"], ["c"], name="spread"),
              helper.make_node("Sigmoid", ["c"], ["s"], name="squash"),
              helper.make_node("MatMul", ["s", "w2"], ["y"], name="fc2")]
     return _model(nodes, {"x": ["batch", 13]}, {"w1": rng.standard_normal((13, 7)).astype(np.float32),
-                                                "axis": np.array(1, np.int64),
                                                 "w2": rng.standard_normal((7, 3)).astype(np.float32)})
 
 
@@ -74,25 +73,25 @@ def test_devices_list_the_cpu_then_each_vulkan_device_with_its_properties():
 def test_the_validation_layer_is_on_in_the_tests():
     assert os.environ.get("TETHER_VULKAN_VALIDATION") == "1"
     assert _core._diagnostics()["vulkan"]["enabled"]
-    assert "validation layer on" in tt.compile(_mlp_with_cumsum(), device="vulkan").report
+    assert "validation layer on" in tt.compile(_mlp_with_sinh(), device="vulkan").report
 
 
 def test_a_device_index_out_of_range_is_an_argument_error_listing_the_devices():
     n = len(VULKAN_DEVICES)
     with pytest.raises(tt.ArgumentError, match=rf"device 'vulkan:{n}' does not exist; the Vulkan devices are: vulkan:0 '"):
-        tt.compile(_mlp_with_cumsum(), device=f"vulkan:{n}")
+        tt.compile(_mlp_with_sinh(), device=f"vulkan:{n}")
     with pytest.raises(tt.ArgumentError, match="device 'vulkan:one' does not exist"):
-        tt.compile(_mlp_with_cumsum(), device="vulkan:one")
-    assert tt.compile(_mlp_with_cumsum(), device="vulkan:0").device == "vulkan:0"
+        tt.compile(_mlp_with_sinh(), device="vulkan:one")
+    assert tt.compile(_mlp_with_sinh(), device="vulkan:0").device == "vulkan:0"
 
 
 def test_a_node_without_a_vulkan_kernel_runs_on_the_cpu_in_the_same_session():
-    model = _mlp_with_cumsum()
+    model = _mlp_with_sinh()
     sess = tt.compile(model, device="vulkan")
     backends = {s["name"]: s["backend"] for s in sess.steps()}
-    assert backends["running_sum"] == "cpu"
-    assert all(b == "vulkan" for name, b in backends.items() if name != "running_sum")
-    assert "cpu fallback: 1 node the Vulkan backend does not run:\n  CumSum 'running_sum': no Vulkan kernel" in sess.report
+    assert backends["spread"] == "cpu"
+    assert all(b == "vulkan" for name, b in backends.items() if name != "spread")
+    assert "cpu fallback: 1 node the Vulkan backend does not run:\n  Sinh 'spread': no Vulkan kernel" in sess.report
     cpu = tt.compile(model, device="cpu")
     for batch in (1, 3, 127):
         x = _x(batch, batch)
@@ -100,15 +99,15 @@ def test_a_node_without_a_vulkan_kernel_runs_on_the_cpu_in_the_same_session():
         assert_close(got, cpu.run({"x": x})["y"], what=f"batch {batch}")
         assert_close(got, run_ort(model._core.to_bytes(), {"x": x})[0], what=f"batch {batch} vs onnxruntime")
     # What crosses per run, each once (regions of 16 bytes): x up, the Relu output down, the
-    # CumSum output up, y down.
+    # Sinh output up, y down.
     crossing = [127 * 13 * 4, 127 * 7 * 4, 127 * 7 * 4, 127 * 3 * 4]
     assert sess.memory()["staging_bytes"] == sum((b + 15) // 16 * 16 for b in crossing)
 
 
 def test_strict_refuses_the_nodes_the_vulkan_backend_lacks_and_names_them():
     with pytest.raises(tt.UnsupportedError, match=r"strict: the Vulkan backend cannot run 1 node of this model .*\n"
-                                                  r"  CumSum 'running_sum': no Vulkan kernel for this op"):
-        tt.compile(_mlp_with_cumsum(), device="vulkan", strict=True)
+                                                  r"  Sinh 'spread': no Vulkan kernel for this op"):
+        tt.compile(_mlp_with_sinh(), device="vulkan", strict=True)
 
 
 @pytest.mark.parametrize("form, reason", [
@@ -167,7 +166,7 @@ def test_vulkan_compiles_the_onnx_layout_and_leaves_channels_last_nodes_to_the_c
 
 
 def test_each_new_input_shape_makes_one_plan_that_later_runs_reuse():
-    model = _mlp_with_cumsum()
+    model = _mlp_with_sinh()
     sess, cpu = tt.compile(model, device="vulkan"), tt.compile(model)
     for batch in (2, 5, 2, 5, 2):
         assert_close(sess.run({"x": _x(batch)})["y"], cpu.run({"x": _x(batch)})["y"])
@@ -175,7 +174,7 @@ def test_each_new_input_shape_makes_one_plan_that_later_runs_reuse():
 
 
 def test_concurrent_runs_on_one_session_give_the_serial_results():
-    model = _mlp_with_cumsum()
+    model = _mlp_with_sinh()
     sess, cpu = tt.compile(model, device="vulkan"), tt.compile(model)
     feeds = [_x(batch, seed) for seed, batch in enumerate([1, 3, 13, 3, 1, 13, 7, 7])]
     expected = [cpu.run({"x": x})["y"] for x in feeds]
@@ -202,7 +201,7 @@ def test_concurrent_runs_on_one_session_give_the_serial_results():
 
 
 def test_intermediates_on_vulkan_are_the_cpu_engines():
-    model = _mlp_with_cumsum()
+    model = _mlp_with_sinh()
     x = {"x": _x(3)}
     ours = TetherRunner(model, device="vulkan").intermediates(x)
     ref = TetherRunner(model, device="cpu").intermediates(x)
@@ -238,14 +237,14 @@ def test_a_value_larger_than_the_device_binds_is_a_device_error_and_the_session_
 
 def test_the_cli_compares_vulkan_with_the_cpu_engine_layer_by_layer_and_runs_on_vulkan(tmp_path):
     path = tmp_path / "m.onnx"
-    _mlp_with_cumsum().save(str(path))
+    _mlp_with_sinh().save(str(path))
     r = subprocess.run([sys.executable, "-m", "tether.cli", "compare", str(path), "--against", "cpu", "--device", "vulkan",
                         "--layerwise", "--dim", "batch=3", "--json", "-"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     assert report["ok"] and (report["reference"], report["candidate"]) == ("tether cpu", "tether")
     layers = {layer["node"]: layer for layer in report["layers"]}
-    for node in ("act", "running_sum", "squash", "fc2"):
+    for node in ("act", "spread", "squash", "fc2"):
         assert layers[node]["status"] == "compared" and layers[node]["metrics"]["ok"], node
     r = subprocess.run([sys.executable, "-m", "tether.cli", "run", str(path), "--device", "vulkan", "--dim", "batch=2",
                         "--repeat", "1"], capture_output=True, text=True, timeout=120)
@@ -254,12 +253,12 @@ def test_the_cli_compares_vulkan_with_the_cpu_engine_layer_by_layer_and_runs_on_
 
 
 def test_profile_times_cpu_nodes_vulkan_stretches_and_each_vulkan_kernel_on_the_device():
-    sess = tt.compile(_mlp_with_cumsum(), device="vulkan", profile=True)
+    sess = tt.compile(_mlp_with_sinh(), device="vulkan", profile=True)
     assert "profiling times each kernel by timestamps on the device" in sess.report
     for _ in range(3):
         sess.run({"x": _x(2)})
     entries = sess.profile()
-    assert [e["op_type"] for e in entries] == ["vulkan:segment", "ai.tether:FusedMatMul", "CumSum", "vulkan:segment",
+    assert [e["op_type"] for e in entries] == ["vulkan:segment", "ai.tether:FusedMatMul", "Sinh", "vulkan:segment",
                                                "Sigmoid", "MatMul"]
     assert all(e["runs"] == 3 and e["seconds"] > 0 for e in entries)
     # A stretch's kernels ran on the device within the wall time the host waited for it.
@@ -279,14 +278,14 @@ def test_profile_of_a_real_model_times_every_vulkan_kernel(exported_models):
 
 
 def test_fp16_storage_halves_device_memory_and_agrees_with_the_cpu_engine_across_cpu_fallback():
-    model = _mlp_with_cumsum()
+    model = _mlp_with_sinh()
     half = tt.compile(model, device="vulkan", precision="fp16")
     full = tt.compile(model, device="vulkan")
     assert "precision fp16: float values and weights stored as float16" in half.report
     cpu = tt.compile(model)
     for batch in (1, 127):
         x = _x(batch, batch).astype(np.float16).astype(np.float32)
-        # The CumSum between the two Vulkan stretches runs on the CPU: its input comes down and
+        # The Sinh between the two Vulkan stretches runs on the CPU: its input comes down and
         # its output goes up through float16.
         assert_close(half.run({"x": x})["y"], cpu.run({"x": x})["y"], 1e-2, f"batch {batch}")
         full.run({"x": x})
@@ -297,9 +296,9 @@ def test_fp16_storage_halves_device_memory_and_agrees_with_the_cpu_engine_across
 
 def test_fp16_precision_is_refused_on_the_cpu_and_unknown_precisions_are_argument_errors():
     with pytest.raises(tt.UnsupportedError, match="precision 'fp16' is for Vulkan devices; the CPU engine computes in float32"):
-        tt.compile(_mlp_with_cumsum(), precision="fp16")
+        tt.compile(_mlp_with_sinh(), precision="fp16")
     with pytest.raises(tt.ArgumentError, match="precision 'bf16' is not known; it is 'fp32' or 'fp16'"):
-        tt.compile(_mlp_with_cumsum(), device="vulkan", precision="bf16")
+        tt.compile(_mlp_with_sinh(), device="vulkan", precision="bf16")
 
 
 def test_fp16_on_a_device_without_16_bit_storage_is_an_unsupported_error_naming_the_feature():

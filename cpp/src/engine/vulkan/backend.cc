@@ -19,6 +19,11 @@ class VulkanBackend final : public RegistryBackend {
     register_shape(registry_);
     register_reduce(registry_);
     register_resize(registry_);
+    register_elementwise_logic(registry_);
+    register_shape_computed(registry_);
+    register_misc(registry_);
+    register_rnn(registry_);
+    register_scatter(registry_);
     register_quant(registry_);
   }
 
@@ -46,6 +51,34 @@ std::vector<int64_t> int_values(const ir::Tensor& t) {
   for (size_t i = 0; i < out.size(); ++i)
     out[i] = t.dtype() == ir::DType::kInt32 ? t.data<int32_t>()[i] : t.data<int64_t>()[i];
   return out;
+}
+
+int element_kind(ir::DType t) {
+  switch (t) {
+    case ir::DType::kFloat32: return kFloatElement;
+    case ir::DType::kInt32: return kInt32Element;
+    case ir::DType::kInt64: return kInt64Element;
+    case ir::DType::kBool:
+    case ir::DType::kUInt8: return kByteElement;
+    default: return -1;
+  }
+}
+
+std::string any_element(const KernelInit& init, size_t i) {
+  if (init.node.input(i) == nullptr) return "";
+  return require_dtype(init, i, {ir::DType::kFloat32, ir::DType::kInt32, ir::DType::kInt64, ir::DType::kBool, ir::DType::kUInt8});
+}
+
+void require_byte_storage(const Recorder& rec, const ir::Node& node) {
+  if (!rec.device().storage8())
+    throw UnsupportedError(node.describe() + ": the device has no 8-bit storage buffers (storageBuffer8BitAccess), "
+                           "which the kernel's shader declares for bool and byte tensors");
+}
+
+const Pipeline* element_pipeline(Gpu& gpu, const char* shader, uint32_t bindings, uint32_t push_bytes,
+                                 std::vector<uint32_t> spec, bool floats) {
+  if (!gpu.device.storage8()) return nullptr;
+  return &gpu.pipeline(shader, bindings, push_bytes, std::move(spec), floats ? ir::DType::kFloat32 : ir::DType::kInt32);
 }
 
 int64_t normalize_axis(const ir::Node& node, int64_t axis, size_t rank) {

@@ -103,10 +103,11 @@ void VulkanSession::fold_steps(Plan& plan) const {
     if (!plan.on_gpu[s] || step.outputs.empty() || step.outputs[0] < 0) continue;
     const ir::Node& node = *step.node;
     const auto numel = [&](int v) { return v >= 0 ? ir::checked_num_elements(plan.dims[static_cast<size_t>(v)]).value_or(0) : 0; };
+    const ir::DType out_type = values_[static_cast<size_t>(step.outputs[0])].value->type().dtype();
     if (step.gpu->is_view()) {
       kind[s] = Fold::kView;
-    } else if (numel(step.outputs[0]) == 0) {
-      continue;
+    } else if (numel(step.outputs[0]) == 0 || (out_type != ir::DType::kFloat32 && out_type != ir::DType::kInt32)) {
+      continue;  // strided reads take 32-bit elements
     } else if (is_onnx(node, "Transpose")) {
       kind[s] = Fold::kTranspose;
     } else if (is_onnx(node, "Gather") && step.inputs.size() == 2 && step.inputs[1] >= 0 &&

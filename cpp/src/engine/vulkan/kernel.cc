@@ -49,6 +49,7 @@ class ProbeRecorder final : public Recorder {
     scratch_bytes = std::max(scratch_bytes, bytes);
     return Range{VK_NULL_HANDLE, 0, bytes};
   }
+  Range fault(const std::string&) override { return Range{}; }
   int64_t scratch_bytes = 0;
 
  private:

@@ -94,6 +94,12 @@ class Recorder {
   /// contents are undefined when the kernel starts and once it ends. The plan sizes it from
   /// what each kernel asks of GpuKernel::refuses's recorder.
   virtual Range scratch(int64_t bytes) = 0;
+  /// Four 32-bit words in host-visible memory that the kernel's shaders set when they find
+  /// their input invalid, which only the data shows (an index out of range): the first word
+  /// non-zero, the next two the offending value's low and high words. The plan clears them
+  /// before each run and reads them after each Vulkan stretch; set, the run raises
+  /// ArgumentError "`what`: <the value>" instead of returning outputs.
+  virtual Range fault(const std::string& what) = 0;
 
   /// Workgroup counts (x, y) for `n` invocations in groups of `local`: shaders number their
   /// invocations x + y * (groups in x) * local (see shaders/common.glsl), so that grids past

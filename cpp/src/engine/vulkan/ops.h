@@ -17,7 +17,38 @@ void register_norm(KernelRegistry& r);         // norm.cc: Softmax, LogSoftmax, 
 void register_shape(KernelRegistry& r);        // shape.cc: views, Concat, Split, Transpose, Slice, Expand, Gather
 void register_reduce(KernelRegistry& r);       // reduce.cc: Reduce*
 void register_resize(KernelRegistry& r);       // resize.cc: Resize, Upsample (nearest, linear)
+void register_elementwise_logic(KernelRegistry& r);  // elementwise_logic.cc: Where, comparisons, logic, Cast
+void register_shape_computed(KernelRegistry& r);     // shape_computed.cc: Tile, Range (Gather, Slice: see below)
+void register_misc(KernelRegistry& r);               // misc.cc: CumSum, TopK
+void register_rnn(KernelRegistry& r);                // rnn.cc: RNN, GRU, LSTM
+void register_scatter(KernelRegistry& r);            // scatter.cc: GatherND
 void register_quant(KernelRegistry& r);        // quant.cc, quant_gemm.cc: INT8 (after the others: it widens MaxPool and the views)
+
+/// How the shaders of elements.glsl hold an element: the codes they switch on.
+enum ElementKind : uint32_t { kFloatElement = 0, kInt32Element, kInt64Element, kByteElement };
+
+/// The kind of `t`'s elements (float32, int32, int64, bool and uint8), or -1 for another dtype.
+int element_kind(ir::DType t);
+
+/// "" when input `i` (present) has a dtype element_kind takes, else why not.
+std::string any_element(const KernelInit& init, size_t i);
+
+/// Throws UnsupportedError naming the node when the device has no 8-bit storage buffers, which
+/// the shaders of elements.glsl declare (bool and byte tensors).
+void require_byte_storage(const Recorder& rec, const ir::Node& node);
+
+/// The pipeline of an elements.glsl shader, its float16-storage build under precision fp16
+/// when `floats` (float elements involved); nullptr on a device without 8-bit storage, whose
+/// kernels then refuse when recorded (require_byte_storage).
+const Pipeline* element_pipeline(Gpu& gpu, const char* shader, uint32_t bindings, uint32_t push_bytes,
+                                 std::vector<uint32_t> spec, bool floats);
+
+/// Gather and Slice whose indices or bounds are computed (shape_computed.cc): the kernels
+/// shape.cc's registrations make when those inputs are not constants, and their checks.
+std::unique_ptr<Kernel> computed_gather_kernel(const KernelInit& init);
+std::string computed_gather_check(const KernelInit& init);
+std::unique_ptr<Kernel> computed_slice_kernel(const KernelInit& init);
+std::string computed_slice_check(const KernelInit& init);
 
 /// Whether kernels take their forms for GPUs (shared-memory tiles, gemm_tiled.glsl) rather
 /// than those for a device that runs invocations as lanes of a CPU's vector registers

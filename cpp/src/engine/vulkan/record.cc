@@ -54,6 +54,32 @@ Range PlanRecorder::table(const void* data, int64_t bytes) {
   return Range{tables_.back().handle(), 0, bytes};
 }
 
+void clear_faults(const Plan& plan) {
+  for (const Fault& f : plan.faults) {
+    std::memset(f.words.mapped(), 0, 16);
+    f.words.flush();
+  }
+}
+
+void raise_faults(const Plan& plan) {
+  for (const Fault& f : plan.faults) {
+    f.words.invalidate();
+    uint32_t w[3];
+    std::memcpy(w, f.words.mapped(), sizeof w);
+    if (w[0] == 0) continue;
+    const auto value = static_cast<int64_t>((static_cast<uint64_t>(w[2]) << 32) | w[1]);
+    throw ArgumentError(f.what + ": " + std::to_string(value));
+  }
+}
+
+Range PlanRecorder::fault(const std::string& what) {
+  Fault f{device_.buffer(16, Memory::kStaging, "a kernel's fault words"), what};
+  std::memset(f.words.mapped(), 0, 16);
+  f.words.flush();
+  faults_.push_back(std::move(f));
+  return Range{faults_.back().words.handle(), 0, 16};
+}
+
 Range PlanRecorder::scratch(int64_t bytes) {
   TETHER_CHECK(bytes <= scratch_.bytes, "a kernel asked for more scratch when recorded than when its plan was sized");
   return Range{scratch_.buffer, scratch_.offset, bytes};
@@ -64,6 +90,8 @@ void PlanRecorder::finish(Plan& plan) {
   const VkDevice dev = device_.handle();
   for (Buffer& b : tables_) plan.tables.push_back(std::move(b));
   tables_.clear();
+  for (Fault& f : faults_) plan.faults.push_back(std::move(f));
+  faults_.clear();
   uint32_t sets = 0, buffers = 0;
   for (const auto& seg : segments_)
     for (const Command& c : seg)

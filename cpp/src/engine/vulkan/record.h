@@ -11,6 +11,11 @@
 
 namespace tether::engine::vulkan {
 
+/// Clears the plan's fault words (Recorder::fault) before a run.
+void clear_faults(const Plan& plan);
+/// After a Vulkan stretch: throws ArgumentError for the first fault a kernel's shader set.
+void raise_faults(const Plan& plan);
+
 class PlanRecorder final : public Recorder {
  public:
   /// `scratch`: the plan's scratch range (Recorder::scratch), as large as any kernel asks.
@@ -25,6 +30,7 @@ class PlanRecorder final : public Recorder {
   Range unused() const override { return unused_; }
   Range table(const void* data, int64_t bytes) override;
   Range scratch(int64_t bytes) override;
+  Range fault(const std::string& what) override;
 
   /// Commands recorded from now on go to the next segment's command buffer.
   void begin_segment() { segments_.emplace_back(); }
@@ -52,6 +58,7 @@ class PlanRecorder final : public Recorder {
   Range unused_, scratch_;
   std::vector<std::vector<Command>> segments_;
   std::vector<Buffer> tables_;  // moved into the plan by finish()
+  std::vector<Fault> faults_;   // likewise
 };
 
 }  // namespace tether::engine::vulkan

@@ -12,6 +12,7 @@
 
 #include "engine/executor.h"
 #include "engine/session.h"
+#include "engine/vulkan/record.h"
 #include "engine/vulkan/vulkan.h"
 #include "ops/constant.h"
 #include "util/float16.h"
@@ -246,6 +247,21 @@ void VulkanSession::create_steps(const CompileOptions& options) {
   Gpu gpu(*device_);
   gpu.fp16 = fp16_;
   std::vector<std::string> unsupported, fallback, dynamic;
+  auto on_shapes_alone = [&](const ir::Node& n) {
+    for (const ir::Value* out : n.outputs()) {
+      const ir::DType t = out != nullptr ? out->type().dtype() : ir::DType::kInt64;
+      if (t != ir::DType::kInt64 && t != ir::DType::kInt32) return false;  // data, not a shape
+    }
+    bool shapes = false;
+    for (const ir::Value* in : n.inputs()) {
+      if (in == nullptr) continue;
+      const ValueEntry& e = values_[static_cast<size_t>(index_.at(in))];
+      const bool computed = e.producer >= 0 && steps_[static_cast<size_t>(e.producer)].shapes_only;
+      if (!computed && !e.is_constant) return false;
+      shapes = shapes || computed;
+    }
+    return shapes;
+  };
   for (const ir::Node* n : order) {
     if (n->op_type() == "Constant" && (n->domain().empty() || n->domain() == "ai.onnx")) {
       constants_.push_back(ops::constant_value(*n));
@@ -265,6 +281,10 @@ void VulkanSession::create_steps(const CompileOptions& options) {
       if (producer >= 0 && steps_[static_cast<size_t>(producer)].gpu == nullptr)
         why = "its data is computed on the CPU, where the view stays";
     }
+    // A node computing integers from shape computations and constants alone (a Range over a
+    // Shape's dims, a Concat of them) is one too: it stays on the host rather than pull shapes
+    // onto the device.
+    if (why.empty() && on_shapes_alone(*n) && cpu_backend().supports(init).empty()) why = "it computes on shapes alone";
     std::unique_ptr<Kernel> vulkan_kernel;
     if (why.empty()) {
       vulkan_kernel = vulkan_backend().create(init);
@@ -535,6 +555,7 @@ std::vector<ir::Tensor> VulkanSession::run_plan(const std::vector<std::pair<std:
   if (on_value != nullptr && watch_inputs != nullptr)
     for (int v : *watch_inputs) (*on_value)(v, data[static_cast<size_t>(v)]);
   const RunContext ctx{pool_.get(), host + plan.host_bytes};
+  clear_faults(plan);
   for (const Segment& seg : plan.segments) {
     const auto t0 = std::chrono::steady_clock::now();
     if (!seg.gpu) {
@@ -578,6 +599,7 @@ std::vector<ir::Tensor> VulkanSession::run_plan(const std::vector<std::pair<std:
       throw;
     }
     if (plan.staging.handle() != VK_NULL_HANDLE) plan.staging.invalidate();
+    raise_faults(plan);  // invalid data a shader found (an index out of range)
     for (const Transfer& t : seg.downloads) {
       if (t.half) from_half(staging + t.staging, t.bytes / 2, reinterpret_cast<float*>(data[static_cast<size_t>(t.value)]));
       else std::memcpy(data[static_cast<size_t>(t.value)], staging + t.staging, static_cast<size_t>(t.bytes));

@@ -79,6 +79,12 @@ struct Segment {
   std::vector<int> stamp_steps;
 };
 
+/// Words a kernel's shaders set on invalid input (Recorder::fault), and what the error says.
+struct Fault {
+  Buffer words;
+  std::string what;
+};
+
 /// Everything fixed for one set of input shapes: every value's dims and places, the backend of
 /// each step (a Vulkan kernel refusing these shapes leaves its node to the CPU), the device
 /// arena, staging and host memory, and the recorded command buffers with their descriptor
@@ -111,6 +117,7 @@ struct Plan {
   int64_t device_scratch_bytes = 0;   ///< the most scratch a Vulkan kernel of the plan asks (Recorder::scratch)
   Buffer arena, staging, device_scratch;
   std::vector<Buffer> tables;         ///< tables kernels computed on the host (Recorder::table)
+  std::vector<Fault> faults;          ///< words kernels set on invalid input (Recorder::fault)
   std::shared_ptr<ir::Buffer> host;   ///< the host arena, then CPU kernels' scratch
   VkCommandPool pool = VK_NULL_HANDLE;
   VkDescriptorPool descriptors = VK_NULL_HANDLE;

@@ -1,8 +1,8 @@
 // Data movement: Reshape, Flatten, Squeeze, Unsqueeze and Identity as views (the output is the
 // input's range; nothing is recorded); Concat and Split (shaders/copy_slab.comp); Transpose,
 // Slice and Expand (shaders/strided_copy.comp); Gather with constant indices
-// (shaders/gather.comp). float32 and int32 data, moved as 32-bit words (float32 as 16-bit
-// words under precision fp16, where it is stored as float16).
+// (shaders/gather.comp). float32, int32 and int64 data, moved as 32-bit words (int64 as two;
+// float32 as 16-bit words under precision fp16, where it is stored as float16).
 #include <algorithm>
 #include <cstring>
 
@@ -13,8 +13,14 @@ namespace tether::engine::vulkan {
 namespace {
 
 std::string word_data(const KernelInit& init) {
-  return require_dtype(init, 0, {ir::DType::kFloat32, ir::DType::kInt32});
+  return require_dtype(init, 0, {ir::DType::kFloat32, ir::DType::kInt32, ir::DType::kInt64});
 }
+
+// 32-bit words per element: an int64 element moves as two.
+int64_t words_of(ir::DType t) { return t == ir::DType::kInt64 ? 2 : 1; }
+
+// The pipelines move words: int64 data takes int32's.
+ir::DType word_type(ir::DType t) { return t == ir::DType::kInt64 ? ir::DType::kInt32 : t; }
 
 class ViewKernel final : public GpuKernel {
  public:
@@ -33,7 +39,7 @@ struct SlabPush {
 };
 
 const Pipeline& slab_pipeline(Gpu& gpu, ir::DType data) {
-  return gpu.pipeline("copy_slab", 2, sizeof(SlabPush), {kLocal}, data);
+  return gpu.pipeline("copy_slab", 2, sizeof(SlabPush), {kLocal}, word_type(data));
 }
 
 class ConcatKernel final : public GpuKernel {
@@ -45,7 +51,7 @@ class ConcatKernel final : public GpuKernel {
     const std::vector<int64_t>& od = out[0].dims;
     const auto a = static_cast<size_t>(normalize_axis(node_, axis_, od.size()));
     check_u32(node_, out[0].numel(), "the output");
-    const int64_t outer = product(od, 0, a), inner = product(od, a + 1, od.size());
+    const int64_t outer = product(od, 0, a), inner = product(od, a + 1, od.size()) * words_of(data_);
     int64_t offset = 0;
     for (const GpuTensor& t : in) {
       const int64_t count = t.dims[a] * inner;
@@ -73,7 +79,7 @@ class SplitKernel final : public GpuKernel {
     const std::vector<int64_t>& xd = in[0].dims;
     const auto a = static_cast<size_t>(normalize_axis(node_, axis_, xd.size()));
     check_u32(node_, in[0].numel(), "the input");
-    const int64_t outer = product(xd, 0, a), inner = product(xd, a + 1, xd.size());
+    const int64_t outer = product(xd, 0, a), inner = product(xd, a + 1, xd.size()) * words_of(data_);
     int64_t offset = 0;
     for (const GpuTensor& t : out) {
       if (t.dims.empty()) continue;  // an omitted output
@@ -101,9 +107,16 @@ struct StridedPush {
   int32_t strides[6];
 };
 
-// y (dims `dims`, contiguous) from x read at `base` + index . `strides`.
+// y (dims `dims`, contiguous) from x read at `base` + index . `strides`, in elements of `words`
+// 32-bit words each (an int64 element is a last dim of 2 words).
 void record_strided(Recorder& rec, const ir::Node& node, const Pipeline& p, std::vector<int64_t> dims,
-                    std::vector<int64_t> strides, int64_t base, const Range& x, const Range& y) {
+                    std::vector<int64_t> strides, int64_t base, const Range& x, const Range& y, int64_t words = 1) {
+  if (words > 1) {
+    for (int64_t& st : strides) st *= words;
+    dims.push_back(words);
+    strides.push_back(1);
+    base *= words;
+  }
   const int64_t n = product(dims, 0, dims.size());
   if (n == 0) return;
   collapse_dims(dims, {&strides});
@@ -122,7 +135,7 @@ void record_strided(Recorder& rec, const ir::Node& node, const Pipeline& p, std:
 }
 
 const Pipeline& strided_pipeline(Gpu& gpu, ir::DType data) {
-  return gpu.pipeline("strided_copy", 2, sizeof(StridedPush), {kLocal}, data);
+  return gpu.pipeline("strided_copy", 2, sizeof(StridedPush), {kLocal}, word_type(data));
 }
 
 class TransposeKernel final : public GpuKernel {
@@ -141,7 +154,7 @@ class TransposeKernel final : public GpuKernel {
     const std::vector<int64_t> xs = in[0].strides.empty() ? strides_of(in[0].dims) : in[0].strides;
     std::vector<int64_t> strides(rank);
     for (size_t d = 0; d < rank; ++d) strides[d] = xs[static_cast<size_t>(perm[d])];
-    record_strided(rec, node_, *pipeline_, out[0].dims, strides, 0, in[0].range, out[0].range);
+    record_strided(rec, node_, *pipeline_, out[0].dims, strides, 0, in[0].range, out[0].range, words_of(data_));
   }
 
  private:
@@ -183,7 +196,7 @@ class SliceKernel final : public GpuKernel {
       strides[a] *= steps_[i];
     }
     check_u32(node_, in[0].numel(), "the input");
-    record_strided(rec, node_, *pipeline_, out[0].dims, strides, base, in[0].range, out[0].range);
+    record_strided(rec, node_, *pipeline_, out[0].dims, strides, base, in[0].range, out[0].range, words_of(data_));
   }
 
  private:
@@ -211,7 +224,7 @@ class ExpandKernel final : public GpuKernel {
 
   void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
     record_strided(rec, node_, *pipeline_, out[0].dims, broadcast_strides(in[0].dims, out[0].dims), 0, in[0].range,
-                   out[0].range);
+                   out[0].range, words_of(data_));
   }
 
  private:
@@ -242,7 +255,7 @@ class GatherKernel final : public GpuKernel {
       std::memcpy(bytes.data() + k * sizeof v, &v, sizeof v);
     }
     weight_ = gpu.add_weight(std::move(bytes));
-    pipeline_ = &gpu.pipeline("gather", 3, sizeof(GatherPush), {kLocal}, data_);
+    pipeline_ = &gpu.pipeline("gather", 3, sizeof(GatherPush), {kLocal}, word_type(data_));
     if (indices_.size() == 1) strided_ = &strided_pipeline(gpu, data_);
   }
   bool reads_on_device(size_t i) const override { return i == 0; }
@@ -271,11 +284,13 @@ class GatherKernel final : public GpuKernel {
       const int64_t at = indices_[0] < 0 ? indices_[0] + len : indices_[0];
       if (at * xs[a] > INT32_MAX)
         throw UnsupportedError(node_.describe() + ": a strided input whose slab starts past 2^31 elements");
-      record_strided(rec, node_, *strided_, out[0].dims, strides, at * xs[a], in[0].range, out[0].range);
+      record_strided(rec, node_, *strided_, out[0].dims, strides, at * xs[a], in[0].range, out[0].range, words_of(data_));
       return;
     }
-    GatherPush p{static_cast<uint32_t>(out[0].numel()), static_cast<uint32_t>(indices_.size()),
-                 static_cast<uint32_t>(product(xd, a + 1, xd.size())), static_cast<uint32_t>(len)};
+    const int64_t words = words_of(data_);
+    check_u32(node_, out[0].numel() * words, "the output's words");
+    GatherPush p{static_cast<uint32_t>(out[0].numel() * words), static_cast<uint32_t>(indices_.size()),
+                 static_cast<uint32_t>(product(xd, a + 1, xd.size()) * words), static_cast<uint32_t>(len)};
     dispatch_1d(rec, *pipeline_, {in[0].range, rec.weight(weight_), out[0].range}, &p, sizeof p, p.n);
   }
 
@@ -305,19 +320,34 @@ std::string gather_check(const KernelInit& init) {
 
 void register_shape(KernelRegistry& r) {
   auto view = [](const KernelInit&) -> std::unique_ptr<Kernel> { return std::make_unique<ViewKernel>(); };
-  for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}) r.add(op, view, word_data);
+  // A view moves no data: any element type.
+  for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+    r.add(op, view, [](const KernelInit& init) { return any_element(init, 0); });
   r.add("Concat", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<ConcatKernel>(i); },
         [](const KernelInit& init) -> std::string {
           for (size_t i = 0; i < init.node.inputs().size(); ++i)
-            if (std::string why = require_dtype(init, i, {ir::DType::kFloat32, ir::DType::kInt32}); !why.empty()) return why;
+            if (std::string why = require_dtype(init, i, {ir::DType::kFloat32, ir::DType::kInt32, ir::DType::kInt64}); !why.empty())
+              return why;
           return "";
         });
   r.add("Split", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<SplitKernel>(i); }, word_data);
   r.add("Transpose", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<TransposeKernel>(i); },
         word_data);
-  r.add("Slice", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<SliceKernel>(i); }, slice_check);
+  // Bounds computed at run time (from shapes, mostly): shape_computed.cc's kernel.
+  r.add("Slice",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> {
+          if (slice_check(i).empty()) return std::make_unique<SliceKernel>(i);
+          return computed_slice_kernel(i);
+        },
+        [](const KernelInit& init) { return slice_check(init).empty() ? "" : computed_slice_check(init); });
   r.add("Expand", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<ExpandKernel>(i); }, word_data);
-  r.add("Gather", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<GatherKernel>(i); }, gather_check);
+  // Indices computed at run time (embeddings): shape_computed.cc's kernel.
+  r.add("Gather",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> {
+          if (gather_check(i).empty()) return std::make_unique<GatherKernel>(i);
+          return computed_gather_kernel(i);
+        },
+        [](const KernelInit& init) { return gather_check(init).empty() ? "" : computed_gather_check(init); });
 }
 
 }  // namespace tether::engine::vulkan
