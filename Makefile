@@ -1,4 +1,5 @@
-# tether: `make demo` runs the main job, `make test` runs every test.
+# tether: `make demo` runs the main job, `make test` runs every test, `make quick` the
+# day-to-day subset (docs/building.md), `make gen` rewrites the op tables made from ONNX's schemas.
 # Both install what is missing first (Debian packages when run as root, a virtualenv in
 # .venv, the package in editable mode) and are quick when nothing changed.
 
@@ -22,7 +23,8 @@ endif
 # Sources whose change needs the extension rebuilt.
 CORE_SOURCES := $(shell find cpp bindings tests/cpp cmake -type f 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all demo test test-cpp test-sanitize test-arm64 test-python test-install setup apt lint clean fuzz
+.PHONY: all demo test quick gen gen-check test-cpp test-sanitize test-arm64 test-python test-install setup apt lint \
+        clean fuzz
 
 all: setup
 
@@ -30,6 +32,14 @@ demo: setup
 	$(VPY) -m tether.demo
 
 test: setup test-cpp test-sanitize test-arm64 test-python test-install lint
+
+# The day-to-day loop: the incremental build, the C++ tests of build/py and the Python tests
+# except the slow ones: those marked `slow` and those tools/quick_skip.txt lists (half a second
+# or more each, or using a fixture slow to set up; tools/pytest_quick.py says how the list is
+# made). No notebooks, sanitizer, AArch64 build, install check or lint: `make test` runs them.
+quick: setup
+	$(VENV)/bin/ctest --test-dir $(BUILD) --output-on-failure -j2 --progress
+	PYTHONPATH=tools $(VPY) -m pytest -q -p pytest_quick -m "not slow"
 
 test-cpp: setup
 	ctest --test-dir $(BUILD) --output-on-failure -j2
@@ -124,9 +134,12 @@ fuzz: setup
 	cd $(FUZZ_DIR)/load && $(abspath $(FUZZ_BUILD))/load_fuzzer_structured corpus -dict=$(abspath tests/fuzz/onnx.dict) \
 	  $(FUZZ_FLAGS) -artifact_prefix=artifacts/ 2>&1 | tee log.txt | grep -E "^#[0-9]+: cov" | tail -1
 
-# Debian packages: checked every time (cheap), installed only when missing.
+# Debian packages: checked every time (cheap), installed only when missing. dpkg-query -W
+# rather than dpkg -s: once test-arm64 has installed a library for arm64 too, `dpkg -s NAME`
+# is ambiguous and fails, and every make would run apt-get.
 apt:
-	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	@missing=$$(for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${db:Status-Abbrev}\n' $$p 2>/dev/null | grep -q '^ii' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    mkdir -p $(STAMPS); echo "installing Debian packages (log: $(STAMPS)/apt.log):" $$missing; \
@@ -138,13 +151,26 @@ apt:
 	  fi; \
 	fi
 
+# The extension's build with its progress on the terminal: pip -v passes on CMake's and
+# ninja's lines ([12/285 40.2s] Building CXX object ...); pip's own chatter at -v is dropped.
+# The build runs without isolation so that rebuilds reuse build/py incrementally.
+PIP_CHATTER := ^ *(Using pip|Looking in|Obtaining|Checking if build backend|Preparing editable|Running command|Building \
+  editable for|Created wheel|Stored in directory|Successfully built|Installing collected|Attempting uninstall|Found \
+  existing|Uninstalling|Removing file or directory|Successfully uninstalled|changing mode|Building wheels for)
+# One build of build/py at a time (flock): two ninja runs in one folder fail on each other's
+# half-linked programs ("text file is busy") and can leave ninja's logs truncated, after which
+# every step runs again.
+BUILD_CORE = set -o pipefail; mkdir -p build; TETHER_BUILD_TESTS=ON NINJA_STATUS="[%f/%t %es] " \
+  flock build/.py.lock $(VPY) -m pip install -v -e . --no-build-isolation --no-deps 2>&1 \
+  | { grep -Ev --line-buffered "$(PIP_CHATTER)" || true; }
+
 $(STAMPS)/venv: pyproject.toml
 	@mkdir -p $(STAMPS)
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	# The build runs without isolation so that rebuilds reuse build/py incrementally.
 	$(VPY) -m pip install -q "scikit-build-core>=0.10" "pybind11>=2.12" ninja cmake
-	@echo "installing the Python dependencies and building the C++ core (about 6 minutes on 2 cores)"
+	@echo "building the C++ core (about 6 minutes on 2 cores from nothing), then the Python dependencies"
+	@$(BUILD_CORE)
 	TETHER_BUILD_TESTS=ON $(VPY) -m pip install -q -e ".[dev]" --no-build-isolation
 	# timm's image models for bench/zoo.py, without torchvision (see pyproject.toml).
 	$(VPY) -m pip install -q --no-deps "timm>=1.0"
@@ -152,12 +178,21 @@ $(STAMPS)/venv: pyproject.toml
 
 $(STAMPS)/build: $(STAMPS)/venv $(CORE_SOURCES)
 	@echo "building the C++ core (incremental: only what changed)"
-	TETHER_BUILD_TESTS=ON $(VPY) -m pip install -q -e . --no-build-isolation --no-deps
+	@$(BUILD_CORE)
 	touch $@
 
-lint: setup
+lint: setup gen-check
 	$(VPY) -m ruff check python tests/python bench tools
 	$(VPY) -m mypy python/tether
+
+# Generated tables committed with the sources: cpp/src/ops/{arity,index_types,same_types}.inc,
+# from the ONNX schemas of the onnx version pyproject.toml pins (tools/gen_op_arity.py refuses
+# another). `make gen` rewrites those that differ; `make gen-check` (part of lint) fails if any does.
+gen: $(STAMPS)/venv
+	$(VPY) tools/gen_op_arity.py --write
+
+gen-check: $(STAMPS)/venv
+	$(VPY) tools/gen_op_arity.py --check
 
 clean:
 	rm -rf build $(STAMPS) out
