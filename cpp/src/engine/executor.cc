@@ -204,6 +204,8 @@ class Executor final : public Session {
   // Plans by input shapes (and shape-deciding input values), at most kMaxPlans of them.
   mutable PlanCache<std::vector<Dims>, std::shared_ptr<Plan>> plans_;
   mutable MemoryStats last_;
+  // What the last plan from the first step found in shape inference (under plans_mutex_).
+  mutable ops::InferenceMemo memo_;
 };
 
 Executor::Executor(const ir::Model& model, const CompileOptions& options, std::vector<const Backend*> order,
@@ -499,7 +501,11 @@ std::shared_ptr<Plan> Executor::make_plan(const std::vector<const ir::Tensor*>& 
   for (const auto& [name, t] : pins.values) opts.output_values.emplace(name, &t);
   for (const auto& [name, d] : pins.dims) opts.output_dims.emplace(name, d);
   ops::TypeOverlay types;
-  infer_for_inputs(model_, inputs_, bound, shape_input_, std::move(opts), types);
+  // A plan from the first step starts from the last such plan's inference (plans_mutex_ is
+  // held): a decoding step re-infers the nodes its longer cache reaches, not the whole graph.
+  const bool from_memo = begin == 0 && !values_pinned && pins.values.empty() && pins.dims.empty();
+  infer_for_inputs(model_, inputs_, bound, shape_input_, std::move(opts), types, from_memo ? &memo_ : nullptr);
+  const ops::TypeOverlay& inferred = from_memo ? memo_.types : types;
 
   auto plan = std::make_shared<Plan>();
   plan->begin = begin;
@@ -517,7 +523,7 @@ std::shared_ptr<Plan> Executor::make_plan(const std::vector<const ir::Tensor*>& 
       continue;
     }
     if (e.slot == Slot::kInput) continue;  // set below
-    const ir::ValueType& type = types.type_of(*e.value);
+    const ir::ValueType& type = inferred.type_of(*e.value);
     auto sizes = type.shape().static_sizes();
     if (sizes) {
       plan->dims[i] = *sizes;

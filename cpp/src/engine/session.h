@@ -72,8 +72,12 @@ std::vector<std::vector<int64_t>> plan_key(const std::vector<const ir::Tensor*>&
 /// into `types`, beside the model rather than in a copy of it (the copy of a large model costs
 /// more than the inference). `model` is not changed, so runs may read it meanwhile, and its
 /// values keep their types (weights kept only packed included); `types` holds those that differ.
+/// `memo` (optional): what the previous call for this model found, so that only the nodes the
+/// change of inputs reaches are inferred again (ops::InferenceMemo); updated to this call's, and
+/// the types are then in memo->types, not in `types`.
 void infer_for_inputs(const ir::Model& model, const std::vector<TensorInfo>& infos, const std::vector<const ir::Tensor*>& bound,
-                      const std::vector<bool>& shape_input, ops::InferenceOptions opts, ops::TypeOverlay& types);
+                      const std::vector<bool>& shape_input, ops::InferenceOptions opts, ops::TypeOverlay& types,
+                      ops::InferenceMemo* memo = nullptr);
 
 /// What a kernel factory sees of node `n` of `model`: types, constants (`constant_of` gives a
 /// value's constant tensor, or nullptr), and, after the node's own inputs, the values its

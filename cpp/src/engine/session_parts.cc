@@ -183,12 +183,14 @@ ops::InferenceOptions for_inputs(ops::InferenceOptions opts, const std::vector<T
 }  // namespace
 
 void infer_for_inputs(const ir::Model& model, const std::vector<TensorInfo>& inputs, const std::vector<const ir::Tensor*>& bound,
-                      const std::vector<bool>& shape_input, ops::InferenceOptions opts, ops::TypeOverlay& types) {
+                      const std::vector<bool>& shape_input, ops::InferenceOptions opts, ops::TypeOverlay& types,
+                      ops::InferenceMemo* memo) {
   for (size_t k = 0; k < inputs.size(); ++k) {
     const ir::Value* v = model.graph().find(inputs[k].name);
     types.set(*v, ir::ValueType::tensor(v->type().dtype(), ir::Shape::of(bound[k]->dims())));
   }
-  ops::infer_shapes(model, for_inputs(std::move(opts), inputs, bound, shape_input), types);
+  if (memo != nullptr) ops::infer_shapes(model, for_inputs(std::move(opts), inputs, bound, shape_input), types, *memo);
+  else ops::infer_shapes(model, for_inputs(std::move(opts), inputs, bound, shape_input), types);
 }
 
 NodeInit kernel_init(const ir::Node& n, const ir::Model& model, std::shared_ptr<util::ThreadPool> pool,

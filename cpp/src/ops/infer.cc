@@ -1,9 +1,12 @@
 // The inference driver: walks graphs in topological order and merges each rule's result with
 // what the model already declared.
-#include <unordered_map>
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <memory>
 #include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "ops/infer_context.h"
 #include "ops/type_overlay.h"
@@ -128,7 +131,7 @@ void InferContext::set_output_values(size_t i, std::vector<SymInt> values) {
 void InferContext::set_output_constant(size_t i, ir::Tensor tensor) {
   const ir::Value* v = node_.output(i);
   if (v == nullptr) return;
-  state_.owned.push_back(std::make_unique<ir::Tensor>(std::move(tensor)));
+  state_.owned.push_back(std::make_shared<ir::Tensor>(std::move(tensor)));
   const ir::Tensor* t = state_.owned.back().get();
   state_.constants[v] = t;
   set_output(i, t->dtype(), Shape::of(t->dims()));
@@ -568,63 +571,70 @@ void check_arity(const ir::Node& node, int64_t opset) {
 }
 
 void infer_graph(const ir::Graph& g, InferState& state, const InferenceOptions& options, InferenceReport& report,
-                 std::set<std::string>& missing) {
-  for (ir::Node* node : g.topological_order()) {
-    bool subgraphs_ok = true;
-    type_body_inputs(*node, state);
-    for (ir::Graph* sub : subgraphs(*node)) {
-      if (!options.tolerate_subgraph_errors) {
-        infer_graph(*sub, state, options, report, missing);
-        continue;
-      }
-      try {
-        infer_graph(*sub, state, options, report, missing);
-      } catch (const ShapeError&) {
-        subgraphs_ok = false;
-      }
-    }
-    if (!subgraphs_ok) {
-      pin_outputs(*node, state);
+                 std::set<std::string>& missing);
+
+// One node: its subgraphs, its rule, its outputs merged with what they held.
+void infer_node(ir::Node* node, InferState& state, const InferenceOptions& options, InferenceReport& report,
+                std::set<std::string>& missing) {
+  bool subgraphs_ok = true;
+  type_body_inputs(*node, state);
+  for (ir::Graph* sub : subgraphs(*node)) {
+    if (!options.tolerate_subgraph_errors) {
+      infer_graph(*sub, state, options, report, missing);
       continue;
     }
-    const bool onnx_domain = node->domain().empty() || node->domain() == "ai.onnx";
-    InferFn rule = registry().find(node->domain(), node->op_type());
-    if (rule == nullptr) {
-      ++report.nodes_skipped;
-      missing.insert(onnx_domain ? node->op_type() : node->domain() + ":" + node->op_type());
-      pin_outputs(*node, state);
-      continue;
-    }
-    if (onnx_domain) {
-      check_arity(*node, state.opset);
-      check_index_types(*node, state);
-      check_same_types(*node, state);
-      check_graph_attributes(*node);
-    }
-    InferContext ctx(*node, state);
     try {
-      rule(ctx);
+      infer_graph(*sub, state, options, report, missing);
     } catch (const ShapeError&) {
-      throw;
-    } catch (const ModelError& e) {  // a bad attribute kind and the like
-      throw ShapeError(where(*node) + ": " + e.what());
+      subgraphs_ok = false;
     }
-    for (size_t i = 0; i < ctx.outputs().size(); ++i) {
-      ir::Value* out = node->output(i);
-      if (out == nullptr) continue;
-      // No tensor holds more elements than int64 counts (kernels and the planner multiply
-      // dims): past any memory limit, so the session's memory error, before anything overflows.
-      if (const ValueType& t = ctx.outputs()[i]; t.is_tensor() && t.shape().has_rank()) {
-        if (auto sizes = t.shape().static_sizes(); sizes && !ir::checked_num_elements(*sizes))
-          throw MemoryLimitError(where(*node) + ": output '" + out->name() + "' of shape " + t.shape().to_string() +
-                                 " would hold more elements than int64 counts");
-      }
-      ValueType merged = merge(state.type_of(*out), ctx.outputs()[i], options.overwrite, *node, *out);
-      if (!merged.is_unknown()) state.set_type(*out, std::move(merged));
-    }
-    ++report.nodes_inferred;
-    pin_outputs(*node, state);
   }
+  if (!subgraphs_ok) {
+    pin_outputs(*node, state);
+    return;
+  }
+  const bool onnx_domain = node->domain().empty() || node->domain() == "ai.onnx";
+  InferFn rule = registry().find(node->domain(), node->op_type());
+  if (rule == nullptr) {
+    ++report.nodes_skipped;
+    missing.insert(onnx_domain ? node->op_type() : node->domain() + ":" + node->op_type());
+    pin_outputs(*node, state);
+    return;
+  }
+  if (onnx_domain) {
+    check_arity(*node, state.opset);
+    check_index_types(*node, state);
+    check_same_types(*node, state);
+    check_graph_attributes(*node);
+  }
+  InferContext ctx(*node, state);
+  try {
+    rule(ctx);
+  } catch (const ShapeError&) {
+    throw;
+  } catch (const ModelError& e) {  // a bad attribute kind and the like
+    throw ShapeError(where(*node) + ": " + e.what());
+  }
+  for (size_t i = 0; i < ctx.outputs().size(); ++i) {
+    ir::Value* out = node->output(i);
+    if (out == nullptr) continue;  // an omitted output: the ones after it still get their types
+    // No tensor holds more elements than int64 counts (kernels and the planner multiply
+    // dims): past any memory limit, so the session's memory error, before anything overflows.
+    if (const ValueType& t = ctx.outputs()[i]; t.is_tensor() && t.shape().has_rank()) {
+      if (auto sizes = t.shape().static_sizes(); sizes && !ir::checked_num_elements(*sizes))
+        throw MemoryLimitError(where(*node) + ": output '" + out->name() + "' of shape " + t.shape().to_string() +
+                               " would hold more elements than int64 counts");
+    }
+    ValueType merged = merge(state.type_of(*out), ctx.outputs()[i], options.overwrite, *node, *out);
+    if (!merged.is_unknown()) state.set_type(*out, std::move(merged));
+  }
+  ++report.nodes_inferred;
+  pin_outputs(*node, state);
+}
+
+void infer_graph(const ir::Graph& g, InferState& state, const InferenceOptions& options, InferenceReport& report,
+                 std::set<std::string>& missing) {
+  for (ir::Node* node : g.topological_order()) infer_node(node, state, options, report, missing);
 }
 
 }  // namespace
@@ -674,6 +684,160 @@ InferenceReport infer_shapes(ir::Model& model, const InferenceOptions& options) 
 
 InferenceReport infer_shapes(const ir::Model& model, const InferenceOptions& options, TypeOverlay& types) {
   return run_inference(model, options, &types);
+}
+
+// ---- Inference that starts from the previous run (InferenceMemo) ------------------------------
+
+namespace {
+
+bool same_shape_values(const std::vector<SymInt>* a, const std::vector<SymInt>* b) {
+  if (a == nullptr || b == nullptr) return a == b;
+  if (a->size() != b->size()) return false;
+  for (size_t k = 0; k < a->size(); ++k) {
+    const auto x = (*a)[k].known(), y = (*b)[k].known();
+    if (!x || !y || *x != *y) return false;  // a symbol may stand for another size now
+  }
+  return true;
+}
+
+bool same_constant(const ir::Tensor* a, const ir::Tensor* b) {
+  if (a == nullptr || b == nullptr) return a == b;
+  if (a == b) return true;
+  return a->dtype() == b->dtype() && a->dtype() != DType::kString && a->dims() == b->dims() && a->nbytes() == b->nbytes() &&
+         std::memcmp(a->raw_data(), b->raw_data(), static_cast<size_t>(a->nbytes())) == 0;
+}
+
+template <typename Map>
+auto find_or_null(const Map& m, const ir::Value* v) -> decltype(&m.begin()->second) {
+  auto it = m.find(v);
+  return it == m.end() ? nullptr : &it->second;
+}
+
+// True when what inference knows of `v` now is what it knew in the memo's run: the same static
+// type (`before`), the same known shape values, the same constant. Anything not fully known counts as changed.
+bool unchanged(const ir::Value& v, const ValueType& before, const InferState& state, const InferenceMemo& memo) {
+  if (!same_static_tensor(state.type_of(v), before)) return false;
+  if (!same_shape_values(find_or_null(state.shape_values, &v), find_or_null(memo.shape_values, &v))) return false;
+  const ir::Tensor* const* now = find_or_null(state.constants, &v);
+  const std::shared_ptr<const ir::Tensor>* then = find_or_null(memo.constants, &v);
+  return same_constant(now ? *now : nullptr, then ? then->get() : nullptr);
+}
+
+bool has_subgraphs(const ir::Graph& g) {
+  for (const ir::Node* n : g.nodes())
+    if (!subgraphs(*n).empty()) return true;
+  return false;
+}
+
+// Keeps in `memo` what the run that `state` ends found.
+void record(InferenceMemo& memo, const ir::Model& model, InferState& state, const InferenceOptions& options) {
+  memo.input_bytes.clear();
+  for (const auto& [name, tensor] : options.input_values) {
+    const auto* bytes = static_cast<const std::byte*>(tensor->raw_data());
+    memo.input_bytes[model.graph().find(name)].assign(bytes, bytes + tensor->nbytes());
+  }
+  std::unordered_map<const ir::Tensor*, std::shared_ptr<ir::Tensor>> owner;
+  for (const auto& t : state.owned) owner.emplace(t.get(), t);
+  memo.constants.clear();
+  for (const auto& [v, t] : state.constants)
+    if (auto it = owner.find(t); it != owner.end()) memo.constants.emplace(v, it->second);
+  memo.shape_values = std::move(state.shape_values);
+  memo.valid = true;
+}
+
+}  // namespace
+
+InferenceReport infer_shapes(const ir::Model& model, const InferenceOptions& options, TypeOverlay& types,
+                             InferenceMemo& memo) {
+  const ir::Graph& g = model.graph();
+  size_t typed_inputs = 0;
+  for (const ir::Value* in : g.inputs()) typed_inputs += types.holds(*in);
+  // Only a run like the memo's can start from it: no pinned outputs, no bodies (whose values
+  // the memo does not hold), and an overlay that holds the inputs' types alone.
+  if (memo.bodies < 0) {
+    memo.order = g.topological_order();
+    memo.bodies = has_subgraphs(g) ? 1 : 0;
+  }
+  const bool usable = options.output_values.empty() && options.output_dims.empty() && types.size() == typed_inputs &&
+                      memo.bodies == 0;
+  if (!usable) {
+    memo.valid = false;
+    InferenceReport report = infer_shapes(model, options, types);
+    memo.types = std::move(types);
+    types = TypeOverlay{};
+    return report;
+  }
+  InferState state;
+  state.overlay = &types;
+  state.opset = model.opset("");
+  if (state.opset < 0) state.opset = 1;
+  if (state.opset > kNewestOpset) {
+    memo.valid = false;
+    return infer_shapes(model, options, types);  // throws the opset error
+  }
+  std::unordered_set<const ir::Value*> changed;
+  for (const auto& [name, tensor] : options.input_values) {
+    const ir::Value* v = g.find(name);
+    if (v == nullptr || !v->is_input()) throw ArgumentError("input_values: '" + name + "' is not a graph input");
+    state.constants[v] = tensor;
+    const auto* bytes = static_cast<const std::byte*>(tensor->raw_data());
+    const auto* then = find_or_null(memo.input_bytes, v);
+    if (then == nullptr || !std::equal(then->begin(), then->end(), bytes, bytes + tensor->nbytes())) changed.insert(v);
+  }
+  const bool from_memo = memo.valid;
+  memo.valid = false;  // until this run is done
+  if (from_memo) {
+    // The memo's overlay becomes this run's (no copy), the inputs' types set anew.
+    TypeOverlay inputs = std::move(types);
+    types = std::move(memo.types);
+    for (const ir::Value* in : g.inputs()) {
+      if (!same_static_tensor(inputs.type_of(*in), types.type_of(*in))) changed.insert(in);
+      if (memo.input_bytes.count(in) != 0 && options.input_values.count(in->name()) == 0) changed.insert(in);
+      types.set(*in, inputs.type_of(*in));
+    }
+  }
+  InferenceReport report;
+  std::set<std::string> missing;
+  int64_t reused = 0;
+  std::vector<ValueType> before;
+  for (ir::Node* node : memo.order) {
+    bool same_inputs = from_memo;
+    for (const ir::Value* in : node->inputs()) same_inputs = same_inputs && (in == nullptr || changed.count(in) == 0);
+    if (same_inputs) {
+      // Inputs as last time: so are the outputs (every rule is a function of its inputs' types,
+      // shape values and constants, and the node's attributes).
+      for (const ir::Value* out : node->outputs()) {
+        if (out == nullptr) continue;
+        // Moved, not copied: the memo's run is replaced by this one at the end.
+        if (auto sv = memo.shape_values.find(out); sv != memo.shape_values.end()) state.shape_values[out] = std::move(sv->second);
+        if (const auto* c = find_or_null(memo.constants, out)) {
+          state.owned.push_back(std::const_pointer_cast<ir::Tensor>(*c));
+          state.constants[out] = c->get();
+        }
+      }
+      ++reused;
+      ++report.nodes_inferred;
+      continue;
+    }
+    // From the compiled type, as a run without the memo starts; the memo's run's kept to compare.
+    before.clear();
+    for (ir::Value* out : node->outputs()) {
+      before.push_back(out != nullptr ? types.type_of(*out) : ValueType());
+      if (out != nullptr) state.set_type(*out, out->type());
+    }
+    infer_node(node, state, options, report, missing);
+    for (size_t k = 0; k < node->outputs().size(); ++k) {
+      const ir::Value* out = node->output(k);
+      if (out != nullptr && (!from_memo || !unchanged(*out, before[k], state, memo))) changed.insert(out);
+    }
+  }
+  report.ops_without_inference.assign(missing.begin(), missing.end());
+  record(memo, model, state, options);
+  memo.types = std::move(types);
+  types = TypeOverlay{};
+  memo.nodes_reused = reused;
+  memo.nodes_inferred = static_cast<int64_t>(memo.order.size()) - reused;
+  return report;
 }
 
 }  // namespace tether::ops

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -43,7 +44,7 @@ class TypeOverlay;
 struct InferState {
   std::unordered_map<const ir::Value*, const ir::Tensor*> constants;
   std::unordered_map<const ir::Value*, std::vector<SymInt>> shape_values;
-  std::vector<std::unique_ptr<ir::Tensor>> owned;  // constants made during inference
+  std::vector<std::shared_ptr<ir::Tensor>> owned;  // constants made during inference (shared with a memo)
   // Node outputs whose values or sizes a run has found (InferenceOptions::output_values/dims).
   std::unordered_map<const ir::Value*, const ir::Tensor*> pinned_values;
   std::unordered_map<const ir::Value*, const std::vector<int64_t>*> pinned_dims;
