@@ -41,7 +41,7 @@ pyb::object dims_to_python(const ir::Shape& s) {
     else if (d.is_symbolic()) dims[i] = pyb::str(d.param());
     else dims[i] = pyb::none();
   }
-  return std::move(dims);
+  return dims;
 }
 
 const char* kind_name(ir::ValueType::Kind k) {
@@ -119,7 +119,7 @@ pyb::object tensor_to_numpy(const ir::Tensor& t, bool writeable) {
     pyb::array out(pyb::dtype("O"), shape);
     auto* items = static_cast<PyObject**>(out.mutable_data());
     for (size_t i = 0; i < t.string_values().size(); ++i) items[i] = text(t.string_values()[i]).release().ptr();
-    return std::move(out);
+    return out;
   }
   const char* fmt = numpy_format(t.dtype());
   pyb::dtype dt;
@@ -138,7 +138,7 @@ pyb::object tensor_to_numpy(const ir::Tensor& t, bool writeable) {
   pyb::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<ir::Buffer>*>(p); });
   pyb::array out(dt, shape, t.raw_data(), owner);
   if (!writeable) out.attr("flags").attr("writeable") = false;
-  return std::move(out);
+  return out;
 }
 
 pyb::tuple type_to_python(const ir::ValueType& t) {
@@ -161,27 +161,27 @@ pyb::object attribute_to_python(const ir::Attribute& a) {
     case K::kStrings: {
       pyb::list out;
       for (const auto& s : a.as_strings()) out.append(text(s));
-      return std::move(out);
+      return out;
     }
     case K::kTensors: {
       pyb::list out;
       for (const auto& t : a.as_tensors()) out.append(tensor_to_numpy(t));
-      return std::move(out);
+      return out;
     }
     case K::kGraphs: {
       pyb::list out;
       for (const auto& g : a.as_graphs()) out.append(graph_to_python(*g));
-      return std::move(out);
+      return out;
     }
     case K::kSparseTensors: {
       pyb::list out;
       for (const auto& s : a.as_sparse_tensors()) out.append(sparse_to_python(s));
-      return std::move(out);
+      return out;
     }
     case K::kTypeProtos: {
       pyb::list out;
       for (const auto& t : a.as_types()) out.append(type_to_python(t));
-      return std::move(out);
+      return out;
     }
     case K::kUndefined: break;
   }

@@ -37,10 +37,18 @@ TEST(CpuKernels, DetectedIsaIsTheOneTheCpuHas) {
   EXPECT_EQ(tether::util::isa_name(), expected);
   const std::string isa = expected;
   const std::string int8 = tether::engine::cpu::qgemm_isa_name(tether::engine::cpu::qgemm_isa());
-  if (isa == "neon_i8mm") EXPECT_EQ(int8, "qs8_gemm_4x16__neoni8mm");
-  if (isa == "neon_dot") EXPECT_EQ(int8, "qs8_gemm_4x16__neondot");
-  if (isa == "neon" || isa == "generic") EXPECT_EQ(int8, "qs8_gemm_4x16__generic");
-  if (isa.rfind("neon", 0) == 0) EXPECT_STREQ(gemm_isa().name, "f32_gemm_6x16__neon");
+  if (isa == "neon_i8mm") {
+    EXPECT_EQ(int8, "qs8_gemm_4x16__neoni8mm");
+  }
+  if (isa == "neon_dot") {
+    EXPECT_EQ(int8, "qs8_gemm_4x16__neondot");
+  }
+  if (isa == "neon" || isa == "generic") {
+    EXPECT_EQ(int8, "qs8_gemm_4x16__generic");
+  }
+  if (isa.rfind("neon", 0) == 0) {
+    EXPECT_STREQ(gemm_isa().name, "f32_gemm_6x16__neon");
+  }
 }
 
 std::vector<float> random_floats(size_t n, uint32_t seed) {

@@ -798,7 +798,9 @@ TEST(Clone, SubgraphsOfTheCloneReadTheClonesOuterValues) {
         EXPECT_EQ(a.as_graph()->parent(), &copy.graph());
         for (const Node* inner : a.as_graph()->nodes())
           for (const Value* v : inner->inputs())
-            if (v != nullptr && v->graph() != a.as_graph().get()) EXPECT_EQ(v->graph(), &copy.graph());
+            if (v != nullptr && v->graph() != a.as_graph().get()) {
+              EXPECT_EQ(v->graph(), &copy.graph());
+            }
       }
 }
 
