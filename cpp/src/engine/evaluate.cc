@@ -1,5 +1,9 @@
-// evaluate_node: one node, constant inputs, the CPU kernels.
-#include "engine/evaluate.h"
+// constant_evaluator(): one node, constant inputs, the CPU kernels, for constant folding, so that
+// a folded value is computed by the same code that would have computed it at run time.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "engine/kernel.h"
 #include "tether/engine.h"
@@ -23,19 +27,19 @@ bool has_subgraph(const ir::Node& node) {
   return false;
 }
 
-}  // namespace
-
-Evaluation evaluate_node(const ir::Node& node, const std::vector<const ir::Tensor*>& inputs, int64_t opset,
-                         int64_t max_output_bytes) {
-  Evaluation result;
+// Runs `node` once, single-threaded, on `inputs` (one per node input; nullptr where omitted)
+// with the CPU backend's kernel; output sizes from shape inference on the constant inputs.
+// nullopt when the CPU backend cannot run the node, an output size does not follow from the
+// inputs, or the outputs together would take more than `max_output_bytes`. Throws ShapeError /
+// ModelError when the inputs contradict the node (as compiling it would).
+std::optional<std::vector<ir::Tensor>> evaluate_node(const ir::Node& node, const std::vector<const ir::Tensor*>& inputs,
+                                                     int64_t opset, int64_t max_output_bytes) {
   if (has_subgraph(node)) {
-    result.why_not = "holds a subgraph";
-    return result;
+    return std::nullopt;
   }
   for (const ir::Tensor* t : inputs)
     if (t != nullptr && t->dtype() == ir::DType::kString) {
-      result.why_not = "reads strings";
-      return result;
+      return std::nullopt;
     }
 
   // A one-node model over the constants: shape inference then gives the output sizes, with
@@ -69,21 +73,18 @@ Evaluation evaluate_node(const ir::Node& node, const std::vector<const ir::Tenso
     auto sizes = v->type().is_tensor() ? v->type().shape().static_sizes() : std::nullopt;
     const ir::DType dt = v->type().dtype();
     if (!sizes || dt == ir::DType::kUndefined || dt == ir::DType::kString) {
-      result.why_not = "output '" + node.output(i)->name() + "' has no static size: " + v->type().to_string();
-      return result;
+      return std::nullopt;
     }
     const auto bytes = ir::storage_bytes(dt, ir::checked_num_elements(*sizes).value_or(-1));
     if (!bytes || *bytes < 0 || total > max_output_bytes - *bytes) {
-      result.why_not = "outputs would take more than " + std::to_string(max_output_bytes) + " bytes";
-      return result;
+      return std::nullopt;
     }
     total += *bytes;
     dims[i] = *sizes;
   }
   const Backend& cpu = cpu_backend();
   if (std::string why = cpu.supports(init); !why.empty()) {
-    result.why_not = "cpu: " + why;
-    return result;
+    return std::nullopt;
   }
   std::unique_ptr<HostKernel> kernel = create_host_kernel(init);
 
@@ -91,21 +92,23 @@ Evaluation evaluate_node(const ir::Node& node, const std::vector<const ir::Tenso
   for (size_t i = 0; i < ins.size(); ++i)
     in_views.push_back(ins[i] ? View{init.input_dtype(i), ins[i]->initializer().dims(), data_of(ins[i]->initializer())}
                               : View{});
-  result.outputs.resize(outs.size());
+  std::vector<ir::Tensor> outputs(outs.size());
   for (size_t i = 0; i < outs.size(); ++i) {
     if (n->output(i) == nullptr) {
       out_views.push_back(View{});
       continue;
     }
-    result.outputs[i] = ir::Tensor::zeros(init.output_dtype(i), dims[i]);
-    void* data = result.outputs[i].nbytes() == 0 ? kEmpty : result.outputs[i].mutable_raw_data();
+    outputs[i] = ir::Tensor::zeros(init.output_dtype(i), dims[i]);
+    void* data = outputs[i].nbytes() == 0 ? kEmpty : outputs[i].mutable_raw_data();
     out_views.push_back(View{init.output_dtype(i), dims[i], data});
   }
   auto scratch = ir::Buffer::allocate(kernel->scratch_bytes(in_views, out_views));
   RunContext ctx{nullptr, scratch->mutable_data()};
   kernel->run(ctx, in_views, out_views);
-  return result;
+  return outputs;
 }
+
+}  // namespace
 
 namespace {
 
@@ -114,9 +117,7 @@ class KernelEvaluator final : public passes::ConstantEvaluator {
  public:
   std::optional<std::vector<ir::Tensor>> evaluate(const ir::Node& node, const std::vector<const ir::Tensor*>& inputs,
                                                   int64_t opset, int64_t max_output_bytes) const override {
-    Evaluation e = evaluate_node(node, inputs, opset, max_output_bytes);
-    if (!e.ok()) return std::nullopt;
-    return std::move(e.outputs);
+    return evaluate_node(node, inputs, opset, max_output_bytes);
   }
 };
 
