@@ -39,3 +39,19 @@ def test_the_check_sees_a_crossing_include(tmp_path):
     # The scan itself: an engine include in a pass is found.
     (tmp_path / "p.cc").write_text('#include <vector>\n  #  include "engine/kernel.h"\n#include "ops/constant.h"\n')
     assert _includes(tmp_path, tmp_path) == [("p.cc", "engine/kernel.h"), ("p.cc", "ops/constant.h")]
+
+
+# The executor and what every backend shares: they name no backend (a device is a Backend, its
+# Space and one line of registration in engine/backends.cc).
+SHARED_ENGINE = ["executor.h", "executor.cc", "executor_parts.h", "executor_space.cc", "space.h", "kernel.h",
+                 "kernel.cc", "session.h", "session_parts.cc", "planner.h", "planner.cc", "plan_cache.h"]
+
+
+def test_the_executor_names_no_backend():
+    engine = ROOT / "cpp" / "src" / "engine"
+    named = []
+    for name in SHARED_ENGINE:
+        code = re.sub(r"//[^\n]*", "", (engine / name).read_text())  # comments may give examples
+        named += [(name, word) for word in ("vulkan", "Vulkan", "cpu::", "GpuKernel") if word in code]
+        named += [(name, inc) for inc in INCLUDE.findall(code) if inc.startswith(("engine/vulkan/", "engine/cpu/"))]
+    assert named == [], f"shared engine files name a backend: {named}"

@@ -105,7 +105,7 @@ def test_a_node_without_a_vulkan_kernel_runs_on_the_cpu_in_the_same_session():
 
 
 def test_strict_refuses_the_nodes_the_vulkan_backend_lacks_and_names_them():
-    with pytest.raises(tt.UnsupportedError, match=r"strict: the Vulkan backend cannot run 1 node of this model .*\n"
+    with pytest.raises(tt.UnsupportedError, match=r"strict: the vulkan backend cannot run 1 node of this model .*\n"
                                                   r"  Sinh 'spread': no Vulkan kernel for this op"):
         tt.compile(_mlp_with_sinh(), device="vulkan", strict=True)
 

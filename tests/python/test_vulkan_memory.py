@@ -147,7 +147,7 @@ def test_a_static_broadcast_past_the_kernels_dims_runs_on_the_cpu_with_a_note():
 
 
 def test_strict_refuses_a_static_broadcast_past_the_kernels_dims_at_compile():
-    with pytest.raises(tt.UnsupportedError, match=r"strict: the Vulkan backend cannot run 1 node .*\n  Add 'add8': for its "
+    with pytest.raises(tt.UnsupportedError, match=r"strict: the vulkan backend cannot run 1 node .*\n  Add 'add8': for its "
                                                   r"shapes: broadcasting over 8 dims"):
         tt.compile(_rank8_add(A8, B8), device="vulkan", strict=True)
 

@@ -15,10 +15,12 @@
 
 #include "engine/backends.h"
 #include "engine/executor.h"
+#include "engine/executor_parts.h"
 #include "engine/half.h"
 #include "engine/kernel.h"
 #include "engine/plan_cache.h"
 #include "engine/planner.h"
+#include "engine/space.h"
 #include "engine/session.h"
 #include "ops/constant.h"
 #include "passes/passes.h"
@@ -27,26 +29,9 @@
 #include "tether/shape_inference.h"
 #include "util/thread_pool.h"
 
-namespace tether::engine {
+namespace tether::engine::exec {
 
 namespace {
-
-using Dims = std::vector<int64_t>;
-
-enum class Slot { kInput, kConstant, kArena, kOutput };
-
-struct ValueEntry {
-  const ir::Value* value = nullptr;
-  Slot slot = Slot::kArena;
-  const ir::Tensor* constant = nullptr;  // kConstant, or a kInput's default
-  Dims constant_dims;                    // kConstant: kept when the data is released
-  bool released = false;                 // kConstant whose every reader packed its own copy
-  int input = -1;                        // session input index
-  int output = -1;                       // session output index (its first occurrence)
-  bool written = false;                  // a step writes it
-  int producer = -1;                     // while steps are made: the node (in topological order) that writes it
-  bool channels_last = false;            // [N, H, W, C] for the model's [N, C, H, W] (passes::kChannelsLast)
-};
 
 // A channels-last value [N, H, W, C] as the model lays it out, [N, C, H, W]: what observers and
 // captures get (they compare intermediates with other runtimes by name).
@@ -61,152 +46,7 @@ std::vector<std::byte> channels_first(const void* data, size_t esize, const Dims
   return out;
 }
 
-struct Step {
-  const ir::Node* node = nullptr;
-  const Backend* backend = nullptr;  // the backend placement chose
-  std::unique_ptr<HostKernel> kernel;
-  std::vector<int> inputs;   // value index, -1 when omitted
-  std::vector<int> outputs;  // value index, -1 when omitted
-  // Profiling totals (atomic: runs may be concurrent).
-  mutable std::atomic<int64_t> runs{0};
-  mutable std::atomic<int64_t> nanoseconds{0};
-};
-
-// What a run has found that decides the sizes of the steps after an op whose output sizes
-// depend on data: the sizes that op gave, and the values of small integer tensors computed from
-// data that reach a shape-deciding input (a Reshape target, a TopK k).
-struct Pins {
-  std::vector<std::pair<std::string, ir::Tensor>> values;
-  std::vector<std::pair<std::string, Dims>> dims;
-};
-
-// Everything fixed for one set of input shapes, over the steps [begin, end). A plan ends before
-// the last step when a step's output sizes do not follow from the input shapes: after a step
-// that allocates its outputs (Stall::kSizes), or before a step whose shape-deciding input is
-// computed from data (Stall::kValues). The run then continues with a plan for the rest, made
-// once per distinct sizes or values found there and cached in `next`.
-struct Plan {
-  enum class Stall { kNone, kSizes, kValues };
-  int begin = 0, end = 0;
-  Stall stall = Stall::kNone;
-  Pins pins;                      // what this plan was made with (a continuation's and its parents')
-  std::vector<Dims> dims;         // per value (empty for values whose sizes this plan cannot know)
-  std::vector<int64_t> offsets;   // per value; arena values written by this plan's steps
-  std::vector<int> writes;        // arena and output values this plan's steps write into planned memory
-  std::vector<bool> known;        // per value: its dims are in `dims`
-  std::vector<bool> heap;         // per value: written by an allocating step (not in the arena)
-  int64_t arena_bytes = 0;
-  int64_t scratch_bytes = 0;
-  int64_t intermediate_bytes = 0;
-  std::mutex mutex;
-  std::vector<std::shared_ptr<ir::Buffer>> free_arenas;  // arenas not in use by a run
-  PlanCache<std::vector<Dims>, std::shared_ptr<Plan>> next;  // continuations, by what the run found (under mutex)
-};
-
-// Where an empty tensor's view points (a kernel reads an omitted input as a null pointer).
-alignas(64) std::byte kEmptyData[64];
-
-class Executor final : public Session {
- public:
-  Executor(const ir::Model& model, const CompileOptions& options, std::vector<const Backend*> order,
-           std::shared_ptr<util::ThreadPool> pool);
-
-  const std::vector<TensorInfo>& inputs() const override { return inputs_; }
-  const std::vector<TensorInfo>& outputs() const override { return outputs_; }
-  std::vector<ir::Tensor> run(const std::vector<std::pair<std::string, ir::Tensor>>& inputs) const override {
-    return run_steps(inputs, nullptr);
-  }
-  std::vector<ir::Tensor> run_capture(const std::vector<std::pair<std::string, ir::Tensor>>& inputs,
-                                      const std::vector<std::string>& names,
-                                      std::vector<std::pair<std::string, ir::Tensor>>& captured) const override;
-  std::vector<ir::Tensor> run_observe(const std::vector<std::pair<std::string, ir::Tensor>>& inputs,
-                                      const std::vector<std::string>& names, const Observer& observer) const override;
-  std::vector<StepInfo> steps() const override;
-  MemoryStats memory() const override {
-    std::lock_guard<std::mutex> lock(plans_mutex_);
-    return last_;
-  }
-  std::string report() const override { return report_; }
-  int threads() const override { return pool_->threads(); }
-  std::vector<NodeProfile> profile() const override {
-    std::vector<NodeProfile> out;
-    if (!profile_) return out;
-    for (const Step& s : steps_)
-      out.push_back({s.node->name(), qualified_op(*s.node), s.runs.load(), static_cast<double>(s.nanoseconds.load()) * 1e-9});
-    return out;
-  }
-
- private:
-  // Which values a run hands to an observer: per value, the index passed along, or -1.
-  struct Watch {
-    std::vector<int> slot;
-    bool inputs = false;  // graph inputs too, before the first step
-    const Observer* observer = nullptr;
-  };
-  std::vector<ir::Tensor> run_steps(const std::vector<std::pair<std::string, ir::Tensor>>& inputs, const Watch* watch) const;
-  void index_values();
-  void create_steps();
-  const Backend* place(const KernelInit& init, const std::vector<const ir::Value*>& inputs, std::string& why) const;
-  int64_t release_packed_constants();
-  std::vector<const ir::Tensor*> bind_inputs(const std::vector<std::pair<std::string, ir::Tensor>>& named) const {
-    std::vector<const ir::Value*> values;
-    for (int v : input_values_) values.push_back(values_[static_cast<size_t>(v)].value);
-    return engine::bind_inputs(inputs_, values, named);
-  }
-  std::shared_ptr<Plan> plan_for(const std::vector<const ir::Tensor*>& bound) const;
-  // `values_pinned`: the shape-deciding values step `begin` reads are among the pins.
-  std::shared_ptr<Plan> make_plan(const std::vector<const ir::Tensor*>& bound, Pins pins, int begin,
-                                  bool values_pinned = false) const;
-  std::shared_ptr<Plan> next_plan(Plan& plan, const std::vector<const ir::Tensor*>& bound, const std::vector<void*>& data,
-                                  const std::vector<ir::Tensor>& heap) const;
-
-  ir::Model model_;  // the compiled copy: owns the constants kernels read
-  std::vector<const Backend*> order_;  // the backends, in the order placement asks them
-  std::string engine_;  // how messages name this engine ("cpu")
-  std::vector<ValueEntry> values_;
-  std::vector<const Backend*> placed_;  // while steps are made: each node's backend, in topological order
-  std::unordered_map<const ir::Value*, int> index_;
-  std::deque<Step> steps_;  // a deque: steps hold atomics, so they never move
-  std::vector<TensorInfo> inputs_, outputs_;
-  std::vector<int> input_values_, output_values_;
-  std::vector<bool> shape_input_;  // per session input: its values decide shapes (a "shape tensor")
-  std::vector<ir::Tensor> constants_;  // Constant-node values
-  std::shared_ptr<util::ThreadPool> pool_;
-  std::string report_;
-  bool profile_ = false;
-  bool strict_ = false;  // every node on the first backend of order_, shape computations aside
-  int64_t max_memory_ = 0;  // bytes one run may take (CompileOptions::max_memory)
-  void check_memory(const Plan& plan, int begin) const;
-  bool has_allocating_ = false;  // some step sizes its outputs itself (plans may then end early)
-
-  mutable std::mutex plans_mutex_;
-  // The buffer each output had in the last run. When the caller no longer holds it (the
-  // session's reference is the only one), the next run writes that output into it again: no
-  // fresh pages to fault in and zero for every run of a model with large outputs.
-  mutable std::mutex spare_mutex_;
-  mutable std::vector<std::shared_ptr<ir::Buffer>> spare_;
-
-  ir::Tensor output_tensor(size_t k, ir::DType dtype, const std::vector<int64_t>& dims) const {
-    std::shared_ptr<ir::Buffer> reuse;
-    {
-      std::lock_guard<std::mutex> lock(spare_mutex_);
-      if (spare_.size() < outputs_.size()) spare_.resize(outputs_.size());
-      std::shared_ptr<ir::Buffer>& b = spare_[k];
-      const std::optional<int64_t> n = ir::checked_num_elements(dims);
-      const std::optional<int64_t> bytes = n ? ir::storage_bytes(dtype, *n) : std::nullopt;
-      if (b != nullptr && b.use_count() == 1 && dtype != ir::DType::kString && bytes && b->size() == *bytes)
-        reuse = std::move(b);
-      b.reset();
-    }
-    if (reuse != nullptr) return ir::Tensor::from_buffer(dtype, dims, std::move(reuse));
-    return ir::Tensor::zeros(dtype, dims);
-  }
-  // Plans by input shapes (and shape-deciding input values), at most kMaxPlans of them.
-  mutable PlanCache<std::vector<Dims>, std::shared_ptr<Plan>> plans_;
-  mutable MemoryStats last_;
-  // What the last plan from the first step found in shape inference (under plans_mutex_).
-  mutable ops::InferenceMemo memo_;
-};
+}  // namespace
 
 Executor::Executor(const ir::Model& model, const CompileOptions& options, std::vector<const Backend*> order,
                    std::shared_ptr<util::ThreadPool> pool)
@@ -219,14 +59,29 @@ Executor::Executor(const ir::Model& model, const CompileOptions& options, std::v
   std::ostringstream report;
   TETHER_CHECK(!order_.empty(), "a session needs a backend");
   for (const Backend* b : order_) engine_ += (engine_.empty() ? "" : "+") + std::string(b->name());
-  report << prepare_model(model_, options, *order_.front());
+  for (size_t k = 0; k < order_.size(); ++k) {
+    std::unique_ptr<Space> space = order_[k]->open(options);
+    if (space == nullptr) continue;
+    if (k != 0 || order_.size() < 2)
+      throw InternalError("backend '" + std::string(order_[k]->name()) + "' computes in memory of its own: it comes "
+                          "first in a session's order, before a backend on host memory");
+    space_ = std::move(space);
+  }
+  // Channels-last forms are the CPU engine's layout: a backend with memory of its own takes the ONNX one.
+  passes::OptimizeOptions passes;
+  passes.channels_last = space_ == nullptr;
+  report << prepare_model(model_, options, *order_[space_ != nullptr ? 1 : 0], passes);
   index_values();
   shape_input_ = find_shape_inputs(model_.graph());
   if (pool_ == nullptr) pool_ = std::make_shared<util::ThreadPool>(options.threads);
   create_steps();
   if (const int64_t freed = release_packed_constants(); freed > 0)
     report << engine_ << ": " << freed << " bytes of weights kept only in packed form\n";
-  if (order_.size() == 1) {
+  if (space_ != nullptr) {
+    const Program program = this->program();
+    space_->finish(program);
+    report << space_->report(program);
+  } else if (order_.size() == 1) {
     report << engine_ << ": " << steps_.size() << " kernels, " << pool_->threads() << " threads\n";
   } else {
     int segments = 0;
@@ -279,7 +134,7 @@ int64_t Executor::release_packed_constants() {
     for (size_t i = 0; i < s.inputs.size(); ++i) {
       if (s.inputs[i] < 0) continue;
       ++readers[static_cast<size_t>(s.inputs[i])];
-      if (s.kernel->packs_input(i)) ++packers[static_cast<size_t>(s.inputs[i])];
+      if (s.kernel != nullptr && s.kernel->packs_input(i)) ++packers[static_cast<size_t>(s.inputs[i])];
     }
   int64_t freed = 0;
   for (size_t v = 0; v < values_.size(); ++v) {
@@ -298,14 +153,20 @@ int64_t Executor::release_packed_constants() {
 // The backend of a node: the first of the session's order that supports it, except that a view
 // (Reshape, Flatten, Squeeze, Unsqueeze, Identity) stays with its data, on the backend that
 // computes its input when that one supports it. `why` gets every backend's reason when none does.
-const Backend* Executor::place(const KernelInit& init, const std::vector<const ir::Value*>& inputs, std::string& why) const {
+const Backend* Executor::place(const KernelInit& init, const std::vector<const ir::Value*>& inputs, std::string& why,
+                                size_t from) const {
+  why.clear();
   if (ops::keeps_bytes(init.node) && !inputs.empty() && inputs[0] != nullptr) {
     const int producer = values_[static_cast<size_t>(index_.at(inputs[0]))].producer;
     const Backend* with_data = producer >= 0 ? placed_[static_cast<size_t>(producer)] : nullptr;
-    if (with_data != nullptr && with_data->supports(init).empty()) return with_data;
+    const auto at = static_cast<size_t>(std::find(order_.begin(), order_.end(), with_data) - order_.begin());
+    if (with_data != nullptr && at >= from && with_data->supports(init).empty()) {
+      if (with_data != order_.front()) why = "its data is computed on " + std::string(with_data->name()) + ", where the view stays";
+      return with_data;
+    }
   }
-  why.clear();
-  for (const Backend* b : order_) {
+  for (size_t k = from; k < order_.size(); ++k) {
+    const Backend* b = order_[k];
     const std::string reason = b->supports(init);
     if (reason.empty()) return b;
     why += (why.empty() ? "" : "; ") + (order_.size() > 1 ? std::string(b->name()) + ": " : std::string()) + reason;
@@ -314,13 +175,15 @@ const Backend* Executor::place(const KernelInit& init, const std::vector<const i
 }
 
 // Places every node (in topological order), orders the steps so that each backend runs long
-// stretches, then makes their kernels.
+// stretches, then makes their kernels (a space's as it places them: its kernel may refuse).
 void Executor::create_steps() {
   const std::vector<ir::Node*> order = model_.graph().topological_order();
   constants_.reserve(order.size());  // stable addresses for the pointers taken below
-  std::vector<std::string> unsupported, refused;
+  std::vector<std::string> unsupported, refused, sized;
   std::vector<NodeInit> inits;
   std::vector<const ir::Node*> nodes;
+  std::vector<std::unique_ptr<Kernel>> made_by_space;  // per node: the space's kernel, made at placement
+  std::vector<std::string> whys;
   std::vector<bool> shapes_only;  // per node: computes on dims and constants alone (Shape, Size and what follows)
   for (const ir::Node* n : order) {
     if (n->op_type() == "Constant" && (n->domain().empty() || n->domain() == "ai.onnx")) {
@@ -335,23 +198,46 @@ void Executor::create_steps() {
       const ValueEntry& e = values_[static_cast<size_t>(index_.at(in))];
       return e.slot == Slot::kConstant ? e.constant : nullptr;
     });
+    const bool dims_only = (n->domain().empty() || n->domain() == "ai.onnx") && (n->op_type() == "Shape" || n->op_type() == "Size");
+    bool on_shapes = true, computed = false;
+    for (const ir::Value* in : made.inputs) {
+      if (in == nullptr || dims_only) continue;
+      const ValueEntry& e = values_[static_cast<size_t>(index_.at(in))];
+      const bool from_shapes = e.producer >= 0 && shapes_only[static_cast<size_t>(e.producer)];
+      on_shapes = on_shapes && (e.slot == Slot::kConstant || from_shapes);
+      computed = computed || from_shapes;
+    }
     std::string why;
     const Backend* backend = place(made.init, made.inputs, why);
+    std::unique_ptr<Kernel> kernel;
+    if (backend != nullptr && space_ != nullptr && backend == order_.front()) {
+      // Integers computed from shapes and constants alone (a Range over a Shape's dims, a
+      // Concat of them) stay on the host rather than pull shapes into the space.
+      bool integers = true;
+      for (const ir::Value* out : n->outputs())
+        integers = integers && (out == nullptr || out->type().dtype() == ir::DType::kInt64 || out->type().dtype() == ir::DType::kInt32);
+      std::string no;
+      if (on_shapes && computed && integers && order_[1]->supports(made.init).empty()) no = "it computes on shapes alone";
+      else kernel = space_->create(made.init, no);
+      if (!no.empty()) {
+        kernel.reset();
+        std::string rest;
+        backend = place(made.init, made.inputs, rest, 1);
+        why = backend != nullptr ? no : std::string(order_.front()->name()) + ": " + no + "; " + rest;
+      }
+    }
     if (backend == nullptr) {
       unsupported.push_back(n->describe() + ": " + why);
       continue;
     }
-    const bool dims_only = (n->domain().empty() || n->domain() == "ai.onnx") && (n->op_type() == "Shape" || n->op_type() == "Size");
-    bool on_shapes = true;
-    for (const ir::Value* in : made.inputs) {
-      if (in == nullptr || dims_only) continue;
-      const ValueEntry& e = values_[static_cast<size_t>(index_.at(in))];
-      on_shapes = on_shapes && (e.slot == Slot::kConstant || (e.producer >= 0 && shapes_only[static_cast<size_t>(e.producer)]));
-    }
-    shapes_only.push_back(on_shapes);
+    // Off the first backend, `why` is that one's reason: "cpu fallback: Sinh: no kernel".
+    if (const std::string first = std::string(order_.front()->name()) + ": "; why.rfind(first, 0) == 0) why.erase(0, first.size());
+    on_shapes = dims_only || on_shapes;
+    const bool host_shapes = on_shapes && (space_ == nullptr || backend != order_.front());
+    shapes_only.push_back(space_ != nullptr ? host_shapes : on_shapes);
     // strict: every node on the first backend, shape computations aside.
     if (strict_ && backend != order_.front() && !on_shapes) {
-      const std::string reason = order_.front()->supports(made.init);
+      const std::string reason = !why.empty() ? why : order_.front()->supports(made.init);
       refused.push_back(n->describe() + ": " + (reason.empty() ? "its data is computed on " + std::string(backend->name()) : reason));
     }
     for (const ir::Value* out : n->outputs())
@@ -359,6 +245,8 @@ void Executor::create_steps() {
     placed_.push_back(backend);
     nodes.push_back(n);
     inits.push_back(std::move(made));
+    made_by_space.push_back(std::move(kernel));
+    whys.push_back(backend != order_.front() ? why : std::string());
   }
   if (!unsupported.empty()) {
     std::string msg = engine_ + " cannot run " + std::to_string(unsupported.size()) +
@@ -368,7 +256,9 @@ void Executor::create_steps() {
   }
   if (!refused.empty()) {
     std::string msg = "strict: the " + std::string(order_.front()->name()) + " backend cannot run " +
-                      std::to_string(refused.size()) + " node" + (refused.size() > 1 ? "s" : "") + " of this model:";
+                      std::to_string(refused.size()) + " node" + (refused.size() > 1 ? "s" : "") + " of this model";
+    if (order_.size() > 1) msg += " (without strict they run on " + std::string(order_[1]->name()) + ")";
+    msg += ":";
     for (const auto& u : refused) msg += "\n  " + u;
     throw UnsupportedError(msg);
   }
@@ -376,27 +266,44 @@ void Executor::create_steps() {
   std::vector<std::vector<size_t>> after(nodes.size());
   for (size_t k = 0; k < nodes.size(); ++k) {
     backend_of.push_back(static_cast<int>(std::find(order_.begin(), order_.end(), placed_[k]) - order_.begin()));
-    for (const ir::Value* in : inits[k].inputs)
-      if (in != nullptr)
-        if (const int p = values_[static_cast<size_t>(index_.at(in))].producer; p >= 0) after[k].push_back(static_cast<size_t>(p));
+    // With a space, steps need follow only the producers whose data they read: not those of
+    // inputs read for their dims (Shape), nor inputs a space's kernel takes from inference.
+    const bool dims_only = (nodes[k]->domain().empty() || nodes[k]->domain() == "ai.onnx") &&
+                           (nodes[k]->op_type() == "Shape" || nodes[k]->op_type() == "Size");
+    if (space_ != nullptr && dims_only) continue;
+    for (size_t i = 0; i < inits[k].inputs.size(); ++i) {
+      const ir::Value* in = inits[k].inputs[i];
+      if (in == nullptr) continue;
+      if (made_by_space[k] != nullptr && !space_->reads_input(*made_by_space[k], i)) continue;
+      if (const int p = values_[static_cast<size_t>(index_.at(in))].producer; p >= 0) after[k].push_back(static_cast<size_t>(p));
+    }
   }
   for (size_t k : order_by_backend(backend_of, after)) {
     const KernelInit& init = inits[k].init;
     Step& step = steps_.emplace_back();
     step.node = nodes[k];
     step.backend = placed_[k];
-    std::unique_ptr<Kernel> kernel = step.backend->create(init);
-    // Every kernel the executor runs computes on host memory.
-    if (dynamic_cast<HostKernel*>(kernel.get()) == nullptr)
-      throw InternalError(step.node->describe() + ": the " + std::string(step.backend->name()) +
-                          " backend made a kernel that does not run on host memory");
-    step.kernel.reset(static_cast<HostKernel*>(kernel.release()));
-    has_allocating_ = has_allocating_ || step.kernel->allocates_outputs();
-    // Weights packed from a file mapping leave memory now (read again from the file if
-    // anything reads the original later): the packed copy does not join them.
-    for (size_t i = 0; i < init.constants.size(); ++i)
-      if (init.constants[i] != nullptr && init.constants[i]->buffer() != nullptr && step.kernel->packs_input(i))
-        init.constants[i]->buffer()->release_pages();
+    step.dims_only = (step.node->domain().empty() || step.node->domain() == "ai.onnx") &&
+                     (step.node->op_type() == "Shape" || step.node->op_type() == "Size");
+    step.shapes_only = shapes_only[k];
+    step.why = whys[k];
+    if (made_by_space[k] != nullptr) {
+      step.owned = std::move(made_by_space[k]);
+    } else {
+      step.owned = step.backend->create(init);
+      // Every kernel of a backend without a space computes on host memory.
+      step.kernel = dynamic_cast<HostKernel*>(step.owned.get());
+      if (step.kernel == nullptr)
+        throw InternalError(step.node->describe() + ": the " + std::string(step.backend->name()) +
+                            " backend made a kernel that does not run on host memory");
+      has_allocating_ = has_allocating_ || step.kernel->allocates_outputs();
+      if (space_ != nullptr && step.kernel->allocates_outputs()) sized.push_back(step.node->describe());
+      // Weights packed from a file mapping leave memory now (read again from the file if
+      // anything reads the original later): the packed copy does not join them.
+      for (size_t i = 0; i < init.constants.size(); ++i)
+        if (init.constants[i] != nullptr && init.constants[i]->buffer() != nullptr && step.kernel->packs_input(i))
+          init.constants[i]->buffer()->release_pages();
+    }
     for (const ir::Value* in : inits[k].inputs) step.inputs.push_back(in ? index_.at(in) : -1);
     for (const ir::Value* out : nodes[k]->outputs()) {
       step.outputs.push_back(out ? index_.at(out) : -1);
@@ -404,6 +311,46 @@ void Executor::create_steps() {
     }
   }
   placed_.clear();
+  if (!sized.empty()) {
+    std::string msg = "the " + std::string(order_.front()->name()) + " backend needs every shape to follow from the input "
+                      "shapes, and these nodes size their outputs from data:";
+    for (const auto& u : sized) msg += "\n  " + u;
+    throw UnsupportedError(msg + "\ncompile with device='cpu'");
+  }
+  // Producers by position in execution order, for the space.
+  for (ValueEntry& e : values_) e.producer = -1;
+  for (size_t s = 0; s < steps_.size(); ++s)
+    for (int o : steps_[s].outputs)
+      if (o >= 0) values_[static_cast<size_t>(o)].producer = static_cast<int>(s);
+}
+
+// What a space sees of the compiled session.
+Program Executor::program() const {
+  Program p;
+  p.threads = pool_->threads();
+  for (const ValueEntry& e : values_) {
+    ProgramValue v;
+    v.value = e.value;
+    v.constant = e.constant;
+    v.is_constant = e.slot == Slot::kConstant || (e.slot == Slot::kOutput && e.constant != nullptr);
+    v.input = e.input;
+    v.output = e.output;
+    v.producer = e.producer;
+    p.values.push_back(v);
+  }
+  for (const Step& s : steps_) {
+    ProgramStep step;
+    step.node = s.node;
+    step.backend = s.backend;
+    step.kernel = s.kernel == nullptr ? s.owned.get() : nullptr;
+    step.inputs = s.inputs;
+    step.outputs = s.outputs;
+    step.dims_only = s.dims_only;
+    step.shapes_only = s.shapes_only;
+    step.why = s.why;
+    p.steps.push_back(std::move(step));
+  }
+  return p;
 }
 
 std::shared_ptr<Plan> Executor::plan_for(const std::vector<const ir::Tensor*>& bound) const {
@@ -689,6 +636,7 @@ std::vector<StepInfo> Executor::steps() const {
 
 std::vector<ir::Tensor> Executor::run_steps(const std::vector<std::pair<std::string, ir::Tensor>>& named,
                                               const Watch* watch) const {
+  if (space_ != nullptr) return run_space(named, watch);
   const std::vector<const ir::Tensor*> bound = bind_inputs(named);
   std::shared_ptr<Plan> plan = plan_for(bound);
 
@@ -847,7 +795,11 @@ std::vector<ir::Tensor> Executor::run_steps(const std::vector<std::pair<std::str
   return outputs;
 }
 
-}  // namespace
+}  // namespace tether::engine::exec
+
+namespace tether::engine {
+
+using exec::Executor;
 
 std::unique_ptr<Session> compile_on(const ir::Model& model, const CompileOptions& options, std::vector<const Backend*> order,
                                     std::shared_ptr<util::ThreadPool> pool) {

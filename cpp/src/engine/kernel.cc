@@ -1,5 +1,7 @@
 #include "engine/kernel.h"
 
+#include "engine/space.h"
+
 #include "tether/engine.h"
 #include "tether/error.h"
 
@@ -14,6 +16,8 @@ std::string key(std::string_view domain, std::string_view op_type) {
   return std::string(domain) + ":" + std::string(op_type);
 }
 }  // namespace
+
+std::unique_ptr<Space> Backend::open(const CompileOptions&) const { return nullptr; }
 
 void KernelRegistry::add(std::string_view op_type, KernelFactory create, SupportCheck check, std::string_view domain) {
   entries_[key(domain, op_type)] = {create, check};

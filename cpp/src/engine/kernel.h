@@ -19,6 +19,9 @@ class ThreadPool;
 
 namespace tether::engine {
 
+struct CompileOptions;
+class Space;
+
 /// A tensor as a kernel sees it: element type, sizes, and contiguous row-major data.
 struct View {
   ir::DType dtype = ir::DType::kFloat32;
@@ -137,6 +140,11 @@ class Backend {
   virtual std::unique_ptr<Kernel> create(const KernelInit& init) const = 0;
   /// The ops it has kernels for, as "domain:op_type" ("" for the ONNX domain), sorted.
   virtual std::vector<std::string> op_types() const = 0;
+  /// For a backend whose kernels compute in memory of their own (a GPU's): what it keeps for
+  /// one session compiled with `options` (its device opened), which makes its kernels and
+  /// plans (engine/space.h). Null, the default, for a backend of HostKernels on host memory.
+  /// Throws what opening the device throws (DeviceError, UnsupportedError).
+  virtual std::unique_ptr<Space> open(const CompileOptions& options) const;
 };
 
 /// A backend whose kernels are the entries of a registry its constructor fills.

@@ -1,6 +1,6 @@
-// Pieces every session kind shares (the CPU session in session.cc, the Vulkan session in
-// vulkan/session.cc): compile's first steps, binding inputs, plan keys, shapes for a plan,
-// what a kernel factory sees of a node, and how steps are described.
+// Pieces of the executor (executor.cc, executor_space.cc) and its helpers (subgraphs in
+// session.cc): compile's first steps, binding inputs, plan keys, shapes for a plan, what a
+// kernel factory sees of a node, and how steps are described.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 // The Vulkan backend: which ops it runs and how their kernels are made.
 #include "engine/vulkan/ops.h"
+#include "engine/vulkan/space.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -37,6 +38,8 @@ class VulkanBackend final : public RegistryBackend {
       return "channels_last = 1 is the CPU engine's layout";
     return RegistryBackend::supports(init);
   }
+
+  std::unique_ptr<Space> open(const CompileOptions& options) const override { return open_space(options); }
 };
 
 }  // namespace

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "engine/vulkan/ops.h"
-#include "engine/vulkan/session.h"
+#include "engine/vulkan/space.h"
 
 namespace tether::engine::vulkan {
 
@@ -90,7 +90,7 @@ std::optional<std::vector<int64_t>> restride(const Dims& in, const std::vector<i
 
 }  // namespace
 
-void VulkanSession::fold_steps(Plan& plan) const {
+void VulkanSpace::fold_steps(Plan& plan) const {
   const size_t n = values_.size();
   const int64_t align = std::max<int64_t>(1, static_cast<int64_t>(device_->limits().minStorageBufferOffsetAlignment));
   std::vector<std::vector<std::pair<size_t, size_t>>> readers(n);  // (step, input slot)

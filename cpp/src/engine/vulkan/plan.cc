@@ -1,13 +1,12 @@
-// Plans of the Vulkan session: for one set of input shapes, where every value lives (device
-// arena, weight buffer, host arena, the caller's tensors), what crosses between host and
+// Plans of the Vulkan space: for one set of input shapes, which steps run on the device, where
+// every value lives in device memory (arena, weight buffer), what crosses between host and
 // device, and the recorded command buffers.
 #include <algorithm>
-#include <new>
 
 #include "engine/planner.h"
 #include "engine/session.h"
 #include "engine/vulkan/record.h"
-#include "engine/vulkan/session.h"
+#include "engine/vulkan/space.h"
 
 namespace tether::engine::vulkan {
 
@@ -34,39 +33,16 @@ Plan::~Plan() {
   if (queries != VK_NULL_HANDLE) api.vkDestroyQueryPool(device->handle(), queries, nullptr);
 }
 
-std::unique_ptr<Plan> VulkanSession::make_plan(const std::vector<const ir::Tensor*>& bound, bool capture) const {
-  auto plan = std::make_unique<Plan>(device_);
-  // Shapes for these inputs, beside the compiled model (which concurrent runs read) rather than
-  // in a copy of it: the copy of a large model costs more than the inference.
-  ops::TypeOverlay types;
-  infer_for_inputs(model_, inputs_, bound, shape_input_, {}, types);
-  plan->dims.resize(values_.size());
-  for (size_t i = 0; i < values_.size(); ++i) {
-    const ValueEntry& e = values_[i];
-    if (e.input >= 0) {
-      plan->dims[i] = bound[static_cast<size_t>(e.input)]->dims();
-    } else if (e.is_constant) {
-      plan->dims[i] = e.constant->dims();
-    } else if (e.producer >= 0) {
-      const ir::ValueType& type = types.type_of(*e.value);
-      auto sizes = type.shape().static_sizes();
-      if (!sizes)
-        throw UnsupportedError("value '" + e.value->name() + "' (output of " +
-                               steps_[static_cast<size_t>(e.producer)].node->describe() + ") has a shape that depends on data (" +
-                               type.to_string() +
-                               "); the Vulkan engine needs every shape to follow from the input shapes and the values of "
-                               "shape-carrying inputs; compile with device='cpu'");
-      plan->dims[i] = *sizes;
-    }
-  }
-  // Each value within the limit before any size is added up or handed to a kernel.
-  check_values(*plan);
+std::unique_ptr<SpacePlan> VulkanSpace::plan(const std::vector<Dims>& dims, bool capture) const {
+  auto plan = std::make_unique<Plan>(device_, *this);
+  plan->dims = dims;
   place_steps(*plan);
   for (int s = 0; s < static_cast<int>(steps_.size()); ++s) {
     const bool gpu = plan->on_gpu[static_cast<size_t>(s)] != 0;
     if (plan->segments.empty() || plan->segments.back().gpu != gpu) plan->segments.push_back(Segment{gpu, s, s});
     plan->segments.back().end = s + 1;
   }
+  for (const Segment& seg : plan->segments) plan->stretches_.push_back({seg.begin, seg.end, seg.gpu});
   plan->capture.assign(values_.size(), false);
   if (capture)
     for (size_t i = 0; i < values_.size(); ++i) {
@@ -74,68 +50,54 @@ std::unique_ptr<Plan> VulkanSession::make_plan(const std::vector<const ir::Tenso
       plan->capture[i] = e.producer >= 0 && plan->on_gpu[static_cast<size_t>(e.producer)] && e.output < 0;
     }
   fold_steps(*plan);
-  place_on_host(*plan);
-  place_on_device(*plan);  // checks the whole against the limit, then allocates on the device
-  try {
-    plan->host = ir::Buffer::allocate(plan->host_bytes + plan->scratch_bytes + 64);
-  } catch (const std::bad_alloc&) {
-    throw MemoryLimitError("the host arena of a plan (" + std::to_string(plan->host_bytes + plan->scratch_bytes) +
-                           " bytes for values of CPU nodes and their scratch) could not be allocated: the process did not "
-                           "get the memory (the machine's, or an address-space limit), though within the session's " +
-                           std::to_string(max_memory_) + " bytes (compile's max_memory)");
-  }
-  record(*plan);
+  place_on_device(*plan);
   return plan;
 }
 
-// Every value a step writes fits the session's limit (and int64), before the arenas add the
-// sizes up: a size computed from data (ConstantOfShape of [1e12]) is a MemoryLimitError
-// naming its node, not a failed allocation.
-void VulkanSession::check_values(const Plan& plan) const {
-  for (const Step& step : steps_)
-    for (int o : step.outputs)
-      if (o >= 0) {
-        const ir::Value& v = *values_[static_cast<size_t>(o)].value;
-        checked_value_bytes(*step.node, v.name(), v.type().dtype(), plan.dims[static_cast<size_t>(o)], max_memory_);
-      }
+std::string Plan::device_bytes_text() const {
+  return "device arena " + std::to_string(arena_bytes) + ", device scratch " + std::to_string(device_scratch_bytes) +
+         ", staging " + std::to_string(staging_bytes);
 }
 
-// A run may take max_memory bytes in all, host and device memory alike: the device arena, the
-// kernels' device scratch, the staging buffer, the host arena with the CPU kernels' scratch, the outputs and captured
-// values it returns. Checked before the plan allocates any of them.
-void VulkanSession::check_total(const Plan& plan) const {
-  int64_t returned = 0, largest = -1;
-  size_t largest_value = 0;
-  for (size_t i = 0; i < values_.size(); ++i) {
-    const ValueEntry& e = values_[i];
-    if (e.producer < 0) continue;
-    const int64_t bytes = value_bytes(e, plan.dims[i]);
-    if (e.output >= 0 || plan.capture[i]) returned += bytes;
-    if (bytes > largest) {
-      largest = bytes;
-      largest_value = i;
-    }
+void Plan::stats(MemoryStats& m) const {
+  m.arena_bytes = arena_bytes;
+  m.intermediate_bytes = intermediate_bytes;
+  m.staging_bytes = staging_bytes;
+}
+
+// The arena, staging and scratch buffers, every value's range in them, then the commands.
+void Plan::realize() {
+  arena = device->buffer(arena_bytes, Memory::kDevice, "the device arena of a plan");
+  for (const auto& [i, offset] : arena_offsets) {
+    dev[i].buffer = arena.handle();
+    dev[i].offset = offset;
   }
-  const int64_t total =
-      plan.arena_bytes + plan.device_scratch_bytes + plan.staging_bytes + plan.host_bytes + plan.scratch_bytes + returned;
-  if (total <= max_memory_ || largest < 0) return;
-  const ValueEntry& big = values_[largest_value];
-  throw MemoryLimitError("a run with these input shapes would take " + std::to_string(total) + " bytes (device arena " +
-                         std::to_string(plan.arena_bytes) + ", device scratch " + std::to_string(plan.device_scratch_bytes) +
-                         ", staging " + std::to_string(plan.staging_bytes) +
-                         ", host arena and scratch " + std::to_string(plan.host_bytes + plan.scratch_bytes) +
-                         ", outputs " + std::to_string(returned) + "; the largest value, output '" + big.value->name() +
-                         "' of " + steps_[static_cast<size_t>(big.producer)].node->describe() + ", " +
-                         dims_text(plan.dims[largest_value]) + ": " + std::to_string(largest) +
-                         " bytes); a run of this session may take " + std::to_string(max_memory_) +
-                         " bytes (compile's max_memory), host and device memory together");
+  for (size_t i = 0; i < dev.size(); ++i)
+    if (const int w = space.values_[i].weight; w >= 0) {
+      const Range& r = space.weight_ranges_[static_cast<size_t>(w)];
+      dev[i].buffer = r.buffer;
+      dev[i].offset = r.offset;
+    }
+  for (size_t i = 0; i < dev.size(); ++i) {
+    if (alias[i] < 0) continue;
+    const Range& r = dev[static_cast<size_t>(alias[i])];
+    dev[i].buffer = r.buffer;
+    dev[i].offset = r.offset + root_offset[i];
+    // Strided reads reach anywhere in the root's range past the offset.
+    if (!strides[i].empty()) dev[i].bytes = r.bytes - root_offset[i];
+  }
+  if (staging_bytes > 0) staging = device->buffer(staging_bytes, Memory::kStaging, "the staging buffer of a plan");
+  if (device_scratch_bytes > 0)
+    device_scratch = device->buffer(device_scratch_bytes, Memory::kDevice, "the kernels' scratch of a plan");
+  space.record(*this);
 }
 
 // Which steps run on Vulkan for these shapes: each Vulkan kernel is asked whether it takes
 // them (a broadcast that does not merge to the dims a shader indexes, a grid past what one
-// dispatch covers); a node it refuses runs on the CPU in this plan (strict: an error).
-void VulkanSession::place_steps(Plan& plan) const {
+// dispatch covers); a node it refuses runs on the host in this plan (strict: an error).
+void VulkanSpace::place_steps(Plan& plan) const {
   plan.on_gpu.assign(steps_.size(), 0);
+  plan.refusals.assign(steps_.size(), std::string());
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& step = steps_[s];
     if (step.gpu == nullptr) continue;
@@ -151,7 +113,7 @@ void VulkanSession::place_steps(Plan& plan) const {
     if (strict_)
       throw UnsupportedError("strict: the Vulkan backend cannot run " + why + " (for these input shapes; without strict "
                              "the node runs on the cpu)");
-    if (step.fallback == nullptr) step.fallback = cpu_fallback(*step.node, why);
+    plan.refusals[s] = why;
   }
   plan.cpu_reads.assign(values_.size(), 0);
   for (size_t s = 0; s < steps_.size(); ++s) {
@@ -161,24 +123,7 @@ void VulkanSession::place_steps(Plan& plan) const {
   }
 }
 
-// The CPU kernel of a node whose Vulkan kernel refused a plan's shapes (`why`).
-std::unique_ptr<HostKernel> VulkanSession::cpu_fallback(const ir::Node& node, const std::string& why) const {
-  const NodeInit made = kernel_init(node, model_, pool_, [&](const ir::Value* in) -> const ir::Tensor* {
-    const ValueEntry& e = values_[static_cast<size_t>(index_.at(in))];
-    return e.is_constant ? e.constant : nullptr;
-  });
-  std::string why_cpu = cpu_backend().supports(made.init);
-  std::unique_ptr<HostKernel> kernel;
-  if (why_cpu.empty()) {
-    kernel = create_host_kernel(made.init);
-    if (kernel->allocates_outputs()) why_cpu = "the cpu kernel sizes its outputs from data";
-  }
-  if (!why_cpu.empty())
-    throw UnsupportedError(why + "; nor can the cpu (" + why_cpu + ")");
-  return kernel;
-}
-
-std::pair<std::vector<GpuTensor>, std::vector<GpuTensor>> VulkanSession::step_tensors(const Plan& plan, size_t s,
+std::pair<std::vector<GpuTensor>, std::vector<GpuTensor>> VulkanSpace::step_tensors(const Plan& plan, size_t s,
                                                                                       bool ranges, bool& empty) const {
   const Step& step = steps_[s];
   auto tensor = [&](int v, bool range) {
@@ -207,7 +152,7 @@ std::pair<std::vector<GpuTensor>, std::vector<GpuTensor>> VulkanSession::step_te
 // Device ranges: constants read on the device are in the weight buffer; values Vulkan steps
 // write, and host values they read (uploaded once, at the start of the first segment reading
 // them), get offsets in one arena by their lifetimes; a view's output shares its input's range.
-void VulkanSession::place_on_device(Plan& plan) const {
+void VulkanSpace::place_on_device(Plan& plan) const {
   const size_t n = values_.size();
   std::vector<int> seg_of(steps_.size());
   for (size_t g = 0; g < plan.segments.size(); ++g)
@@ -265,36 +210,15 @@ void VulkanSession::place_on_device(Plan& plan) const {
   const ArenaPlan arena = plan_arena(lifetimes, align);
   plan.arena_bytes = arena.arena_bytes;
   plan.intermediate_bytes = arena.sum_bytes;
-  const int64_t staging = plan_transfers(plan, upload_seg);
-  check_total(plan);
-  plan.arena = device_->buffer(arena.arena_bytes, Memory::kDevice, "the device arena of a plan");
-  for (size_t k = 0; k < placed.size(); ++k) {
-    plan.dev[placed[k]].buffer = plan.arena.handle();
-    plan.dev[placed[k]].offset = arena.offsets[k];
-  }
-  for (size_t i = 0; i < n; ++i)
-    if (values_[i].weight >= 0) {
-      const Range& w = weight_ranges_[static_cast<size_t>(values_[i].weight)];
-      plan.dev[i].buffer = w.buffer;
-      plan.dev[i].offset = w.offset;
-    }
-  for (size_t i = 0; i < n; ++i) {
-    if (alias[i] < 0) continue;
-    const Range& r = plan.dev[static_cast<size_t>(alias[i])];
-    plan.dev[i].buffer = r.buffer;
-    plan.dev[i].offset = r.offset + plan.root_offset[i];
-    // Strided reads reach anywhere in the root's range past the offset.
-    if (!plan.strides[i].empty()) plan.dev[i].bytes = r.bytes - plan.root_offset[i];
-  }
-  if (staging > 0) plan.staging = device_->buffer(staging, Memory::kStaging, "the staging buffer of a plan");
-  if (plan.device_scratch_bytes > 0)
-    plan.device_scratch = device_->buffer(plan.device_scratch_bytes, Memory::kDevice, "the kernels' scratch of a plan");
+  for (size_t k = 0; k < placed.size(); ++k) plan.arena_offsets.emplace_back(placed[k], arena.offsets[k]);
+  plan.alias = std::move(alias);
+  plan_transfers(plan, upload_seg);
 }
 
 // Transfers through one staging buffer, each in a region of its own: uploads of host values
 // at the start of the segment `upload_seg` names, downloads of what the host needs at the end
 // of the segment writing it. Returns the staging buffer's bytes (also in plan.staging_bytes).
-int64_t VulkanSession::plan_transfers(Plan& plan, const std::vector<int>& upload_seg) const {
+int64_t VulkanSpace::plan_transfers(Plan& plan, const std::vector<int>& upload_seg) const {
   const size_t n = values_.size();
   auto host_needed = [&](size_t i) { return needed_on_host(plan, values_[i], i); };
   int64_t staging = 0;
@@ -317,60 +241,7 @@ int64_t VulkanSession::plan_transfers(Plan& plan, const std::vector<int>& upload
   return staging;
 }
 
-// Host memory: values CPU steps write (graph outputs aside: the caller's tensors) and values
-// downloaded for CPU steps get offsets in one host arena by their lifetimes; CPU kernels'
-// scratch follows it.
-void VulkanSession::place_on_host(Plan& plan) const {
-  const size_t n = values_.size();
-  std::vector<int> seg_end(steps_.size());
-  for (const Segment& seg : plan.segments)
-    for (int s = seg.begin; s < seg.end; ++s) seg_end[static_cast<size_t>(s)] = seg.end - 1;
-  std::vector<int> first(n, -1), last(n, -1);
-  for (size_t i = 0; i < n; ++i) {
-    const ValueEntry& e = values_[i];
-    if (e.producer < 0 || e.output >= 0 || plan.capture[i]) continue;
-    const bool gpu = plan.on_gpu[static_cast<size_t>(e.producer)] != 0;
-    if (gpu && !plan.cpu_reads[i]) continue;  // lives on the device only
-    first[i] = gpu ? seg_end[static_cast<size_t>(e.producer)] : e.producer;
-    last[i] = first[i];
-  }
-  for (size_t s = 0; s < steps_.size(); ++s) {
-    const Step& step = steps_[s];
-    for (size_t k = 0; k < step.inputs.size(); ++k) {
-      const int in = step.inputs[k];
-      if (in < 0 || first[static_cast<size_t>(in)] < 0) continue;
-      // A Vulkan step reads host values through the upload at its segment's start, earlier
-      // than the step itself: the value lives until then, which `s` covers.
-      last[static_cast<size_t>(in)] = std::max(last[static_cast<size_t>(in)], static_cast<int>(s));
-    }
-  }
-  std::vector<Lifetime> lifetimes;
-  std::vector<size_t> placed;
-  plan.host_offset.assign(n, -1);
-  for (size_t i = 0; i < n; ++i) {
-    if (first[i] < 0) continue;
-    lifetimes.push_back({std::max<int64_t>(value_bytes(values_[i], plan.dims[i]), 1), first[i], last[i]});
-    placed.push_back(i);
-  }
-  const ArenaPlan arena = plan_arena(lifetimes);
-  for (size_t k = 0; k < placed.size(); ++k) plan.host_offset[placed[k]] = arena.offsets[k];
-  plan.host_bytes = arena.arena_bytes;
-  for (size_t s = 0; s < steps_.size(); ++s) {
-    const Step& step = steps_[s];
-    if (plan.on_gpu[s]) continue;
-    std::vector<View> ins, outs;
-    for (int in : step.inputs)
-      ins.push_back(in >= 0 ? View{values_[static_cast<size_t>(in)].value->type().dtype(), plan.dims[static_cast<size_t>(in)], nullptr}
-                            : View{});
-    for (int o : step.outputs)
-      outs.push_back(o >= 0 ? View{values_[static_cast<size_t>(o)].value->type().dtype(), plan.dims[static_cast<size_t>(o)], nullptr}
-                            : View{});
-    const HostKernel& kernel = step.gpu != nullptr ? *step.fallback : *step.host;
-    plan.scratch_bytes = std::max(plan.scratch_bytes, kernel.scratch_bytes(ins, outs));
-  }
-}
-
-void VulkanSession::record(Plan& plan) const {
+void VulkanSpace::record(Plan& plan) const {
   const DeviceApi& api = device_->api();
   VkCommandPoolCreateInfo pool{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
   pool.queueFamilyIndex = device_->queue_family();

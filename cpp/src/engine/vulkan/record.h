@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/vulkan/kernel.h"
-#include "engine/vulkan/session.h"
+#include "engine/vulkan/space.h"
 
 namespace tether::engine::vulkan {
 
