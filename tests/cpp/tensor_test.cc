@@ -72,6 +72,35 @@ TEST(Buffer, BorrowKeepsItsOwnerAlive) {
   EXPECT_TRUE(watch.expired());
 }
 
+TEST(Buffer, APrefixSharesItsWholesBytesAndKeepsItAlive) {
+  for (int64_t size : {int64_t{256}, int64_t{2} << 20}) {  // heap and anonymous pages
+    auto whole = Buffer::allocate(size);
+    std::weak_ptr<Buffer> watch = whole;
+    auto part = Buffer::prefix(whole, 100);
+    EXPECT_EQ(part->size(), 100);
+    EXPECT_TRUE(part->writable());
+    part->mutable_data()[99] = std::byte{42};
+    EXPECT_EQ(whole->data()[99], std::byte{42});
+    Tensor t = Tensor::from_buffer(DType::kFloat32, {25}, part);
+    whole.reset();
+    part.reset();
+    EXPECT_FALSE(watch.expired());
+    t.mutable_data<float>()[0] = 1.5f;  // the only holder: written in place, not copied
+    EXPECT_EQ(t.buffer()->data()[99], std::byte{42});
+    t = Tensor();
+    EXPECT_TRUE(watch.expired());
+  }
+}
+
+TEST(Buffer, APrefixPastTheBufferOrOfABorrowedOneIsRefused) {
+  auto whole = Buffer::allocate(64);
+  EXPECT_THROW(Buffer::prefix(whole, 65), tether::ArgumentError);
+  EXPECT_THROW(Buffer::prefix(whole, -1), tether::ArgumentError);
+  EXPECT_THROW(Buffer::prefix(nullptr, 0), tether::ArgumentError);
+  std::vector<uint8_t> host(8);
+  EXPECT_THROW(Buffer::prefix(Buffer::borrow(host.data(), 8, nullptr), 4), tether::ArgumentError);
+}
+
 TEST(Tensor, ZerosHasTheSizeItsDtypeNeeds) {
   Tensor t = Tensor::zeros(DType::kFloat32, {2, 3});
   EXPECT_TRUE(t.is_valid());

@@ -137,3 +137,28 @@ def test_the_plan_cache_keeps_its_bound_over_many_lengths() -> None:
     for length in range(40):
         sess.run(_feeds(length, length))
     assert sess.memory()["plans"] == 16
+
+
+def test_outputs_the_caller_keeps_are_never_written_again_while_buffers_are_reused() -> None:
+    # As a decoder runs: each step's present is fed back as the next step's past, so the caller
+    # holds the last output while the next run writes; and one array is kept all along.
+    sess = tt.compile(tt.load(_layer()), threads=1)
+    kept = sess.run(_feeds(3, 3))["present"]
+    kept_copy = kept.copy()
+    addresses = set()
+    past = None
+    for length in range(40, 100):
+        feeds = _feeds(length, length)
+        if past is not None:
+            feeds["past"] = past
+        out = sess.run(feeds)
+        fresh = tt.compile(tt.load(_layer()), threads=1).run(feeds)
+        np.testing.assert_array_equal(out["present"], fresh["present"], err_msg=f"length {length}")
+        np.testing.assert_array_equal(out["y"], fresh["y"], err_msg=f"length {length}")
+        assert not np.shares_memory(out["present"], feeds["past"])
+        addresses.add(out["present"].__array_interface__["data"][0])
+        past = out["present"]
+    np.testing.assert_array_equal(kept, kept_copy)  # untouched by 60 later runs
+    # The present buffers alternate between a few that each last many steps, and so do arenas.
+    assert len(addresses) <= 12, len(addresses)
+    assert sess.memory()["arenas"] <= 12, sess.memory()

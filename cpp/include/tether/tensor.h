@@ -34,6 +34,14 @@ class Buffer {
   /// size is negative and std::bad_alloc when memory runs out.
   static std::shared_ptr<Buffer> allocate(int64_t nbytes);
 
+  /// The first `nbytes` of `whole`, a buffer tether allocated, writable and keeping `whole`
+  /// alive: a larger buffer reused for a smaller tensor. Throws ArgumentError when `whole` is
+  /// null or not writable, or `nbytes` is negative or past its size.
+  ///
+  ///   auto room = Buffer::allocate(1 << 20);
+  ///   Tensor t = Tensor::from_buffer(DType::kFloat32, {1000}, Buffer::prefix(room, 4000));
+  static std::shared_ptr<Buffer> prefix(std::shared_ptr<Buffer> whole, int64_t nbytes);
+
   /// A buffer that borrows `nbytes` at `data`, kept alive by `owner`. It is read-only:
   /// writers copy it first.
   static std::shared_ptr<Buffer> borrow(const void* data, int64_t nbytes,

@@ -72,6 +72,7 @@ Executor::Executor(const ir::Model& model, const CompileOptions& options, std::v
   passes.channels_last = space_ == nullptr;
   report << prepare_model(model_, options, *order_[space_ != nullptr ? 1 : 0], passes);
   index_values();
+  spare_.resize(outputs_.size());
   shape_input_ = find_shape_inputs(model_.graph());
   if (pool_ == nullptr) pool_ = std::make_shared<util::ThreadPool>(options.threads);
   create_steps();
@@ -568,28 +569,116 @@ std::shared_ptr<Plan> Executor::make_plan(const std::vector<const ir::Tensor*>& 
     lifetimes.push_back({bytes.value_or(0), first[i], last[i]});
     placed.push_back(i);
   }
-  ArenaPlan arena = plan_arena(lifetimes);
-  for (size_t k = 0; k < placed.size(); ++k) plan->offsets[placed[k]] = arena.offsets[k];
-  for (size_t i = 0; i < values_.size(); ++i) {
-    int root = alias[i];
-    if (root < 0) continue;
-    while (alias[static_cast<size_t>(root)] >= 0) root = alias[static_cast<size_t>(root)];
-    plan->offsets[i] = plan->offsets[static_cast<size_t>(root)];
-  }
-  plan->arena_bytes = arena.arena_bytes;
-  plan->intermediate_bytes = arena.sum_bytes;
+  auto lay_out = [&](const ArenaPlan& arena) {
+    for (size_t k = 0; k < placed.size(); ++k) plan->offsets[placed[k]] = arena.offsets[k];
+    for (size_t i = 0; i < values_.size(); ++i) {
+      int root = alias[i];
+      if (root < 0) continue;
+      while (alias[static_cast<size_t>(root)] >= 0) root = alias[static_cast<size_t>(root)];
+      plan->offsets[i] = plan->offsets[static_cast<size_t>(root)];
+    }
+    plan->arena_bytes = arena.arena_bytes;
+    plan->intermediate_bytes = arena.sum_bytes;
+  };
+  lay_out(arena_for(lifetimes, placed, begin == 0 && from_memo));
 
+  std::vector<View> scratch_ins, scratch_outs;  // reused: their dims keep their capacity
   for (int s = begin; s < plan->end; ++s) {
     const Step& step = steps_[static_cast<size_t>(s)];
-    std::vector<View> ins, outs;
-    for (int in : step.inputs)
-      ins.push_back(in >= 0 ? View{values_[static_cast<size_t>(in)].value->type().dtype(), plan->dims[static_cast<size_t>(in)], nullptr} : View{});
-    for (int o : step.outputs)
-      outs.push_back(o >= 0 ? View{values_[static_cast<size_t>(o)].value->type().dtype(), plan->dims[static_cast<size_t>(o)], nullptr} : View{});
-    plan->scratch_bytes = std::max(plan->scratch_bytes, step.kernel->scratch_bytes(ins, outs));
+    set_views(scratch_ins, step.inputs, plan->dims, nullptr);
+    set_views(scratch_outs, step.outputs, plan->dims, nullptr);
+    plan->scratch_bytes = std::max(plan->scratch_bytes, step.kernel->scratch_bytes(scratch_ins, scratch_outs));
   }
-  check_memory(*plan, begin);
+  try {
+    check_memory(*plan, begin);
+  } catch (const MemoryLimitError&) {
+    // The layout kept for later steps may have room this run cannot afford: the tight one.
+    const ArenaPlan tight = plan_arena(lifetimes);
+    if (tight.arena_bytes >= plan->arena_bytes) throw;
+    lay_out(tight);
+    check_memory(*plan, begin);
+  }
   return plan;
+}
+
+// The arena layout of a plan from the first step. Consecutive plans of a decoder differ by a
+// row of cache: the same values with the same lifetimes, a little larger. When the previous
+// layout holds every value of this one, its offsets serve again; when it does not, the new
+// layout leaves each value room to grow by an eighth, so that the next steps reuse it.
+ArenaPlan Executor::arena_for(const std::vector<Lifetime>& lifetimes, const std::vector<size_t>& placed, bool reuse) const {
+  if (!reuse) return plan_arena(lifetimes);
+  Layout& last = layout_;
+  bool same = last.placed == placed;
+  for (size_t k = 0; same && k < lifetimes.size(); ++k)
+    same = lifetimes[k].first == last.lifetimes[k].first && lifetimes[k].last == last.lifetimes[k].last;
+  bool fits = same;
+  for (size_t k = 0; fits && k < lifetimes.size(); ++k) fits = lifetimes[k].bytes <= last.lifetimes[k].bytes;
+  ArenaPlan arena;
+  if (fits) {
+    arena = last.arena;
+  } else {
+    std::vector<Lifetime> roomy = lifetimes;
+    if (same)  // grown: room for the next steps
+      for (Lifetime& l : roomy) l.bytes += l.bytes / 8;
+    arena = plan_arena(roomy);
+    last = Layout{placed, std::move(roomy), arena};
+  }
+  arena.sum_bytes = 0;
+  for (const Lifetime& l : lifetimes) arena.sum_bytes += l.bytes;
+  return arena;
+}
+
+void Executor::set_views(std::vector<View>& views, const std::vector<int>& values, const std::vector<Dims>& dims,
+                         const std::vector<void*>* data) const {
+  views.resize(values.size());
+  for (size_t k = 0; k < values.size(); ++k) {
+    View& v = views[k];
+    const int i = values[k];
+    if (i < 0) {
+      v.dtype = ir::DType::kFloat32;
+      v.dims.clear();
+      v.data = nullptr;
+      continue;
+    }
+    v.dtype = values_[static_cast<size_t>(i)].value->type().dtype();
+    v.dims.assign(dims[static_cast<size_t>(i)].begin(), dims[static_cast<size_t>(i)].end());
+    v.data = data != nullptr ? (*data)[static_cast<size_t>(i)] : nullptr;
+  }
+}
+
+std::shared_ptr<ir::Buffer> Executor::take_buffer(Spare& spare, int64_t bytes, bool* made) const {
+  int64_t room = bytes;
+  {
+    std::lock_guard<std::mutex> lock(spare_mutex_);
+    // The smallest that fits and wastes at most half of itself; copied here, under the lock,
+    // so that no other run takes it too.
+    std::shared_ptr<ir::Buffer> found;
+    for (const std::shared_ptr<ir::Buffer>& b : spare.buffers)
+      if (b.use_count() == 1 && b->size() >= bytes && b->size() <= 2 * bytes + 65536 && (found == nullptr || b->size() < found->size()))
+        found = b;
+    const bool grew = spare.last_bytes >= 0 && bytes > spare.last_bytes;
+    spare.last_bytes = bytes;
+    if (found != nullptr) return found;
+    // None fits: the free ones go (they fit no size seen lately), the new one has room to grow.
+    spare.buffers.erase(std::remove_if(spare.buffers.begin(), spare.buffers.end(),
+                                       [](const std::shared_ptr<ir::Buffer>& b) { return b.use_count() == 1; }),
+                        spare.buffers.end());
+    if (grew) room = std::max(bytes, std::min(max_memory_, (bytes + bytes / 4 + 4095) / 4096 * 4096));
+  }
+  std::shared_ptr<ir::Buffer> b = ir::Buffer::allocate(room);
+  if (made != nullptr) *made = true;
+  std::lock_guard<std::mutex> lock(spare_mutex_);
+  // Buffers callers still hold are dropped from the list past a few: they are theirs now.
+  if (spare.buffers.size() >= 3) spare.buffers.erase(spare.buffers.begin());
+  spare.buffers.push_back(b);
+  return b;
+}
+
+ir::Tensor Executor::output_tensor(size_t k, ir::DType dtype, const std::vector<int64_t>& dims) const {
+  const std::optional<int64_t> n = ir::checked_num_elements(dims);
+  const std::optional<int64_t> bytes = n ? ir::storage_bytes(dtype, *n) : std::nullopt;
+  if (dtype == ir::DType::kString || !bytes) return ir::Tensor::zeros(dtype, dims);  // the error it gives
+  return ir::Tensor::from_buffer(dtype, dims, ir::Buffer::prefix(take_buffer(spare_[k], *bytes), *bytes));
 }
 
 std::vector<ir::Tensor> Executor::run_capture(const std::vector<std::pair<std::string, ir::Tensor>>& inputs,
@@ -640,37 +729,16 @@ std::vector<ir::Tensor> Executor::run_steps(const std::vector<std::pair<std::str
   const std::vector<const ir::Tensor*> bound = bind_inputs(named);
   std::shared_ptr<Plan> plan = plan_for(bound);
 
-  // The arenas this run holds, one per plan it runs; each goes back to its plan at the end.
-  struct Lease {
-    std::shared_ptr<Plan> plan;
-    std::shared_ptr<ir::Buffer> arena;
-  };
-  struct Leases {
-    std::vector<Lease> held;
-    ~Leases() {
-      for (Lease& l : held) {
-        std::lock_guard<std::mutex> lock(l.plan->mutex);
-        l.plan->free_arenas.push_back(std::move(l.arena));
-      }
-    }
-  } leases;
+  // The arenas this run holds, one per plan it runs; free for other runs once it returns.
+  std::vector<std::shared_ptr<ir::Buffer>> leases;
   auto lease = [&](const std::shared_ptr<Plan>& p) -> std::byte* {
-    std::shared_ptr<ir::Buffer> arena;
-    {
-      std::lock_guard<std::mutex> lock(p->mutex);
-      if (!p->free_arenas.empty()) {
-        arena = std::move(p->free_arenas.back());
-        p->free_arenas.pop_back();
-      }
-    }
-    if (arena == nullptr) {
-      arena = ir::Buffer::allocate(p->arena_bytes + p->scratch_bytes);
+    bool made = false;
+    leases.push_back(take_buffer(arenas_, p->arena_bytes + p->scratch_bytes, &made));
+    if (made) {
       std::lock_guard<std::mutex> lock(plans_mutex_);
       ++last_.arenas;
     }
-    std::byte* base = arena->mutable_data();
-    leases.held.push_back({p, std::move(arena)});
-    return base;
+    return leases.back()->mutable_data();
   };
 
   std::vector<ir::Tensor> outputs(outputs_.size());
@@ -703,6 +771,7 @@ std::vector<ir::Tensor> Executor::run_steps(const std::vector<std::pair<std::str
       const auto i = static_cast<size_t>(in);
       notify(in, View{values_[i].value->type().dtype(), plan->dims[i], data[i]});
     }
+  std::vector<View> ins, outs;  // reused from step to step: their dims keep their capacity
   for (;;) {
     std::byte* base = lease(plan);
     for (int v : plan->writes) {
@@ -719,16 +788,8 @@ std::vector<ir::Tensor> Executor::run_steps(const std::vector<std::pair<std::str
     for (int s = plan->begin; s < plan->end; ++s) {
       InterruptScope::poll();
       const Step& step = steps_[static_cast<size_t>(s)];
-      std::vector<View> ins, outs;
-      ins.reserve(step.inputs.size());
-      for (int in : step.inputs) {
-        const auto i = static_cast<size_t>(in);
-        ins.push_back(in >= 0 ? View{values_[i].value->type().dtype(), plan->dims[i], data[i]} : View{});
-      }
-      for (int o : step.outputs) {
-        const auto i = static_cast<size_t>(o);
-        outs.push_back(o >= 0 ? View{values_[i].value->type().dtype(), plan->dims[i], data[i]} : View{});
-      }
+      set_views(ins, step.inputs, plan->dims, &data);
+      set_views(outs, step.outputs, plan->dims, &data);
       const auto t0 = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
       if (!step.kernel->allocates_outputs()) {
         step.kernel->run(ctx, ins, outs);
@@ -771,13 +832,6 @@ std::vector<ir::Tensor> Executor::run_steps(const std::vector<std::pair<std::str
         if (o >= 0 && values_[static_cast<size_t>(o)].slot == Slot::kOutput)
           heap[static_cast<size_t>(o)] = outputs[static_cast<size_t>(values_[static_cast<size_t>(o)].output)];
     plan = next_plan(*plan, bound, data, heap);
-  }
-  {
-    // Kept for the next run: a buffer the caller has dropped by then is reused (see output_tensor).
-    std::lock_guard<std::mutex> lock(spare_mutex_);
-    if (spare_.size() < outputs.size()) spare_.resize(outputs.size());
-    for (size_t k = 0; k < outputs.size(); ++k)
-      if (outputs[k].is_valid() && outputs[k].dtype() != ir::DType::kString) spare_[k] = outputs[k].buffer();
   }
   // Outputs that no step writes (a graph input or a constant passed straight through) are copies.
   for (size_t k = 0; k < outputs_.size(); ++k) {

@@ -16,6 +16,7 @@
 
 #include "engine/kernel.h"
 #include "engine/plan_cache.h"
+#include "engine/planner.h"
 #include "engine/session.h"
 #include "engine/space.h"
 #include "tether/engine.h"
@@ -86,7 +87,6 @@ struct Plan {
   int64_t scratch_bytes = 0;
   int64_t intermediate_bytes = 0;
   std::mutex mutex;
-  std::vector<std::shared_ptr<ir::Buffer>> free_arenas;  // arenas not in use by a run
   // A session with a space: the space's plan; `offsets` are then host arena offsets (-1: none).
   std::unique_ptr<SpacePlan> device;
   std::shared_ptr<ir::Buffer> host;  // the host arena, then host kernels' scratch
@@ -194,32 +194,40 @@ class Executor final : public Session {
   // time); wall time per device stretch, by its first step: (runs, nanoseconds).
   mutable std::mutex run_mutex_;
   mutable std::map<int, std::pair<int64_t, int64_t>> stretch_time_;
-  // The buffer each output had in the last run. When the caller no longer holds it (the
-  // session's reference is the only one), the next run writes that output into it again: no
-  // fresh pages to fault in and zero for every run of a model with large outputs.
+  // Buffers that outlive a run (docs/engine.md, "Buffers across runs"): per output, the buffers
+  // it was last written into; the arenas runs lease. A run takes one nobody else holds any more
+  // and large enough (the caller dropped last run's output), else allocates one, with room to
+  // grow when the size grew since the last run (a decoder's cache, one row longer a step).
+  struct Spare {
+    std::vector<std::shared_ptr<ir::Buffer>> buffers;
+    int64_t last_bytes = -1;
+  };
   mutable std::mutex spare_mutex_;
-  mutable std::vector<std::shared_ptr<ir::Buffer>> spare_;
-
-  ir::Tensor output_tensor(size_t k, ir::DType dtype, const std::vector<int64_t>& dims) const {
-    std::shared_ptr<ir::Buffer> reuse;
-    {
-      std::lock_guard<std::mutex> lock(spare_mutex_);
-      if (spare_.size() < outputs_.size()) spare_.resize(outputs_.size());
-      std::shared_ptr<ir::Buffer>& b = spare_[k];
-      const std::optional<int64_t> n = ir::checked_num_elements(dims);
-      const std::optional<int64_t> bytes = n ? ir::storage_bytes(dtype, *n) : std::nullopt;
-      if (b != nullptr && b.use_count() == 1 && dtype != ir::DType::kString && bytes && b->size() == *bytes)
-        reuse = std::move(b);
-      b.reset();
-    }
-    if (reuse != nullptr) return ir::Tensor::from_buffer(dtype, dims, std::move(reuse));
-    return ir::Tensor::zeros(dtype, dims);
-  }
+  mutable std::vector<Spare> spare_;  // per output
+  mutable Spare arenas_;
+  // A buffer of at least `bytes` from `spare` (the whole: a tensor takes a prefix of it);
+  // `made` is set when it was allocated. Throws std::bad_alloc.
+  std::shared_ptr<ir::Buffer> take_buffer(Spare& spare, int64_t bytes, bool* made = nullptr) const;
+  // Output k's tensor for this run, in a spare buffer when one fits. Not zeroed: kernels write
+  // every element of their outputs.
+  ir::Tensor output_tensor(size_t k, ir::DType dtype, const std::vector<int64_t>& dims) const;
   // Plans by input shapes (and shape-deciding input values), at most kMaxPlans of them.
   mutable PlanCache<std::vector<Dims>, std::shared_ptr<Plan>> plans_;
   mutable MemoryStats last_;
-  // What the last plan from the first step found in shape inference (under plans_mutex_).
+  // What the last plan from the first step found in shape inference, and its arena layout
+  // (under plans_mutex_).
   mutable ops::InferenceMemo memo_;
+  struct Layout {
+    std::vector<size_t> placed;       // the values in the arena
+    std::vector<Lifetime> lifetimes;  // theirs, with the bytes each may take
+    ArenaPlan arena;
+  };
+  mutable Layout layout_;
+  // Views of `values` (value indices, -1 omitted) with these dims and, given `data`, their
+  // bytes; `views` keeps its elements (and their dims' capacity) from the last call.
+  void set_views(std::vector<View>& views, const std::vector<int>& values, const std::vector<Dims>& dims,
+                 const std::vector<void*>* data) const;
+  ArenaPlan arena_for(const std::vector<Lifetime>& lifetimes, const std::vector<size_t>& placed, bool reuse) const;
 };
 
 }  // namespace tether::engine::exec

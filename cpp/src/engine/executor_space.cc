@@ -303,13 +303,6 @@ std::vector<ir::Tensor> Executor::run_space(const std::vector<std::pair<std::str
       for (int o : steps_[static_cast<size_t>(s)].outputs)
         if (o >= 0) notify(o);
   }
-  {
-    // Kept for the next run: a buffer the caller has dropped by then is reused (see output_tensor).
-    std::lock_guard<std::mutex> spare(spare_mutex_);
-    if (spare_.size() < outputs.size()) spare_.resize(outputs.size());
-    for (size_t k = 0; k < outputs.size(); ++k)
-      if (outputs[k].is_valid() && outputs[k].dtype() != ir::DType::kString) spare_[k] = outputs[k].buffer();
-  }
   // Outputs no step writes (an input or a constant passed through), and outputs listed twice.
   for (size_t k = 0; k < outputs_.size(); ++k) {
     const ValueEntry& e = values_[static_cast<size_t>(output_values_[k])];

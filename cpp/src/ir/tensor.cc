@@ -72,6 +72,20 @@ std::shared_ptr<Buffer> Buffer::allocate(int64_t nbytes) {
   return b;
 }
 
+std::shared_ptr<Buffer> Buffer::prefix(std::shared_ptr<Buffer> whole, int64_t nbytes) {
+  if (whole == nullptr || !whole->writable())
+    throw ArgumentError("Buffer::prefix takes a buffer tether allocated (writable), got " +
+                        std::string(whole == nullptr ? "none" : "a borrowed one"));
+  if (nbytes < 0 || nbytes > whole->size())
+    throw ArgumentError("Buffer::prefix of " + std::to_string(nbytes) + " bytes of a buffer of " + std::to_string(whole->size()));
+  std::shared_ptr<Buffer> b(new Buffer());
+  b->data_ = whole->data_;
+  b->size_ = nbytes;
+  b->owned_ = true;  // writable; with an owner, never freed itself (see ~Buffer)
+  b->owner_ = std::move(whole);
+  return b;
+}
+
 std::shared_ptr<Buffer> Buffer::borrow(const void* data, int64_t nbytes, std::shared_ptr<const void> owner) {
   if (nbytes < 0) throw ArgumentError("buffer size must be >= 0, got " + std::to_string(nbytes));
   std::shared_ptr<Buffer> b(new Buffer());
