@@ -5,6 +5,8 @@
 #include <type_traits>
 
 #include "engine/cpu/cpu.h"
+#include "engine/cpu/elementwise.h"
+#include "util/cpu_features.h"
 #include "util/fastmath.h"
 #include "util/float16.h"
 
@@ -35,13 +37,22 @@ TETHER_MULTIVERSION void unary_loop(const float* x, float* y, int64_t n, UnaryPa
 template <UnaryFn F>
 constexpr int64_t unary_grain();
 
+// The hand-written vector kernel for unary op F on this CPU (elementwise.h), or nullptr where
+// unary_loop computes it.
+template <UnaryFn F>
+VectorUnaryFn vector_kernel();
+
 template <UnaryFn F>
 std::unique_ptr<Kernel> unary_kernel(UnaryParams p) {
-  return make_kernel([p](const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) {
+  return make_kernel([p, vec = vector_kernel<F>()](const RunContext& ctx, const std::vector<View>& in,
+                                                   std::vector<View>& out) {
     const float* x = in[0].as<float>();
     float* y = out[0].as<float>();
     TETHER_CHECK(in[0].numel() == out[0].numel(), "unary op: input and output sizes differ");
-    parallel(ctx, in[0].numel(), unary_grain<F>(), [&](int64_t b, int64_t e) { unary_loop<F>(x + b, y + b, e - b, p); });
+    parallel(ctx, in[0].numel(), unary_grain<F>(), [&](int64_t b, int64_t e) {
+      if (vec != nullptr) vec(x + b, y + b, e - b);
+      else unary_loop<F>(x + b, y + b, e - b, p);
+    });
   });
 }
 
@@ -52,7 +63,9 @@ float clamp01(float v) { return v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v); }
 float relu(float x, const UnaryParams&) { return x < 0 ? 0.0f : x; }
 float leaky_relu(float x, const UnaryParams& p) { return x >= 0 ? x : p.alpha * x; }
 // Exp, Erf, Tanh, Sigmoid and Gelu use tether's vectorisable approximations (errors below
-// 5e-7, util/fastmath.h), as onnxruntime uses its own; Log and the rest use the C library.
+// 5e-7, util/fastmath.h), as onnxruntime uses its own; on AVX2 CPUs without AVX-512,
+// hand-written kernels within the same bounds (elementwise.h) replace these loops. Log and the
+// rest use the C library.
 float sigmoid(float x, const UnaryParams&) { return util::fast_sigmoid(x); }
 float tanh_(float x, const UnaryParams&) { return util::fast_tanh(x); }
 float hard_sigmoid(float x, const UnaryParams& p) { return clamp01(p.alpha * x + p.beta); }
@@ -586,6 +599,23 @@ constexpr int64_t unary_grain() {
                          F == hard_sigmoid || F == shrink || F == thresholded_relu || F == softsign || F == reciprocal ||
                          F == sqrt_;
   return cheap ? kGrain : kGrain / 8;
+}
+
+template <UnaryFn F>
+VectorUnaryFn vector_kernel() {
+#if defined(__x86_64__)
+  // Where AVX-512 is on, unary_loop's 16-lane copy (TETHER_MULTIVERSION) computes these ops.
+  const util::CpuFeatures& f = util::cpu_features();
+  if (f.avx2 && !f.avx512) {
+    if constexpr (F == exp_) return f32_vexp__avx2;
+    if constexpr (F == erf_) return f32_verf__avx2;
+    if constexpr (F == tanh_) return f32_vtanh__avx2;
+    if constexpr (F == sigmoid) return f32_vsigmoid__avx2;
+    if constexpr (F == gelu) return f32_vgelu__avx2;
+    if constexpr (F == gelu_tanh) return f32_vgelu_tanh__avx2;
+  }
+#endif
+  return nullptr;
 }
 
 }  // namespace

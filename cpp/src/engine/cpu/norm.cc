@@ -7,6 +7,7 @@
 #include "util/simd.h"
 
 #include "engine/cpu/cpu.h"
+#include "engine/cpu/elementwise.h"
 #include "engine/cpu/norm.h"
 #include "util/cpu_features.h"
 #include "util/fastmath.h"
@@ -233,17 +234,27 @@ float row_max(const float* x, int64_t n) {
   return r;
 }
 
-// Softmax (or LogSoftmax) of one contiguous row: max, exponentials, sum, scale. The sum runs
-// over 16 lanes, the exponentials in a loop of their own: a single running reduction keeps
-// compilers from vectorising (it would fix the order of the float adds).
+// e^(x[j] - m) for a row, in the portable loop (16 lanes on AVX-512 CPUs, multiversioned), or
+// through `vexp` (elementwise.h's AVX2 kernel, on AVX2 CPUs without AVX-512).
 TETHER_MULTIVERSION
-void softmax_row(const float* __restrict x, float* __restrict y, int64_t len, bool log) {
+void exp_shifted(const float* __restrict x, float* __restrict y, int64_t len, float m, VectorUnaryFn vexp) {
+  if (vexp == nullptr) {
+    for (int64_t j = 0; j < len; ++j) y[j] = util::fast_exp(x[j] - m);
+    return;
+  }
+  for (int64_t j = 0; j < len; ++j) y[j] = x[j] - m;
+  vexp(y, y, len);
+}
+
+// The sum of a row's exponentials, then the row scaled by it (or LogSoftmax's x - m - log sum).
+// The sum runs over 16 lanes: a single running reduction keeps compilers from vectorising (it
+// would fix the order of the float adds).
+TETHER_MULTIVERSION
+void normalise_row(const float* __restrict x, float* __restrict y, int64_t len, float m, bool log) {
   constexpr int kLanes = 16;
   float lane[kLanes];
-  const float m = row_max(x, len);
-  int64_t j = 0;
-  for (j = 0; j < len; ++j) y[j] = util::fast_exp(x[j] - m);
   for (float& v : lane) v = 0.0f;
+  int64_t j = 0;
   for (j = 0; j + kLanes <= len; j += kLanes)
     for (int l = 0; l < kLanes; ++l) lane[l] += y[j + l];
   float sum = 0.0f;
@@ -251,18 +262,35 @@ void softmax_row(const float* __restrict x, float* __restrict y, int64_t len, bo
   for (float v : lane) sum += v;
   if (log) {
     const float log_sum = std::log(sum);
-    for (int64_t j = 0; j < len; ++j) y[j] = x[j] - m - log_sum;
+    for (int64_t k = 0; k < len; ++k) y[k] = x[k] - m - log_sum;
   } else {
     const float inv = 1.0f / sum;
-    for (int64_t j = 0; j < len; ++j) y[j] *= inv;
+    for (int64_t k = 0; k < len; ++k) y[k] *= inv;
   }
+}
+
+// Softmax (or LogSoftmax) of one contiguous row: max, exponentials, sum, scale.
+void softmax_row(const float* x, float* y, int64_t len, bool log, VectorUnaryFn vexp) {
+  const float m = row_max(x, len);
+  exp_shifted(x, y, len, m, vexp);
+  normalise_row(x, y, len, m, log);
+}
+
+// The AVX2 exponential where elementwise.h has it and AVX-512 does not take over, else nullptr.
+VectorUnaryFn vector_exp() {
+#if defined(__x86_64__)
+  const util::CpuFeatures& f = util::cpu_features();
+  if (f.avx2 && !f.avx512) return f32_vexp__avx2;
+#endif
+  return nullptr;
 }
 
 // Softmax over `axis` (opset >= 13), or over the flattened dims from `axis` on (older opsets).
 std::unique_ptr<Kernel> softmax(const KernelInit& init, bool log) {
   const bool coerce = init.opset < 13;
   const int64_t axis = init.node.attr_int("axis", coerce ? 1 : -1);
-  return make_kernel([axis, coerce, log](const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) {
+  return make_kernel([axis, coerce, log, vexp = vector_exp()](const RunContext& ctx, const std::vector<View>& in,
+                                                               std::vector<View>& out) {
     const View& x = in[0];
     const size_t a = norm_axis(axis, x.rank());
     int64_t outer = 1, len = 1, inner = 1;
@@ -273,7 +301,7 @@ std::unique_ptr<Kernel> softmax(const KernelInit& init, bool log) {
     }
     if (inner == 1) {  // rows are contiguous: the common case, vectorised
       parallel(ctx, outer, 1, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) softmax_row(x.as<float>() + r * len, out[0].as<float>() + r * len, len, log);
+        for (int64_t r = r0; r < r1; ++r) softmax_row(x.as<float>() + r * len, out[0].as<float>() + r * len, len, log, vexp);
       });
       return;
     }
