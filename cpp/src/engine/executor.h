@@ -2,7 +2,8 @@
 // ordered list of backends; the executor does the rest once for all of them: validation,
 // passes and shape inference, placement (each node to the first backend that supports it),
 // steps ordered so that each backend runs long stretches, plans per input shapes in one LRU
-// cache, the memory limit, interrupts between kernels, profiling and observed values.
+// cache, the memory limit, interrupts between kernels, profiling and observed values; a
+// backend with memory of its own adds only what that memory needs (engine/space.h).
 // docs/engine.md ("One executor") describes the design.
 #pragma once
 
@@ -21,8 +22,9 @@ namespace tether::engine {
 
 /// Compiles `model` (not changed) into a session whose nodes run on the backends of `order`:
 /// each node on the first one whose supports() takes it, a view op (Reshape, Flatten, Squeeze,
-/// Unsqueeze, Identity) on the backend computing its input when that one takes it. Every
-/// backend of `order` runs HostKernels on host memory. `pool`: the threads to share (a control-flow
+/// Unsqueeze, Identity) on the backend computing its input when that one takes it. The first
+/// backend may compute in memory of its own (Backend::open gives its Space, engine/space.h: a
+/// GPU); every other runs HostKernels on host memory. `pool`: the threads to share (a control-flow
 /// body shares its parent's); null makes one of options.threads. Throws UnsupportedError listing
 /// every node no backend runs, with each backend's reason, and what tether::engine::compile throws
 /// for a wrong model.
