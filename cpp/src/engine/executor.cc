@@ -199,7 +199,7 @@ void Executor::create_steps() {
       const ValueEntry& e = values_[static_cast<size_t>(index_.at(in))];
       return e.slot == Slot::kConstant ? e.constant : nullptr;
     });
-    const bool dims_only = (n->domain().empty() || n->domain() == "ai.onnx") && (n->op_type() == "Shape" || n->op_type() == "Size");
+    const bool dims_only = ops::reads_dims_only(*n);
     bool on_shapes = true, computed = false;
     for (const ir::Value* in : made.inputs) {
       if (in == nullptr || dims_only) continue;
@@ -269,9 +269,7 @@ void Executor::create_steps() {
     backend_of.push_back(static_cast<int>(std::find(order_.begin(), order_.end(), placed_[k]) - order_.begin()));
     // With a space, steps need follow only the producers whose data they read: not those of
     // inputs read for their dims (Shape), nor inputs a space's kernel takes from inference.
-    const bool dims_only = (nodes[k]->domain().empty() || nodes[k]->domain() == "ai.onnx") &&
-                           (nodes[k]->op_type() == "Shape" || nodes[k]->op_type() == "Size");
-    if (space_ != nullptr && dims_only) continue;
+    if (space_ != nullptr && ops::reads_dims_only(*nodes[k])) continue;
     for (size_t i = 0; i < inits[k].inputs.size(); ++i) {
       const ir::Value* in = inits[k].inputs[i];
       if (in == nullptr) continue;
@@ -284,8 +282,7 @@ void Executor::create_steps() {
     Step& step = steps_.emplace_back();
     step.node = nodes[k];
     step.backend = placed_[k];
-    step.dims_only = (step.node->domain().empty() || step.node->domain() == "ai.onnx") &&
-                     (step.node->op_type() == "Shape" || step.node->op_type() == "Size");
+    step.dims_only = ops::reads_dims_only(*step.node);
     step.shapes_only = shapes_only[k];
     step.why = whys[k];
     if (made_by_space[k] != nullptr) {

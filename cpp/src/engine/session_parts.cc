@@ -85,7 +85,7 @@ std::vector<bool> find_shape_inputs(const ir::Graph& g) {
   const std::vector<ir::Node*> order = g.topological_order();
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const ir::Node& n = **it;
-    const bool reads_shape_only = (n.domain().empty() || n.domain() == "ai.onnx") && (n.op_type() == "Shape" || n.op_type() == "Size");
+    const bool reads_shape_only = ops::reads_dims_only(n);
     bool output_decides = false;
     for (const ir::Value* o : n.outputs()) output_decides = output_decides || (o != nullptr && decides[o]);
     for (size_t i = 0; i < n.inputs().size(); ++i) {

@@ -26,6 +26,10 @@ bool is_shape_slot(const ir::Node& n, size_t i) {
   return false;
 }
 
+bool reads_dims_only(const ir::Node& n) {
+  return onnx_domain(n) && (n.op_type() == "Shape" || n.op_type() == "Size");
+}
+
 bool keeps_bytes(const ir::Node& n) {
   if (!onnx_domain(n)) return false;
   const std::string& op = n.op_type();

@@ -20,4 +20,10 @@ bool is_shape_slot(const ir::Node& n, size_t i);
 ///   ops::keeps_bytes(flatten_node);   // true
 bool keeps_bytes(const ir::Node& n);
 
+/// True for ops that read their inputs' dims, never their data (Shape, Size): a step of one
+/// need not wait for its input's producer when that producer's sizes are planned.
+///
+///   ops::reads_dims_only(shape_node);   // true
+bool reads_dims_only(const ir::Node& n);
+
 }  // namespace tether::ops
