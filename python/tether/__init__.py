@@ -10,9 +10,9 @@ Example:
 
 from typing import TYPE_CHECKING
 
-from tether import _native  # noqa: F401  (first: it loads the core)
 from tether._builder import GraphBuilder
-from tether._core import (
+from tether._model import Model, Node, Summary, ValueInfo, load
+from tether._native import (
     ArgumentError,
     CalibrationError,
     DeviceError,
@@ -28,7 +28,6 @@ from tether._core import (
     UnsupportedError,
     WriteError,
 )
-from tether._model import Model, Node, Summary, ValueInfo, load
 from tether._passes import optimize
 from tether._session import Session, compile, cpu_info, devices, supported_ops
 

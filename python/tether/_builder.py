@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from tether import _core
 from tether._model import Dim, ExternalData, Model
+from tether._native import core as _core
 
 AttributeValue = int | float | str | bytes | np.ndarray | Sequence[int] | Sequence[float] | Sequence[str]
 """What a node attribute may be: a number, a string, a list of one of those, or a numpy array

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tether import _core
+from tether._native import core as _core
 
 Dim = int | str | None
 """One dim of a shape: a size, a symbol such as ``"batch"``, or ``None`` when unknown."""

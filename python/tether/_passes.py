@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from tether import _core
 from tether._model import Model, load
+from tether._native import core as _core
 
 
 def optimize(model: Model | str | os.PathLike[str] | bytes) -> Model:

@@ -10,7 +10,7 @@ import os
 import stat
 from typing import BinaryIO
 
-from tether import _core
+from tether._native import core as _core
 
 _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
           stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket", stat.S_IFLNK: "a symbolic link"}

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from tether import _core
 from tether._model import Model, ValueInfo, load
+from tether._native import core as _core
 
 
 class Session:

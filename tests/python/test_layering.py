@@ -1,7 +1,9 @@
-"""The source layers keep their direction: graph passes and op definitions name no backend, and
-the Python bindings reach the core through its public headers only (docs/building.md, "Layout").
+"""The source layers keep their direction: graph passes and op definitions name no backend, the
+Python bindings reach the core through its public headers only, and the Python package reaches
+the compiled module through tether._native alone (docs/building.md, "Layout").
 """
 
+import ast
 import re
 from pathlib import Path
 
@@ -55,3 +57,31 @@ def test_the_executor_names_no_backend():
         named += [(name, word) for word in ("vulkan", "Vulkan", "cpu::", "GpuKernel") if word in code]
         named += [(name, inc) for inc in INCLUDE.findall(code) if inc.startswith(("engine/vulkan/", "engine/cpu/"))]
     assert named == [], f"shared engine files name a backend: {named}"
+
+
+def _core_imports(folder: Path, root: Path = ROOT) -> list[tuple[str, int]]:
+    """(file, line) of each import of the compiled module tether._core under `folder`."""
+    found = []
+    for f in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module is not None:
+                names = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+            if any(n == "tether._core" or n.startswith("tether._core.") for n in names):
+                found.append((str(f.relative_to(root)), node.lineno))
+    return found
+
+
+def test_the_package_reaches_the_core_through_native_alone():
+    found = _core_imports(ROOT / "python" / "tether")
+    assert [f for f, _ in found if f.endswith("_native.py")], "tether/_native.py no longer imports the core"
+    others = [(f, line) for f, line in found if not f.endswith("tether/_native.py")]
+    assert others == [], f"modules import tether._core directly (use `from tether._native import core`): {others}"
+
+
+def test_the_check_sees_a_direct_core_import(tmp_path):
+    (tmp_path / "a.py").write_text("from tether import _core\nimport tether._core as c\nfrom tether._native import core\n")
+    (tmp_path / "b.py").write_text("from tether._core import ShapeError\n")
+    assert _core_imports(tmp_path, tmp_path) == [("a.py", 1), ("a.py", 2), ("b.py", 1)]

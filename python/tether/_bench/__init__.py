@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from tether import _core
 from tether._bench._engines import PEERS, OnnxRuntimeEngine, OpenVinoEngine, TetherEngine
 from tether._bench._result import BenchResult, EngineResult
 from tether._model import Model
+from tether._native import core as _core
 from tether._session import cpu_info
 from tether.parity import InputSpec, TetherRunner, check_feeds, generate_inputs, iter_feeds
 from tether.parity._runners import _dtype

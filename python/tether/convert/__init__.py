@@ -15,7 +15,7 @@ import numbers
 from collections.abc import Iterable
 from typing import Any
 
-from tether import _core
+from tether._native import core as _core
 from tether.convert._graph import (
     DEFAULT_OP_BLOCK_LIST,
     Plan,

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from tether import _core
 from tether._model import Model
+from tether._native import core as _core
 from tether._session import compile
 from tether.convert._graph import FLOAT16_MAX, node_label
 

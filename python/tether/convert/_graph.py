@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tether import _core
+from tether._native import core as _core
 from tether.edit._proto import all_names, default_opset, subgraphs
 
 FLOAT16_MAX = 65504.0

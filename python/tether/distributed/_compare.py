@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import ray.data
 
-from tether import _core
+from tether._native import core as _core
 from tether.distributed._common import (
     DEFAULT_BATCH_ROWS,
     ModelSource,

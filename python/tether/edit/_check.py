@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from tether import _core
+from tether._native import core as _core
 from tether.edit._proto import ModelSource, as_model
 from tether.parity._compare import compare
 from tether.parity._inputs import Feeds, generate_inputs

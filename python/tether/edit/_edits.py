@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tether import _core
 from tether._model import Model
+from tether._native import core as _core
 from tether.edit._proto import (
     ModelSource,
     all_names,

@@ -10,8 +10,8 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from tether import _core
 from tether._model import Model, load
+from tether._native import core as _core
 
 ModelSource = Model | str | os.PathLike[str] | bytes
 

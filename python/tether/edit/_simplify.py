@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from tether import _core
 from tether._model import Model
+from tether._native import core as _core
 from tether._session import compile
 from tether.edit._proto import ModelSource, as_model, from_proto, subgraphs, to_proto
 from tether.parity._reduce import _reads

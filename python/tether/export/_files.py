@@ -8,7 +8,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from tether import _core
+from tether._native import core as _core
 from tether.parity import ParityReport
 
 _GOLDEN_INDEX = "golden.json"

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tether import _core
+from tether._native import core as _core
 from tether.export._files import Staging, golden_path
 from tether.export._result import ExportError, ExportResult, fail, first_line, suggest_tolerance, whole
 from tether.export._rewrites import erfc_as_erf

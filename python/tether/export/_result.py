@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
-from tether import _core
+from tether._native import core as _core
 from tether.parity import ParityReport
 
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")

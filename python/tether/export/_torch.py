@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
-from tether import _core
 from tether._model import load
+from tether._native import core as _core
 from tether.export._files import Staging
 from tether.export._result import ExportError, ExportResult, fail, first_line, note
 from tether.export._torch_check import Options, verify

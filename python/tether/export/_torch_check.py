@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from tether import _core
 from tether._model import load
+from tether._native import core as _core
 from tether.export._files import golden_path
 from tether.export._result import ExportResult, fail, note, suggest_tolerance, whole
 from tether.parity import (

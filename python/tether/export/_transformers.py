@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tether import _core
+from tether._native import core as _core
 from tether.export import _generation as gen_check
 from tether.export._files import Staging, golden_path
 from tether.export._result import ExportError, ExportResult, fail, note

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from tether import _core
 from tether._model import Model
+from tether._native import core as _core
 from tether._session import Session, compile
 from tether.llm._layout import DecoderLayout, read_layout
 from tether.llm._sampling import check_sampling, draw, next_token_probs

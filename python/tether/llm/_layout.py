@@ -7,8 +7,8 @@ import re
 from dataclasses import dataclass
 from typing import NoReturn
 
-from tether import _core
 from tether._model import ValueInfo
+from tether._native import core as _core
 
 _PAST = re.compile(r"past_key_values\.(\d+)\.(key|value)$")
 

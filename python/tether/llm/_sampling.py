@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tether import _core
+from tether._native import core as _core
 
 
 def check_sampling(temperature: float, top_k: int, top_p: float) -> None:

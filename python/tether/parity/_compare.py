@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from tether import _core
 from tether._model import Model
+from tether._native import core as _core
 from tether.parity._inputs import Feeds, check_feeds, generate_inputs, index_ranges, iter_feeds
 from tether.parity._metrics import Metrics, Tolerance, compare_arrays
 from tether.parity._provenance import NodeOrigin, node_origins

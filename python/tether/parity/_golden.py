@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from tether import _core
+from tether._native import core as _core
 from tether._regular_file import open_regular
 from tether.parity._inputs import native_byte_order
 from tether.parity._types import InputSpec

@@ -214,8 +214,8 @@ def graph_data(report: ParityReport, model: Model) -> dict[str, Any]:
 def _model_of(report: ParityReport, model: Model | None) -> tuple[Model | None, str]:
     """The graph to draw: the one given, the report's own, else the model file the report names
     (reference first); with a reason when there is none."""
-    from tether import _core
     from tether._model import Model, load
+    from tether._native import core as _core
 
     if model is not None:
         return model, ""

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from tether import _core
+from tether._native import core as _core
 from tether._regular_file import open_regular
 from tether.parity._types import InputSpec
 

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tether import _core
+from tether._native import core as _core
 
 Rule = Literal["numpy", "either"]
 

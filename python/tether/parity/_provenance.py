@@ -9,8 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tether import _core
 from tether._model import Model
+from tether._native import core as _core
 from tether._regular_file import open_regular
 
 _SCOPES = "pkg.torch.onnx.name_scopes"

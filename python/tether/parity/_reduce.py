@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from tether import _core
 from tether._model import Model, load
+from tether._native import core as _core
 from tether.parity._golden import GoldenBundle, GoldenRunner, _is_bundle, model_sha256, save_golden
 from tether.parity._inputs import Feeds, check_feeds, generate_inputs, iter_feeds
 from tether.parity._metrics import Metrics, Tolerance, compare_arrays

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from tether import _core
+from tether._native import core as _core
 from tether.parity._metrics import Metrics, Tolerance, _as_array, _nonfinite_counts
 from tether.parity._report import SliceResult
 

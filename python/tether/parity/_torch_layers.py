@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tether import _core
 from tether._model import Model
+from tether._native import core as _core
 from tether.parity._metrics import Tolerance, compare_arrays
 from tether.parity._provenance import NodeOrigin, node_origins
 from tether.parity._report import LayerResult

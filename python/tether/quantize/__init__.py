@@ -38,7 +38,7 @@ def methods() -> list[str]:
         >>> "entropy" in tt.quantize.methods()
         True
     """
-    from tether import _core
+    from tether._native import core as _core
 
     names = list(_core.quant_method_names())
     return names if "sqnr" in names else [*names, "sqnr"]

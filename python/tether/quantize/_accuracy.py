@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from tether import _core
+from tether._native import core as _core
 
 
 @dataclass

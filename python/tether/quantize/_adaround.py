@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from tether import _core
 from tether._model import Model
+from tether._native import core as _core
 from tether.quantize._bias_correction import LayerInputs, _conv_pads
 from tether.quantize._equalize import (
     _GRAPH,

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from tether import _core
 from tether._model import Model, load
+from tether._native import core as _core
 from tether.parity._inputs import Feeds, iter_feeds
 from tether.parity._types import InputSpec
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from tether import _core
 from tether._model import Model, load
+from tether._native import core as _core
 from tether._session import compile as _compile
 
 _QDQ = ("QuantizeLinear", "DequantizeLinear")

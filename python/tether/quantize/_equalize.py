@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from tether import _core
 from tether._model import Model, Node, load
+from tether._native import core as _core
 
 #: The names ``tt.quantize.static(..., algorithms=[...])`` takes.
 ALGORITHMS = ("cross_layer_equalization", "smooth_quant", "bias_correction")

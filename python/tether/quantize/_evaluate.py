@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from tether import _core
 from tether._model import Model
+from tether._native import core as _core
 from tether._session import compile
 from tether.parity._inputs import Feeds
 from tether.parity._metrics import Tolerance, compare_arrays

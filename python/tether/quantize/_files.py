@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable
 from typing import TypeVar
 
-from tether import _core
+from tether._native import core as _core
 from tether._regular_file import open_regular
 
 #: The method recorded in the ranges read from a TensorRT cache.

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from tether import _core
 from tether._model import Model
+from tether._native import core as _core
 
 # Ops that only move or select values: their output holds values of their input, so with the
 # input's parameters a quantized input gives an output quantizing to itself.

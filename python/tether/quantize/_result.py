@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from tether import _core
 from tether._model import Model
+from tether._native import core as _core
 from tether.parity._report import ParityReport
 from tether.quantize._accuracy import AccuracyControlResult
 from tether.quantize._debug import DebugReport

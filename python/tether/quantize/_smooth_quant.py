@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from tether import _core
 from tether._model import Model, Node
+from tether._native import core as _core
 from tether.quantize._equalize import _Graph
 
 #: The grid searched when ``smooth_quant_alpha="search"``.

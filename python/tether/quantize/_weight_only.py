@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from tether import _core
 from tether._model import Model
+from tether._native import core as _core
 from tether.edit._proto import ModelSource, as_model, from_proto, to_proto
 
 _FORMATS = ("matmulnbits",)
