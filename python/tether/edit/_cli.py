@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from tether import _core
 from tether._model import Model, load
+from tether._native import core as _core
 from tether.edit._check import check
 from tether.edit._edits import convert_opset, fix_inputs, rename
 from tether.edit._extract import extract

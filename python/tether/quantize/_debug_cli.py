@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from tether import _core
+from tether._native import core as _core
 from tether._regular_file import open_regular
 
 
