@@ -23,7 +23,8 @@ endif
 # Sources whose change needs the extension rebuilt.
 CORE_SOURCES := $(shell find cpp bindings tests/cpp cmake -type f 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all demo test quick gen gen-check test-cpp test-sanitize test-arm64 test-python test-install setup apt lint \
+.PHONY: all demo test quick gen gen-check test-cpp test-sanitize test-arm64 test-python test-install test-reduced \
+        setup apt lint \
         clean fuzz
 
 all: setup
@@ -31,7 +32,7 @@ all: setup
 demo: setup
 	$(VPY) -m tether.demo
 
-test: setup test-cpp test-sanitize test-arm64 test-python test-install lint
+test: setup test-cpp test-sanitize test-arm64 test-python test-install test-reduced lint
 
 # The day-to-day loop: the incremental build, the C++ tests of build/py and the Python tests
 # except the slow ones: those marked `slow` and those tools/quick_skip.txt lists (half a second
@@ -109,6 +110,26 @@ test-install: setup
 	  $$(PKG_CONFIG_PATH=$(INSTALL_DIR)/lib/pkgconfig pkg-config --cflags --libs tether) -Wl,-rpath,$(abspath $(INSTALL_DIR))/lib
 	$(VPY) examples/cpp/check.py $(EXAMPLES_BUILD)/model.onnx $(EXAMPLES_BUILD)/run_model $(EXAMPLES_BUILD)/run_model_c \
 	  $(EXAMPLES_BUILD)/run_model_pkgconfig
+
+# The reduced deployment build (docs/building.md): `tether ops-config` lists a small CNN's ops,
+# build/reduced builds libtether.so with only their CPU kernels and build/deploy-full the whole
+# deployment library (both incremental, the library target alone; the objects outside the CPU
+# backend are the same in both and come from ccache), and tests/deploy/check_reduced.py runs the
+# CNN through the reduced library against onnxruntime, checks that an LSTM model fails with
+# TETHER_ERROR_UNSUPPORTED naming LSTM, that the recurrent kernel's code is gone and that the
+# library is smaller than the full one.
+REDUCED_BUILD := build/reduced
+DEPLOY_FULL_BUILD := build/deploy-full
+DEPLOY_CMAKE = $(VENV)/bin/cmake -S . -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) -DTETHER_DEPLOY=ON \
+  -DTETHER_BUILD_TESTS=OFF
+test-reduced: setup
+	$(VPY) tests/deploy/check_reduced.py models $(REDUCED_BUILD)/models
+	@test -f $(REDUCED_BUILD)/build.ninja || $(DEPLOY_CMAKE) -B $(REDUCED_BUILD) \
+	  -DTETHER_DEPLOY_OPS=$(abspath $(REDUCED_BUILD))/models/ops.txt >/dev/null
+	$(VENV)/bin/cmake --build $(REDUCED_BUILD) -j2 --target tether_shared
+	@test -f $(DEPLOY_FULL_BUILD)/build.ninja || $(DEPLOY_CMAKE) -B $(DEPLOY_FULL_BUILD) >/dev/null
+	$(VENV)/bin/cmake --build $(DEPLOY_FULL_BUILD) -j2 --target tether_shared
+	$(VPY) tests/deploy/check_reduced.py check $(REDUCED_BUILD)/models $(REDUCED_BUILD) $(DEPLOY_FULL_BUILD)
 
 setup: apt $(STAMPS)/build
 

@@ -346,6 +346,22 @@ def _debug_parser(sub: Any) -> None:
     add_int8_debug(tools)
 
 
+def _ops_config(args: argparse.Namespace) -> int:
+    from tether._ops_config import run_ops_config
+
+    return run_ops_config(args)
+
+
+def _ops_config_parser(sub: Any) -> None:
+    oc = sub.add_parser("ops-config", help="list the ops whose CPU kernels running these models needs, for a "
+                        "reduced deployment build (-DTETHER_DEPLOY_OPS, docs/building.md)")
+    oc.add_argument("models", nargs="+", metavar="MODEL", help="ONNX files the deployment will run")
+    oc.add_argument("-o", "--output", help="where to write the list (default: standard output)")
+    oc.add_argument("--no-optimize", action="store_true", help="the deployment compiles with optimize=False: list "
+                    "the ops as written, without the graph passes")
+    oc.set_defaults(run=_ops_config)
+
+
 def _edit(args: argparse.Namespace) -> int:
     from tether.edit._cli import run_edit
 
@@ -475,6 +491,7 @@ def _parser() -> argparse.ArgumentParser:
     _debug_parser(sub)
     _bench_parser(sub)
     _edit_parser(sub)
+    _ops_config_parser(sub)
     q = sub.add_parser("quantize", help="calibrate INT8 from an .npz of samples and write a QDQ model; exit 1 when a "
                        "budget is not met")
     q.add_argument("model", help="a float ONNX file (only read)")

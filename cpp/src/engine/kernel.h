@@ -13,6 +13,10 @@
 #include "tether/graph.h"
 #include "tether/model.h"
 
+#ifdef TETHER_KEPT_OPS_HEADER
+#include TETHER_KEPT_OPS_HEADER  // a reduced deployment build's ops (see TETHER_ADD below)
+#endif
+
 namespace tether::util {
 class ThreadPool;
 }
@@ -128,6 +132,30 @@ class KernelRegistry {
  private:
   std::unordered_map<std::string, Entry> entries_;
 };
+
+/// TETHER_ADD(r, "Relu", create, check) registers an ONNX-domain kernel and
+/// TETHER_ADD_IN(r, "ai.tether", "FusedConv", create, check) one of another domain; backends
+/// register through them rather than KernelRegistry::add so that a reduced deployment build
+/// (-DTETHER_DEPLOY_OPS=ops.txt, docs/building.md) can leave kernels out. There the build
+/// defines TETHER_KEPT_OPS_HEADER, a header generated from the list whose
+/// tether::engine::kept_ops::kept(domain, op_type) is constexpr: an op it does not keep
+/// compiles to a discarded statement, so nothing references its kernel and the linker drops
+/// it. Otherwise both are plain add() calls. The domain and op name are string literals on the
+/// macro's own line: the configure step reads them there (cmake/DeployOps.cmake).
+#ifdef TETHER_KEPT_OPS_HEADER
+#define TETHER_ADD(registry, op_type, ...)                                                            \
+  do {                                                                                                \
+    if constexpr (::tether::engine::kept_ops::kept("", op_type)) (registry).add(op_type, __VA_ARGS__); \
+  } while (0)
+#define TETHER_ADD_IN(registry, domain, op_type, ...)                         \
+  do {                                                                        \
+    if constexpr (::tether::engine::kept_ops::kept(domain, op_type))          \
+      (registry).add(op_type, __VA_ARGS__, domain);                           \
+  } while (0)
+#else
+#define TETHER_ADD(registry, op_type, ...) (registry).add(op_type, __VA_ARGS__)
+#define TETHER_ADD_IN(registry, domain, op_type, ...) (registry).add(op_type, __VA_ARGS__, domain)
+#endif
 
 /// A backend: the ops it can run and how to make their kernels.
 class Backend {

@@ -604,9 +604,11 @@ std::string rotary_check(const KernelInit& init) {
 }  // namespace
 
 void register_attention(KernelRegistry& r) {
-  r.add("Attention", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<AttentionKernel>(i); },
+  TETHER_ADD(r, "Attention",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<AttentionKernel>(i); },
         attention_check);
-  r.add("RotaryEmbedding", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<RotaryKernel>(i); },
+  TETHER_ADD(r, "RotaryEmbedding",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<RotaryKernel>(i); },
         rotary_check);
 }
 

@@ -338,9 +338,12 @@ std::string scan_check(const KernelInit& init) {
 }  // namespace
 
 void register_control(KernelRegistry& r) {
-  r.add("If", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<IfKernel>(i); }, needs_session);
-  r.add("Loop", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<LoopKernel>(i); }, needs_session);
-  r.add("Scan", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<ScanKernel>(i); }, scan_check);
+  TETHER_ADD(r, "If",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<IfKernel>(i); }, needs_session);
+  TETHER_ADD(r, "Loop",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<LoopKernel>(i); }, needs_session);
+  TETHER_ADD(r, "Scan",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<ScanKernel>(i); }, scan_check);
 }
 
 }  // namespace tether::engine::cpu

@@ -894,28 +894,26 @@ class ConvTransposeKernel final : public HostKernel {
 }  // namespace
 
 void register_conv(KernelRegistry& r) {
-  r.add("Conv", [](const KernelInit& init) -> std::unique_ptr<Kernel> { return std::make_unique<ConvKernel>(init); },
+  TETHER_ADD(r, "Conv",
+        [](const KernelInit& init) -> std::unique_ptr<Kernel> { return std::make_unique<ConvKernel>(init); },
         float_only);
   // channels_last = 1 (X and Y [N, H, W, C]): the channels-last kernels of conv_nhwc.cc.
-  r.add(
-      "FusedConv",
+  TETHER_ADD_IN(r, "ai.tether", "FusedConv",
       [](const KernelInit& init) -> std::unique_ptr<Kernel> {
         if (init.node.attr_int("channels_last", 0) != 0) return make_nhwc_conv(init);
         return std::make_unique<ConvKernel>(init);
       },
       [](const KernelInit& init) {
         return init.node.attr_int("channels_last", 0) != 0 ? nhwc_conv_support(init) : float_only(init);
-      },
-      "ai.tether");
-  r.add("ConvTranspose",
+      });
+  TETHER_ADD(r, "ConvTranspose",
         [](const KernelInit& init) -> std::unique_ptr<Kernel> { return std::make_unique<ConvTransposeKernel>(init); },
         float_only);
-  r.add("ConvTranspose", make_nhwc_conv_transpose,
+  TETHER_ADD_IN(r, "ai.tether", "ConvTranspose", make_nhwc_conv_transpose,
         [](const KernelInit& init) {
           if (init.node.attr_int("channels_last", 0) == 0) return std::string("ai.tether ConvTranspose takes channels_last = 1");
           return nhwc_conv_transpose_support(init);
-        },
-        "ai.tether");
+        });
 }
 
 }  // namespace tether::engine::cpu

@@ -334,11 +334,15 @@ std::string nms_check(const KernelInit& init) {
 }  // namespace
 
 void register_dynamic(KernelRegistry& r) {
-  r.add("NonZero", [](const KernelInit&) -> std::unique_ptr<Kernel> { return std::make_unique<NonZeroKernel>(); }, numeric_only);
-  r.add("Compress", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<CompressKernel>(i); },
+  TETHER_ADD(r, "NonZero",
+        [](const KernelInit&) -> std::unique_ptr<Kernel> { return std::make_unique<NonZeroKernel>(); }, numeric_only);
+  TETHER_ADD(r, "Compress",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<CompressKernel>(i); },
         compress_check);
-  r.add("Unique", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<UniqueKernel>(i); }, numeric_only);
-  r.add("NonMaxSuppression", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<NmsKernel>(i); },
+  TETHER_ADD(r, "Unique",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<UniqueKernel>(i); }, numeric_only);
+  TETHER_ADD(r, "NonMaxSuppression",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<NmsKernel>(i); },
         nms_check);
 }
 

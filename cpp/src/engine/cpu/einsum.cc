@@ -273,7 +273,8 @@ std::string einsum_check(const KernelInit& init) {
 }  // namespace
 
 void register_einsum(KernelRegistry& r) {
-  r.add("Einsum", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<EinsumKernel>(i); }, einsum_check);
+  TETHER_ADD(r, "Einsum",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<EinsumKernel>(i); }, einsum_check);
 }
 
 }  // namespace tether::engine::cpu

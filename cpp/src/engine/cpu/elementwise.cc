@@ -622,9 +622,9 @@ VectorUnaryFn vector_kernel() {
 
 void register_elementwise(KernelRegistry& r) {
 #define TETHER_UNARY(op, fn) \
-  r.add(op, [](const KernelInit&) { return unary_kernel<fn>({}); }, float_only)
+  TETHER_ADD(r, op, [](const KernelInit&) { return unary_kernel<fn>({}); }, float_only)
 #define TETHER_UNARY_P(op, fn, ...)                                                      \
-  r.add(op, [](const KernelInit& init) { return unary_kernel<fn>(__VA_ARGS__); }, float_only)
+  TETHER_ADD(r, op, [](const KernelInit& init) { return unary_kernel<fn>(__VA_ARGS__); }, float_only)
   TETHER_UNARY("Relu", relu);
   TETHER_UNARY("Sigmoid", sigmoid);
   TETHER_UNARY("Tanh", tanh_);
@@ -658,8 +658,8 @@ void register_elementwise(KernelRegistry& r) {
   auto gelu_kernel = [](const KernelInit& init) {
     return init.node.attr_string("approximate", "none") == "tanh" ? unary_kernel<gelu_tanh>({}) : unary_kernel<gelu>({});
   };
-  r.add("Gelu", gelu_kernel, float_only);
-  r.add("Gelu", gelu_kernel, float_only, "ai.tether");
+  TETHER_ADD(r, "Gelu", gelu_kernel, float_only);
+  TETHER_ADD_IN(r, "ai.tether", "Gelu", gelu_kernel, float_only);
   TETHER_UNARY_P("Elu", elu, UnaryParams{init.node.attr_float("alpha", 1.0f)});
   TETHER_UNARY_P("Selu", selu,
                  UnaryParams{init.node.attr_float("alpha", 1.67326319217681884765625f), 0,
@@ -670,39 +670,41 @@ void register_elementwise(KernelRegistry& r) {
 #undef TETHER_UNARY
 #undef TETHER_UNARY_P
 
-  r.add("Neg", [](const KernelInit&) { return numeric_unary<NumUnary::kNeg>(); }, numeric_only);
-  r.add("Abs", [](const KernelInit&) { return numeric_unary<NumUnary::kAbs>(); }, numeric_only);
-  r.add("Sign", [](const KernelInit&) { return numeric_unary<NumUnary::kSign>(); }, numeric_only);
+  TETHER_ADD(r, "Neg", [](const KernelInit&) { return numeric_unary<NumUnary::kNeg>(); }, numeric_only);
+  TETHER_ADD(r, "Abs", [](const KernelInit&) { return numeric_unary<NumUnary::kAbs>(); }, numeric_only);
+  TETHER_ADD(r, "Sign", [](const KernelInit&) { return numeric_unary<NumUnary::kSign>(); }, numeric_only);
 
-  r.add("Add", [](const KernelInit&) { return binary_kernel(Binary::kAdd); }, same_numeric_types);
-  r.add("Sub", [](const KernelInit&) { return binary_kernel(Binary::kSub); }, same_numeric_types);
-  r.add("Mul", [](const KernelInit&) { return binary_kernel(Binary::kMul); }, same_numeric_types);
-  r.add("Div", [](const KernelInit&) { return binary_kernel(Binary::kDiv); }, same_numeric_types);
-  r.add("Pow", [](const KernelInit&) { return pow_kernel(); }, pow_types);
-  r.add("PRelu", [](const KernelInit&) { return binary_kernel(Binary::kPRelu); }, same_numeric_types);
-  r.add("Mod", [](const KernelInit& init) { return binary_kernel(init.node.attr_int("fmod", 0) ? Binary::kFMod : Binary::kMod); },
+  TETHER_ADD(r, "Add", [](const KernelInit&) { return binary_kernel(Binary::kAdd); }, same_numeric_types);
+  TETHER_ADD(r, "Sub", [](const KernelInit&) { return binary_kernel(Binary::kSub); }, same_numeric_types);
+  TETHER_ADD(r, "Mul", [](const KernelInit&) { return binary_kernel(Binary::kMul); }, same_numeric_types);
+  TETHER_ADD(r, "Div", [](const KernelInit&) { return binary_kernel(Binary::kDiv); }, same_numeric_types);
+  TETHER_ADD(r, "Pow", [](const KernelInit&) { return pow_kernel(); }, pow_types);
+  TETHER_ADD(r, "PRelu", [](const KernelInit&) { return binary_kernel(Binary::kPRelu); }, same_numeric_types);
+  TETHER_ADD(r, "Mod",
+        [](const KernelInit& init) { return binary_kernel(init.node.attr_int("fmod", 0) ? Binary::kFMod : Binary::kMod); },
         same_numeric_types);
-  r.add("Equal", [](const KernelInit&) { return binary_kernel(Binary::kEqual); }, same_numeric_types);
-  r.add("Less", [](const KernelInit&) { return binary_kernel(Binary::kLess); }, same_numeric_types);
-  r.add("Greater", [](const KernelInit&) { return binary_kernel(Binary::kGreater); }, same_numeric_types);
-  r.add("LessOrEqual", [](const KernelInit&) { return binary_kernel(Binary::kLessEq); }, same_numeric_types);
-  r.add("GreaterOrEqual", [](const KernelInit&) { return binary_kernel(Binary::kGreaterEq); }, same_numeric_types);
-  r.add("And", [](const KernelInit&) { return binary_kernel(Binary::kAnd); }, same_numeric_types);
-  r.add("Or", [](const KernelInit&) { return binary_kernel(Binary::kOr); }, same_numeric_types);
-  r.add("Xor", [](const KernelInit&) { return binary_kernel(Binary::kXor); }, same_numeric_types);
-  r.add("Min", [](const KernelInit&) { return variadic_kernel(Binary::kMin, false); }, same_numeric_types);
-  r.add("Max", [](const KernelInit&) { return variadic_kernel(Binary::kMax, false); }, same_numeric_types);
-  r.add("Sum", [](const KernelInit&) { return variadic_kernel(Binary::kAdd, false); }, same_numeric_types);
-  r.add("Mean", [](const KernelInit&) { return variadic_kernel(Binary::kAdd, true); }, same_numeric_types);
+  TETHER_ADD(r, "Equal", [](const KernelInit&) { return binary_kernel(Binary::kEqual); }, same_numeric_types);
+  TETHER_ADD(r, "Less", [](const KernelInit&) { return binary_kernel(Binary::kLess); }, same_numeric_types);
+  TETHER_ADD(r, "Greater", [](const KernelInit&) { return binary_kernel(Binary::kGreater); }, same_numeric_types);
+  TETHER_ADD(r, "LessOrEqual", [](const KernelInit&) { return binary_kernel(Binary::kLessEq); }, same_numeric_types);
+  TETHER_ADD(r, "GreaterOrEqual",
+        [](const KernelInit&) { return binary_kernel(Binary::kGreaterEq); }, same_numeric_types);
+  TETHER_ADD(r, "And", [](const KernelInit&) { return binary_kernel(Binary::kAnd); }, same_numeric_types);
+  TETHER_ADD(r, "Or", [](const KernelInit&) { return binary_kernel(Binary::kOr); }, same_numeric_types);
+  TETHER_ADD(r, "Xor", [](const KernelInit&) { return binary_kernel(Binary::kXor); }, same_numeric_types);
+  TETHER_ADD(r, "Min", [](const KernelInit&) { return variadic_kernel(Binary::kMin, false); }, same_numeric_types);
+  TETHER_ADD(r, "Max", [](const KernelInit&) { return variadic_kernel(Binary::kMax, false); }, same_numeric_types);
+  TETHER_ADD(r, "Sum", [](const KernelInit&) { return variadic_kernel(Binary::kAdd, false); }, same_numeric_types);
+  TETHER_ADD(r, "Mean", [](const KernelInit&) { return variadic_kernel(Binary::kAdd, true); }, same_numeric_types);
 
-  r.add("Where", where_kernel, where_types);
-  r.add("Clip", clip_kernel, numeric_only);
-  r.add("Not", not_kernel, [](const KernelInit& init) { return require_dtype(init, 0, {DType::kBool}); });
-  r.add("IsNaN", isnan_kernel, float_only);
-  r.add("IsInf", isinf_kernel, float_only);
-  r.add("Cast", cast_kernel, cast_types);
-  r.add("CastLike", cast_kernel, cast_types);  // the output type (input 1's) is all the kernel reads
-  r.add("Dropout", dropout_kernel, dropout_types);
+  TETHER_ADD(r, "Where", where_kernel, where_types);
+  TETHER_ADD(r, "Clip", clip_kernel, numeric_only);
+  TETHER_ADD(r, "Not", not_kernel, [](const KernelInit& init) { return require_dtype(init, 0, {DType::kBool}); });
+  TETHER_ADD(r, "IsNaN", isnan_kernel, float_only);
+  TETHER_ADD(r, "IsInf", isinf_kernel, float_only);
+  TETHER_ADD(r, "Cast", cast_kernel, cast_types);
+  TETHER_ADD(r, "CastLike", cast_kernel, cast_types);  // the output type (input 1's) is all the kernel reads
+  TETHER_ADD(r, "Dropout", dropout_kernel, dropout_types);
 }
 
 }  // namespace tether::engine::cpu

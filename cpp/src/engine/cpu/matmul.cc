@@ -207,10 +207,10 @@ class GemmKernel final : public HostKernel {
 void register_matmul(KernelRegistry& r) {
   auto matmul = [](const KernelInit& init) -> std::unique_ptr<Kernel> { return std::make_unique<MatMulKernel>(init); };
   auto gemm = [](const KernelInit& init) -> std::unique_ptr<Kernel> { return std::make_unique<GemmKernel>(init); };
-  r.add("MatMul", matmul, float_only);
-  r.add("Gemm", gemm, float_only);
-  r.add("FusedMatMul", matmul, float_only, "ai.tether");
-  r.add("FusedGemm", gemm, float_only, "ai.tether");
+  TETHER_ADD(r, "MatMul", matmul, float_only);
+  TETHER_ADD(r, "Gemm", gemm, float_only);
+  TETHER_ADD_IN(r, "ai.tether", "FusedMatMul", matmul, float_only);
+  TETHER_ADD_IN(r, "ai.tether", "FusedGemm", gemm, float_only);
 }
 
 }  // namespace tether::engine::cpu

@@ -292,6 +292,8 @@ void prepare_nbits_row(const float* a, int64_t k, int64_t block_size, int bits, 
   }
 }
 
-void register_matmul_nbits(KernelRegistry& r) { r.add("MatMulNBits", make_nbits, nbits_check, "com.microsoft"); }
+void register_matmul_nbits(KernelRegistry& r) {
+  TETHER_ADD_IN(r, "com.microsoft", "MatMulNBits", make_nbits, nbits_check);
+}
 
 }  // namespace tether::engine::cpu

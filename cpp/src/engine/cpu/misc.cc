@@ -311,13 +311,16 @@ std::unique_ptr<Kernel> hardmax_kernel(const KernelInit& init) {
 }  // namespace
 
 void register_misc(KernelRegistry& r) {
-  r.add("TopK", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<TopKKernel>(i); }, topk_check);
-  r.add("CumSum", cumsum_kernel, cumsum_check);
-  r.add("Trilu", trilu_kernel, trilu_check);
-  r.add("OneHot", one_hot_kernel, one_hot_check);
-  r.add("DepthToSpace", [](const KernelInit& i) { return depth_to_space_kernel(i, true); }, depth_to_space_check);
-  r.add("SpaceToDepth", [](const KernelInit& i) { return depth_to_space_kernel(i, false); }, depth_to_space_check);
-  r.add("Hardmax", hardmax_kernel, float_only);
+  TETHER_ADD(r, "TopK",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<TopKKernel>(i); }, topk_check);
+  TETHER_ADD(r, "CumSum", cumsum_kernel, cumsum_check);
+  TETHER_ADD(r, "Trilu", trilu_kernel, trilu_check);
+  TETHER_ADD(r, "OneHot", one_hot_kernel, one_hot_check);
+  TETHER_ADD(r, "DepthToSpace",
+        [](const KernelInit& i) { return depth_to_space_kernel(i, true); }, depth_to_space_check);
+  TETHER_ADD(r, "SpaceToDepth",
+        [](const KernelInit& i) { return depth_to_space_kernel(i, false); }, depth_to_space_check);
+  TETHER_ADD(r, "Hardmax", hardmax_kernel, float_only);
 }
 
 }  // namespace tether::engine::cpu

@@ -428,10 +428,10 @@ std::string gqa_check(const KernelInit& init) {
 }  // namespace
 
 void register_ms_attention(KernelRegistry& r) {
-  r.add("RotaryEmbedding",
+  TETHER_ADD_IN(r, "com.microsoft", "RotaryEmbedding",
         [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<MsRotaryKernel>(i); },
-        ms_rotary_check, "com.microsoft");
-  r.add("GroupQueryAttention", make_gqa, gqa_check, "com.microsoft");
+        ms_rotary_check);
+  TETHER_ADD_IN(r, "com.microsoft", "GroupQueryAttention", make_gqa, gqa_check);
 }
 
 }  // namespace tether::engine::cpu

@@ -145,13 +145,13 @@ std::string skip_norm_check(const KernelInit& init) {
 }  // namespace
 
 void register_ms_norm(KernelRegistry& r) {
-  r.add("SkipLayerNormalization",
+  TETHER_ADD_IN(r, "com.microsoft", "SkipLayerNormalization",
         [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<SkipNormKernel>(i, false); },
-        skip_norm_check, "com.microsoft");
-  r.add("SkipSimplifiedLayerNormalization",
+        skip_norm_check);
+  TETHER_ADD_IN(r, "com.microsoft", "SkipSimplifiedLayerNormalization",
         [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<SkipNormKernel>(i, true); },
-        skip_norm_check, "com.microsoft");
-  r.add("SimplifiedLayerNormalization",
+        skip_norm_check);
+  TETHER_ADD(r, "SimplifiedLayerNormalization",
         [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<SimplifiedNormKernel>(i); },
         float_only);
 }

@@ -412,14 +412,14 @@ std::unique_ptr<Kernel> mean_variance_norm(const KernelInit& init) {
 }  // namespace
 
 void register_norm(KernelRegistry& r) {
-  r.add("BatchNormalization", batch_norm, batch_norm_check);
-  r.add("LayerNormalization", layer_norm, float_only);
-  r.add("InstanceNormalization", instance_norm, float_only);
-  r.add("GroupNormalization", group_norm, float_only);
-  r.add("LRN", lrn, lrn_check);
-  r.add("MeanVarianceNormalization", mean_variance_norm, float_only);
-  r.add("Softmax", [](const KernelInit& i) { return softmax(i, false); }, float_only);
-  r.add("LogSoftmax", [](const KernelInit& i) { return softmax(i, true); }, float_only);
+  TETHER_ADD(r, "BatchNormalization", batch_norm, batch_norm_check);
+  TETHER_ADD(r, "LayerNormalization", layer_norm, float_only);
+  TETHER_ADD(r, "InstanceNormalization", instance_norm, float_only);
+  TETHER_ADD(r, "GroupNormalization", group_norm, float_only);
+  TETHER_ADD(r, "LRN", lrn, lrn_check);
+  TETHER_ADD(r, "MeanVarianceNormalization", mean_variance_norm, float_only);
+  TETHER_ADD(r, "Softmax", [](const KernelInit& i) { return softmax(i, false); }, float_only);
+  TETHER_ADD(r, "LogSoftmax", [](const KernelInit& i) { return softmax(i, true); }, float_only);
 }
 
 }  // namespace tether::engine::cpu

@@ -374,7 +374,7 @@ std::string maxpool_check(const KernelInit& init) {
 }  // namespace
 
 void register_pool(KernelRegistry& r) {
-  r.add("MaxPool",
+  TETHER_ADD(r, "MaxPool",
         [](const KernelInit& i) -> std::unique_ptr<Kernel> {
           if (int8_max_pool(i)) return std::make_unique<IntMaxPoolKernel>(i);
           return std::make_unique<PoolKernel>(i, PoolKind::kMax);
@@ -382,7 +382,7 @@ void register_pool(KernelRegistry& r) {
         maxpool_check);
   // Channels last, 2-D: 8-bit (passes/channels_last.cc writes it between integer
   // convolutions) or float (pool_nhwc.cc; passes/channels_last_float.cc).
-  r.add("MaxPool",
+  TETHER_ADD_IN(r, "ai.tether", "MaxPool",
         [](const KernelInit& i) -> std::unique_ptr<Kernel> {
           if (!int8_max_pool(i)) return make_nhwc_max_pool(i);
           return std::make_unique<IntMaxPoolKernel>(i);
@@ -393,15 +393,15 @@ void register_pool(KernelRegistry& r) {
           if (i.node.attr_int("channels_last", 0) == 0 || !x.has_rank() || x.rank() != 4)
             return "ai.tether MaxPool takes channels_last = 1 and a 4-D X [N, H, W, C]";
           return maxpool_check(i);
-        },
-        "ai.tether");
-  r.add("AveragePool",
+        });
+  TETHER_ADD(r, "AveragePool",
         [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<PoolKernel>(i, PoolKind::kAverage); },
         float_only);
-  r.add("LpPool", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<PoolKernel>(i, PoolKind::kLp); },
+  TETHER_ADD(r, "LpPool",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<PoolKernel>(i, PoolKind::kLp); },
         float_only);
-  r.add("GlobalAveragePool", [](const KernelInit&) { return global_kernel(false); }, float_only);
-  r.add("GlobalMaxPool", [](const KernelInit&) { return global_kernel(true); }, float_only);
+  TETHER_ADD(r, "GlobalAveragePool", [](const KernelInit&) { return global_kernel(false); }, float_only);
+  TETHER_ADD(r, "GlobalMaxPool", [](const KernelInit&) { return global_kernel(true); }, float_only);
 }
 
 }  // namespace tether::engine::cpu

@@ -154,15 +154,15 @@ std::unique_ptr<Kernel> make_nhwc_max_pool(const KernelInit& init) {
 std::string nhwc_max_pool_check(const KernelInit& init) { return nhwc_pool_check(init); }
 
 void register_pool_nhwc(KernelRegistry& r) {
-  r.add("AveragePool",
+  TETHER_ADD_IN(r, "ai.tether", "AveragePool",
         [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<NhwcPool>(i, Kind::kAverage); },
-        nhwc_pool_check, "ai.tether");
-  r.add("GlobalAveragePool",
+        nhwc_pool_check);
+  TETHER_ADD_IN(r, "ai.tether", "GlobalAveragePool",
         [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<NhwcPool>(i, Kind::kGlobalAverage); },
-        nhwc_pool_check, "ai.tether");
-  r.add("GlobalMaxPool",
+        nhwc_pool_check);
+  TETHER_ADD_IN(r, "ai.tether", "GlobalMaxPool",
         [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<NhwcPool>(i, Kind::kGlobalMax); },
-        nhwc_pool_check, "ai.tether");
+        nhwc_pool_check);
 }
 
 }  // namespace tether::engine::cpu

@@ -709,16 +709,16 @@ std::string integer_to_float_check(const KernelInit& init) {
 }  // namespace
 
 void register_qlinear(KernelRegistry& r) {
-  r.add("MatMulInteger", make_integer_matmul, integer_check);
-  r.add("QLinearMatMul", make_integer_matmul, integer_check);
-  r.add("ConvInteger", make_conv, integer_check);
-  r.add("QLinearConv", make_conv, integer_check);
+  TETHER_ADD(r, "MatMulInteger", make_integer_matmul, integer_check);
+  TETHER_ADD(r, "QLinearMatMul", make_integer_matmul, integer_check);
+  TETHER_ADD(r, "ConvInteger", make_conv, integer_check);
+  TETHER_ADD(r, "QLinearConv", make_conv, integer_check);
   // The QDQ pass's forms: the ONNX op plus an activation (and QLinearMatMul a bias).
-  r.add("QLinearMatMul", make_integer_matmul, integer_check, "ai.tether");
-  r.add("QLinearConv", make_conv, integer_check, "ai.tether");
-  r.add("MatMulIntegerToFloat", make_integer_matmul, integer_to_float_check, "ai.tether");
+  TETHER_ADD_IN(r, "ai.tether", "QLinearMatMul", make_integer_matmul, integer_check);
+  TETHER_ADD_IN(r, "ai.tether", "QLinearConv", make_conv, integer_check);
+  TETHER_ADD_IN(r, "ai.tether", "MatMulIntegerToFloat", make_integer_matmul, integer_to_float_check);
   // onnxruntime's QOperator format.
-  r.add("QGemm", make_integer_matmul, qgemm_check, "com.microsoft");
+  TETHER_ADD_IN(r, "com.microsoft", "QGemm", make_integer_matmul, qgemm_check);
   register_qlinear_elementwise(r);
 }
 

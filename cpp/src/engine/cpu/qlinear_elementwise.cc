@@ -174,13 +174,13 @@ std::string qlinear_gap_check(const KernelInit& init) {
 
 void register_qlinear_elementwise(KernelRegistry& r) {
   auto add = [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QLinearAddKernel>(i); };
-  r.add("QLinearAdd", add, qlinear_add_check, "ai.tether");
+  TETHER_ADD_IN(r, "ai.tether", "QLinearAdd", add, qlinear_add_check);
   // onnxruntime's QOperator format: broadcasting and optional zero points; the float
   // arithmetic of DequantizeLinear -> Add -> QuantizeLinear.
-  r.add("QLinearAdd", add, qlinear_add_check, "com.microsoft");
-  r.add("QLinearGlobalAveragePool",
+  TETHER_ADD_IN(r, "com.microsoft", "QLinearAdd", add, qlinear_add_check);
+  TETHER_ADD_IN(r, "com.microsoft", "QLinearGlobalAveragePool",
         [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QLinearGlobalAveragePoolKernel>(i); },
-        qlinear_gap_check, "com.microsoft");
+        qlinear_gap_check);
 }
 
 }  // namespace tether::engine::cpu::qlinear

@@ -485,12 +485,13 @@ std::string bad_scale(const View& s, const std::string& name) {
 }
 
 void register_quantize(KernelRegistry& r) {
-  r.add("QuantizeLinear", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QuantizeKernel>(i); },
+  TETHER_ADD(r, "QuantizeLinear",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QuantizeKernel>(i); },
         quantize_check);
-  r.add("DequantizeLinear",
+  TETHER_ADD(r, "DequantizeLinear",
         [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<DequantizeKernel>(i); },
         dequantize_check);
-  r.add("DynamicQuantizeLinear",
+  TETHER_ADD(r, "DynamicQuantizeLinear",
         [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<DynamicQuantizeKernel>(i); },
         float_only);
 }

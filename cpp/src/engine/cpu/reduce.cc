@@ -301,9 +301,9 @@ std::string reduce_check(const KernelInit& init) {
 }  // namespace
 
 void register_reduce(KernelRegistry& r) {
-#define TETHER_REDUCE(op, kind)                                                                         \
-  r.add(op, [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<ReduceKernel>(i, kind); }, \
-        reduce_check)
+#define TETHER_REDUCE(op, kind)                                                                                  \
+  TETHER_ADD(r, op, [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<ReduceKernel>(i, kind); }, \
+             reduce_check)
   TETHER_REDUCE("ReduceSum", Reduce::kSum);
   TETHER_REDUCE("ReduceMean", Reduce::kMean);
   TETHER_REDUCE("ReduceMax", Reduce::kMax);
@@ -315,8 +315,12 @@ void register_reduce(KernelRegistry& r) {
   TETHER_REDUCE("ReduceLogSumExp", Reduce::kLogSumExp);
   TETHER_REDUCE("ReduceSumSquare", Reduce::kSumSquare);
 #undef TETHER_REDUCE
-  r.add("ArgMax", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<ArgKernel>(i, true); }, reduce_check);
-  r.add("ArgMin", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<ArgKernel>(i, false); }, reduce_check);
+  TETHER_ADD(r, "ArgMax",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<ArgKernel>(i, true); },
+        reduce_check);
+  TETHER_ADD(r, "ArgMin",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<ArgKernel>(i, false); },
+        reduce_check);
 }
 
 }  // namespace tether::engine::cpu

@@ -411,8 +411,8 @@ std::string resize_check(const KernelInit& init) {
 
 void register_resize(KernelRegistry& r) {
   auto make = [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<ResizeKernel>(i); };
-  r.add("Resize", make, resize_check);
-  r.add("Upsample", make, resize_check);
+  TETHER_ADD(r, "Resize", make, resize_check);
+  TETHER_ADD(r, "Upsample", make, resize_check);
 }
 
 }  // namespace tether::engine::cpu

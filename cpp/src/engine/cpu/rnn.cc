@@ -480,7 +480,9 @@ std::string recurrent_check(const KernelInit& init) {
 
 void register_rnn(KernelRegistry& r) {
   auto make = [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<RecurrentKernel>(i); };
-  for (const char* op : {"RNN", "GRU", "LSTM"}) r.add(op, make, recurrent_check);
+  TETHER_ADD(r, "RNN", make, recurrent_check);
+  TETHER_ADD(r, "GRU", make, recurrent_check);
+  TETHER_ADD(r, "LSTM", make, recurrent_check);
 }
 
 }  // namespace tether::engine::cpu

@@ -195,10 +195,10 @@ std::unique_ptr<Kernel> scatter_elements_kernel(const KernelInit& init) {
 }  // namespace
 
 void register_scatter(KernelRegistry& r) {
-  r.add("GatherND", gather_nd_kernel, gather_nd_check);
-  r.add("ScatterND", scatter_nd_kernel, reduction_check);
-  r.add("ScatterElements", scatter_elements_kernel, reduction_check);
-  r.add("Scatter", scatter_elements_kernel, reduction_check);
+  TETHER_ADD(r, "GatherND", gather_nd_kernel, gather_nd_check);
+  TETHER_ADD(r, "ScatterND", scatter_nd_kernel, reduction_check);
+  TETHER_ADD(r, "ScatterElements", scatter_elements_kernel, reduction_check);
+  TETHER_ADD(r, "Scatter", scatter_elements_kernel, reduction_check);
 }
 
 }  // namespace tether::engine::cpu

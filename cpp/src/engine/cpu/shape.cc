@@ -592,20 +592,26 @@ std::string pad_check(const KernelInit& init) {
 }  // namespace
 
 void register_shape(KernelRegistry& r) {
-  for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}) r.add(op, copy_kernel, fixed_size);
-  r.add("Shape", shape_kernel, nullptr);
-  r.add("Size", size_kernel, nullptr);
-  r.add("Transpose", transpose_kernel, fixed_size);
-  r.add("Concat", concat_kernel, fixed_size);
-  r.add("Split", split_kernel, fixed_size);
-  r.add("Slice", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<SliceKernel>(i); }, fixed_size);
-  r.add("Gather", gather_kernel, gather_check);
-  r.add("GatherElements", gather_elements_kernel, gather_check);
-  r.add("Expand", expand_kernel, fixed_size);
-  r.add("Tile", tile_kernel, fixed_size);
-  r.add("Pad", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<PadKernel>(i); }, pad_check);
-  r.add("ConstantOfShape", constant_of_shape_kernel, nullptr);
-  r.add("Range", range_kernel, range_check);
+  TETHER_ADD(r, "Reshape", copy_kernel, fixed_size);
+  TETHER_ADD(r, "Flatten", copy_kernel, fixed_size);
+  TETHER_ADD(r, "Squeeze", copy_kernel, fixed_size);
+  TETHER_ADD(r, "Unsqueeze", copy_kernel, fixed_size);
+  TETHER_ADD(r, "Identity", copy_kernel, fixed_size);
+  TETHER_ADD(r, "Shape", shape_kernel, nullptr);
+  TETHER_ADD(r, "Size", size_kernel, nullptr);
+  TETHER_ADD(r, "Transpose", transpose_kernel, fixed_size);
+  TETHER_ADD(r, "Concat", concat_kernel, fixed_size);
+  TETHER_ADD(r, "Split", split_kernel, fixed_size);
+  TETHER_ADD(r, "Slice",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<SliceKernel>(i); }, fixed_size);
+  TETHER_ADD(r, "Gather", gather_kernel, gather_check);
+  TETHER_ADD(r, "GatherElements", gather_elements_kernel, gather_check);
+  TETHER_ADD(r, "Expand", expand_kernel, fixed_size);
+  TETHER_ADD(r, "Tile", tile_kernel, fixed_size);
+  TETHER_ADD(r, "Pad",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<PadKernel>(i); }, pad_check);
+  TETHER_ADD(r, "ConstantOfShape", constant_of_shape_kernel, nullptr);
+  TETHER_ADD(r, "Range", range_kernel, range_check);
 }
 
 }  // namespace tether::engine::cpu
