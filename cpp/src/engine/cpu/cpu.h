@@ -1,6 +1,7 @@
 // Shared pieces of the CPU backend: family registration, type dispatch, broadcasting.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -188,6 +189,15 @@ inline bool present(const std::vector<View>& v, size_t i) { return i < v.size() 
 int64_t scalar_int(const View& v);
 /// The elements of an integer view (int32 or int64) as int64.
 std::vector<int64_t> int_values(const View& v);
+
+/// The smallest useful chunk of a loop whose items read `bytes` bytes each: handing a task to
+/// another thread takes a few microseconds, as long as streaming some tens of kilobytes does,
+/// so a loop over a small tensor (the rows of one decoding step) stays on the calling thread.
+///
+///   parallel(ctx, rows, grain_for_bytes(cols * sizeof(float)), row_loop);
+constexpr int64_t grain_for_bytes(int64_t bytes) {
+  return std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(bytes, 1));
+}
 
 /// Parallel loop over [0, n) on the context's pool; `grain` is the smallest useful chunk.
 template <typename F>

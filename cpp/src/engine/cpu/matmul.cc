@@ -174,7 +174,7 @@ class GemmKernel final : public HostKernel {
     if (fused) return;
     // C's strides along the output's rows and columns (0 where it is broadcast).
     const std::vector<int64_t> cs = broadcast_strides(c != nullptr ? c->dims : out[0].dims, out[0].dims);
-    parallel(ctx, m, 1, [&](int64_t i0, int64_t i1) {
+    parallel(ctx, m, grain_for_bytes(n * 4), [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         float* row = y + i * n;
         for (int64_t j = 0; j < n; ++j) row[j] *= alpha_;

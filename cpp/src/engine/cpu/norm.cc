@@ -25,7 +25,7 @@ std::unique_ptr<Kernel> batch_norm(const KernelInit& init) {
     const int64_t n = x.dims[0], c = x.rank() > 1 ? x.dims[1] : 1;
     const int64_t size = n * c == 0 ? 0 : x.numel() / (n * c);
     const float *scale = in[1].as<float>(), *bias = in[2].as<float>(), *mean = in[3].as<float>(), *var = in[4].as<float>();
-    parallel(ctx, n * c, 1, [&](int64_t p0, int64_t p1) {
+    parallel(ctx, n * c, grain_for_bytes(size * 4), [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t ch = p % c;
         const double a = scale[ch] / std::sqrt(static_cast<double>(var[ch]) + eps);
@@ -50,7 +50,7 @@ std::string batch_norm_check(const KernelInit& init) {
 template <typename Affine>
 void normalize_rows(const RunContext& ctx, const float* x, float* y, int64_t rows, int64_t size, double eps,
                     Affine affine, float* mean_out = nullptr, float* inv_std_out = nullptr) {
-  parallel(ctx, rows, 1, [&](int64_t r0, int64_t r1) {
+  parallel(ctx, rows, grain_for_bytes(size * 4), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* xr = x + r * size;
       double sum = 0;
@@ -132,7 +132,7 @@ std::unique_ptr<Kernel> layer_norm(const KernelInit& init) {
     float* mean = out.size() > 1 && out[1].data ? out[1].as<float>() : nullptr;
     float* inv = out.size() > 2 && out[2].data ? out[2].as<float>() : nullptr;
     if (ns == size && (bias == nullptr || nb == size)) {
-      parallel(ctx, rows, 1, [&](int64_t r0, int64_t r1) {
+      parallel(ctx, rows, grain_for_bytes(size * 4), [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
           double m = 0, v = 0;
           layer_norm_row(x.as<float>() + r * size, out[0].as<float>() + r * size, size, eps, scale.as<float>(),
@@ -300,12 +300,12 @@ std::unique_ptr<Kernel> softmax(const KernelInit& init, bool log) {
       else inner *= x.dims[d];
     }
     if (inner == 1) {  // rows are contiguous: the common case, vectorised
-      parallel(ctx, outer, 1, [&](int64_t r0, int64_t r1) {
+      parallel(ctx, outer, grain_for_bytes(len * 4), [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) softmax_row(x.as<float>() + r * len, out[0].as<float>() + r * len, len, log, vexp);
       });
       return;
     }
-    parallel(ctx, outer * inner, 1, [&](int64_t t0, int64_t t1) {
+    parallel(ctx, outer * inner, grain_for_bytes(len * 4), [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t o = t / inner, i = t % inner;
         const float* xp = x.as<float>() + o * len * inner + i;

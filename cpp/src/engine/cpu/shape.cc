@@ -190,7 +190,8 @@ std::unique_ptr<Kernel> transpose_kernel(const KernelInit& init) {
         const auto* src = x.as<std::byte>();
         auto* dst = out[0].as<std::byte>();
         const auto e = static_cast<int64_t>(esize);
-        parallel(ctx, b->batch * rb * cb, 1, [&](int64_t t0, int64_t t1) {
+        const int64_t tile_bytes = std::min(b->rows, kRows) * std::min(b->cols, kCols) * e;
+        parallel(ctx, b->batch * rb * cb, grain_for_bytes(tile_bytes), [&](int64_t t0, int64_t t1) {
           for (int64_t t = t0; t < t1; ++t) {
             const int64_t i = t / (rb * cb), r0 = t / cb % rb * kRows, c0 = t % cb * kCols;
             const int64_t r1 = std::min(b->rows, r0 + kRows), c1 = std::min(b->cols, c0 + kCols);
@@ -209,7 +210,7 @@ std::unique_ptr<Kernel> transpose_kernel(const KernelInit& init) {
     const int64_t inner = od.empty() ? 1 : od.back();
     const int64_t inner_stride = src_strides.empty() ? 1 : src_strides.back();
     const int64_t rows = inner == 0 ? 0 : out[0].numel() / inner;
-    parallel(ctx, rows, 1, [&](int64_t r0, int64_t r1) {
+    parallel(ctx, rows, grain_for_bytes(inner * static_cast<int64_t>(size)), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         int64_t rem = r, src = 0;
         for (size_t d = od.empty() ? 0 : od.size() - 1; d-- > 0;) {
