@@ -44,8 +44,6 @@ REFUSED: dict[str, dict[str, str]] = {"vulkan": {
     "Cast-float-to-float16": "Vulkan's Cast writes float32, int32, int64, bool and uint8 only",
     "Cast-int32-to-int8-wraps": "Vulkan's Cast writes float32, int32, int64, bool and uint8 only",
     "LayerNormalization-stats-outputs": "Vulkan's LayerNormalization does not write Mean and InvStdDev",
-    "MatMulIntegerToFloat-from-dynamic-quantization": "the chain fuses to ai.tether MatMulIntegerToFloat, which Vulkan "
-                                                      "does not list",
     "conv7": "Vulkan's Conv takes 1-D and 2-D convolutions (this one is 3-D)",
     "conv7_residual_relu": "Vulkan's FusedConv takes 1-D and 2-D convolutions (this one is 3-D)",
 }}

@@ -1,10 +1,10 @@
 """INT8 on Vulkan: QuantizeLinear, DequantizeLinear, QLinearMatMul, MatMulInteger,
-QLinearConv, ConvInteger, QLinearAdd and MaxPool on 8-bit tensors, compiled strict (so every
-node runs on the device), agree with the CPU engine's INT8 bit for bit, and with a numpy
-version of the ONNX definition (computed in float64) within one quantization step. The integer
-products run both on the device's integer dot products and on plain multiply-adds
-(TETHER_VULKAN_NO_INTEGER_DOT=1). A CNN and an MLP quantized by tt.quantize.static run wholly
-on Vulkan and agree with the CPU engine."""
+QLinearConv, ConvInteger, QLinearAdd, and MaxPool, Concat, Transpose and Slice on 8-bit
+tensors, compiled strict (so every node runs on the device), agree with the CPU engine's INT8
+bit for bit, and with a numpy version of the ONNX definition (computed in float64) within one
+quantization step. The integer products run both on the device's integer dot products and on
+plain multiply-adds (TETHER_VULKAN_NO_INTEGER_DOT=1). A CNN and an MLP quantized by
+tt.quantize.static run wholly on Vulkan and agree with the CPU engine."""
 
 from __future__ import annotations
 
@@ -104,9 +104,10 @@ def test_quantize_and_dequantize_match_cpu_and_numpy(dtype, per_axis):
 
 @pytest.mark.parametrize("a_type,b_type", [(np.uint8, np.int8), (np.int8, np.int8), (np.uint8, np.uint8)])
 @pytest.mark.parametrize("per_column", [False, True])
-def test_qlinear_matmul_with_batch_dims_matches_cpu_and_numpy(product_path, a_type, b_type, per_column):
+@pytest.mark.parametrize("k", [13, 16])  # A read byte by byte, and as words of 4 (K a multiple of 4)
+def test_qlinear_matmul_with_batch_dims_matches_cpu_and_numpy(product_path, a_type, b_type, per_column, k):
     rng = np.random.default_rng(2)
-    k, n = 13, 7  # K not a multiple of 4, N not of the 4 columns an invocation takes
+    n = 7  # not a multiple of the 4 columns an invocation takes
     a = _ints(rng, a_type, [2, 3, 5, k])
     b = _ints(rng, b_type, [k, n])
     sa, sy = np.float32(0.02), np.float32(0.9)
@@ -275,6 +276,39 @@ def test_qlinear_add_matches_cpu_and_numpy(relu, types):
     if relu:
         v = np.maximum(v, 0)
     _within_one_step(got["y"], _requantize(v, 1 / np.float64(sy), int(zy), ty))
+
+
+# ---- data movement on 8-bit tensors ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_concat_transpose_and_slice_on_8bit_tensors_match_numpy_and_cpu(dtype):
+    rng = np.random.default_rng(9)
+    a, b, c = _ints(rng, dtype, [2, 3, 5, 7]), _ints(rng, dtype, [2, 3, 5, 1]), _ints(rng, dtype, [2, 3, 5, 13])
+    # Slice: a start past the end (clamped), steps backwards, an axis counted from the end.
+    bounds = {"st": [9, -1, 1], "en": [0, -100, 100], "ax": [2, -1, 1], "sp": [-2, -3, 1]}
+    nodes = [helper.make_node("Concat", ["a", "b", "c"], ["cat"], axis=-1),
+             helper.make_node("Transpose", ["a"], ["perm"], perm=[0, 3, 1, 2]),
+             helper.make_node("Transpose", ["c"], ["rev"]),
+             helper.make_node("Slice", ["a", "st", "en", "ax", "sp"], ["sl"])]
+    model = _model(nodes, [_io("a", dtype, a.shape), _io("b", dtype, b.shape), _io("c", dtype, c.shape)],
+                   [_io(name, dtype, None) for name in ("cat", "perm", "rev", "sl")],
+                   {k: np.array(v, np.int64) for k, v in bounds.items()})
+    got, ref = _run_both(model, {"a": a, "b": b, "c": c})
+    want = {"cat": np.concatenate([a, b, c], axis=-1), "perm": a.transpose(0, 3, 1, 2), "rev": c.transpose(),
+            "sl": a[:, 1:, 4:0:-2, -1::-3]}
+    for name, w in want.items():
+        np.testing.assert_array_equal(got[name], w, err_msg=name)
+        np.testing.assert_array_equal(ref[name], w, err_msg=name)
+
+
+def test_transpose_of_8bit_tensor_past_six_unmerged_dims_is_refused_when_strict():
+    x = np.arange(2 ** 7, dtype=np.uint8).reshape([2] * 7)
+    node = helper.make_node("Transpose", ["x"], ["y"], perm=[6, 5, 4, 3, 2, 1, 0])
+    model = _model([node], [_io("x", np.uint8, x.shape)], [_io("y", np.uint8, None)], {})
+    with pytest.raises(tt.UnsupportedError, match="Transpose.*6"):
+        tt.compile(model, device="vulkan", strict=True)
+    np.testing.assert_array_equal(tt.compile(model, device="vulkan").run({"x": x})["y"], x.transpose())
 
 
 # ---- models from tt.quantize.static ---------------------------------------------------------------------

@@ -1,7 +1,8 @@
 // INT8 on Vulkan, the element-wise part: QuantizeLinear and DequantizeLinear (int8 / uint8, and
 // int32 for DequantizeLinear; per tensor or per axis; shaders/quantize.comp, dequantize.comp),
 // ai.tether QLinearAdd (shaders/qadd.comp), and the ops the QDQ pass leaves on 8-bit tensors:
-// MaxPool (shaders/qmaxpool2d.comp) and the views. The integer products are in quant_gemm.cc.
+// MaxPool (shaders/qmaxpool2d.comp), the views, and Concat, Transpose and Slice
+// (quant_shape.cc). The integer products are in quant_gemm.cc.
 //
 // 8-bit tensors are bytes in storage buffers (storageBuffer8BitAccess, and shaderInt8 to store
 // them): a device without them refuses these kernels when they are recorded, and the nodes run
@@ -307,7 +308,11 @@ void register_quant(KernelRegistry& r) {
   widen<3>(r, "Squeeze", nullptr, view_check8);
   widen<4>(r, "Unsqueeze", nullptr, view_check8);
   widen<5>(r, "Identity", nullptr, view_check8);
+  widen<6>(r, "Concat", byte_concat_kernel, byte_concat_check);
+  widen<7>(r, "Transpose", byte_transpose_kernel, byte_transpose_check);
+  widen<8>(r, "Slice", byte_slice_kernel, byte_slice_check);
   register_quant_gemm(r);
+  register_quant_dynamic(r);
 }
 
 }  // namespace tether::engine::vulkan

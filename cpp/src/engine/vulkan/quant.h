@@ -1,8 +1,10 @@
-// What the INT8 kernels (quant.cc, quant_gemm.cc) share: checks of their constant parameters and
-// the 8-bit storage they need. Internal to the Vulkan backend.
+// What the INT8 kernels (quant.cc, quant_gemm.cc, quant_dynamic.cc, quant_shape.cc) share:
+// checks of their constant parameters and the 8-bit storage they need. Internal to the Vulkan
+// backend.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,5 +31,17 @@ void require_storage8(const Recorder& rec, const ir::Node& node);
 
 /// Registers QLinearMatMul, MatMulInteger, QLinearConv and ConvInteger (quant_gemm.cc).
 void register_quant_gemm(KernelRegistry& r);
+
+/// Registers DynamicQuantizeLinear (quant_dynamic.cc).
+void register_quant_dynamic(KernelRegistry& r);
+
+/// Concat, Transpose and Slice (constant bounds) on int8 / uint8 tensors (quant_shape.cc): the
+/// kernels and checks register_quant puts before the word kernels for 8-bit inputs.
+std::unique_ptr<Kernel> byte_concat_kernel(const KernelInit& init);
+std::unique_ptr<Kernel> byte_transpose_kernel(const KernelInit& init);
+std::unique_ptr<Kernel> byte_slice_kernel(const KernelInit& init);
+std::string byte_concat_check(const KernelInit& init);
+std::string byte_transpose_check(const KernelInit& init);
+std::string byte_slice_check(const KernelInit& init);
 
 }  // namespace tether::engine::vulkan

@@ -1,8 +1,10 @@
 // INT8 on Vulkan, the integer products: QLinearMatMul and QLinearConv (ONNX, and ai.tether with a
 // bias and a fused Relu or Clip, as passes/qdq_fuse.cc writes them), MatMulInteger and
-// ConvInteger, all by shaders/qgemm.glsl. Weights are constants, packed at compile as int8 words
-// of 4 along K per output column, with each column's weight sum, zero point, bias and output
-// scale beside them. The dot products of 4 bytes are the device's own (OpSDotKHR) where it has
+// ConvInteger, and ai.tether MatMulIntegerToFloat (dynamic quantization's MatMul, as
+// passes/integer_matmul.cc fuses it: float output, its scale computed at run time), all by
+// shaders/qgemm.glsl. Weights are constants, packed at compile as int8 words of 4 along K per
+// output column, with each column's weight sum, zero point, bias and output scale beside them.
+// The dot products of 4 bytes are the device's own (OpSDotKHR) where it has
 // VK_KHR_shader_integer_dot_product (qgemm_dot.comp), else plain int32 multiply-adds
 // (qgemm.comp); TETHER_VULKAN_NO_INTEGER_DOT=1 forces the plain form when a kernel is compiled.
 // Both give the same integers, requantized as on the CPU engine (engine/cpu/qlinear.h).
@@ -26,8 +28,15 @@ struct Slots {
 };
 constexpr Slots kQLinear{0, 1, 2, 3, 4, 5, 6, 7, 8};
 constexpr Slots kInteger{0, -1, 2, 1, -1, 3, -1, -1, -1};
+// MatMulIntegerToFloat(A, B, scale, a_zero_point, b_zero_point, bias): the float scale and bias
+// are read on the device, in kFloatScale and kFloatBias.
+constexpr Slots kToFloat{0, -1, 3, 1, -1, 4, -1, -1, -1};
+constexpr size_t kFloatScale = 2, kFloatBias = 5;
 
-const Slots& slots_of(const ir::Node& n) { return n.op_type().rfind("QLinear", 0) == 0 ? kQLinear : kInteger; }
+bool is_to_float(const ir::Node& n) { return n.op_type() == "MatMulIntegerToFloat"; }
+const Slots& slots_of(const ir::Node& n) {
+  return is_to_float(n) ? kToFloat : n.op_type().rfind("QLinear", 0) == 0 ? kQLinear : kInteger;
+}
 bool is_conv(const ir::Node& n) { return n.op_type() == "QLinearConv" || n.op_type() == "ConvInteger"; }
 bool present(const ir::Node& n, int slot) {
   return slot >= 0 && static_cast<size_t>(slot) < n.inputs().size() && n.input(static_cast<size_t>(slot)) != nullptr;
@@ -36,6 +45,31 @@ bool present(const ir::Node& n, int slot) {
 // Output columns (channels) and depth of the constant weights.
 int64_t columns_of(const ir::Tensor& w, bool conv) { return conv ? w.dims()[0] : w.dims()[1]; }
 int64_t depth_of(const ir::Tensor& w, bool conv) { return conv ? w.num_elements() / std::max<int64_t>(w.dims()[0], 1) : w.dims()[0]; }
+
+// Elements of input `i` when its shape is static, else -1.
+int64_t static_count(const KernelInit& init, size_t i) {
+  const std::optional<std::vector<int64_t>> dims = init.input_types[i].shape().static_sizes();
+  return dims ? product(*dims, 0, dims->size()) : -1;
+}
+
+// MatMulIntegerToFloat's float side: the scale one value or one per column, the bias one per
+// column, an activation the shader applies.
+std::string to_float_check(const KernelInit& init, int64_t cols) {
+  if (init.output_dtype(0) != ir::DType::kFloat32) return "its output is not float32";
+  if (init.input_dtype(kFloatScale) != ir::DType::kFloat32) return "its scale is not float32";
+  const int64_t scales = static_count(init, kFloatScale);
+  if (scales != 1 && scales != cols) return "its scale is neither one value nor one per column, as far as compile knows";
+  if (present(init.node, kFloatBias)) {
+    if (init.input_dtype(kFloatBias) != ir::DType::kFloat32) return "its bias is not float32";
+    if (static_count(init, kFloatBias) != cols) return "its bias is not one value per column, as far as compile knows";
+  }
+  try {
+    fused_activation(init.node);
+  } catch (const ModelError& e) {
+    return e.what();
+  }
+  return "";
+}
 
 std::string gemm_check(const KernelInit& init) {
   const ir::Node& n = init.node;
@@ -65,6 +99,7 @@ std::string gemm_check(const KernelInit& init) {
   if (std::string why = zero_problem(init, static_cast<size_t>(s.b_zp), "the weights' zero point"); !why.empty()) return why;
   if (const ir::Tensor* z = init.constant(static_cast<size_t>(s.b_zp)); z != nullptr && z->num_elements() != 1 && z->num_elements() != cols)
     return "the weights' zero point is neither one value nor one per output column";
+  if (is_to_float(n)) return to_float_check(init, cols);
   if (s.y_scale < 0) {
     if (init.output_dtype(0) != ir::DType::kInt32) return "its output is not int32";
     return "";
@@ -119,13 +154,19 @@ class QGemmKernel final : public GpuKernel {
     k_ = depth_of(w, conv_);
     a_signed_ = init.input_dtype(static_cast<size_t>(s.a)) == ir::DType::kInt8;
     has_az_ = present(init.node, s.a_zp);
-    out_int32_ = s.y_scale < 0;
+    out_ = is_to_float(init.node) ? Out::kFloat : s.y_scale < 0 ? Out::kInt32 : Out::kBytes;
     pack(init, s, w);
-    if (!out_int32_) requantization(init, s);
+    if (out_ == Out::kBytes) requantization(init, s);
+    if (out_ == Out::kFloat) {
+      act_ = fused_activation(init.node);
+      scale_per_column_ = static_count(init, kFloatScale) != 1;
+      has_bias_ = present(init.node, kFloatBias);
+    }
   }
 
   bool reads_on_device(size_t i) const override {
     const Slots& s = slots_of(node_);
+    if (out_ == Out::kFloat && (i == kFloatScale || i == kFloatBias)) return true;
     return static_cast<int>(i) == s.a || static_cast<int>(i) == s.a_zp;
   }
 
@@ -133,11 +174,15 @@ class QGemmKernel final : public GpuKernel {
     if (!gpu.device.storage8()) return;  // refused when recorded
     const char* plain = std::getenv("TETHER_VULKAN_NO_INTEGER_DOT");
     const bool dot = gpu.device.integer_dot() && !(plain != nullptr && std::string(plain) == "1");
-    pipeline_ = &gpu.pipeline(dot ? "qgemm_dot" : "qgemm", 6, sizeof(GemmPush),
-                              {kLocal, conv_ ? 1u : 0u, a_signed_ ? 1u : 0u, has_az_ ? 1u : 0u, out_int32_ ? 1u : 0u,
-                               y_signed_ ? 1u : 0u, static_cast<uint32_t>(y_zero_), static_cast<uint32_t>(y_lo_),
-                               static_cast<uint32_t>(y_hi_)},
-                              ir::DType::kInt8);
+    std::vector<uint32_t> spec{kLocal};
+    for (uint32_t v : act_.spec()) spec.push_back(v);
+    for (uint32_t v : {conv_ ? 1u : 0u, a_signed_ ? 1u : 0u, has_az_ ? 1u : 0u, static_cast<uint32_t>(out_),
+                       y_signed_ ? 1u : 0u, static_cast<uint32_t>(y_zero_), static_cast<uint32_t>(y_lo_),
+                       static_cast<uint32_t>(y_hi_), scale_per_column_ ? 1u : 0u, has_bias_ ? 1u : 0u, a_words() ? 1u : 0u})
+      spec.push_back(v);
+    // Float output takes the float16-storage build under precision fp16, like every float tensor.
+    pipeline_ = &gpu.pipeline(dot ? "qgemm_dot" : "qgemm", 10, sizeof(GemmPush), std::move(spec),
+                              out_ == Out::kFloat ? ir::DType::kFloat32 : ir::DType::kInt8);
     words_ = gpu.add_weight_view(packed_.words.data(), static_cast<int64_t>(packed_.words.size() * 4));
     table_ = gpu.add_weight_view(packed_.cols.data(), static_cast<int64_t>(packed_.cols.size() * 4));
   }
@@ -183,8 +228,16 @@ class QGemmKernel final : public GpuKernel {
     check_u32(node_, n, "the invocations");
     p.n = static_cast<uint32_t>(n);
     const Range az = has_az_ ? in[static_cast<size_t>(s.a_zp)].range : rec.unused();
-    const Range y8 = out_int32_ ? rec.unused() : y.range, y32 = out_int32_ ? y.range : rec.unused();
-    dispatch_1d(rec, *pipeline_, {x.range, rec.weight(words_), rec.weight(table_), az, y8, y32}, &p, sizeof p, n);
+    auto output_if = [&](Out kind) { return out_ == kind ? y.range : rec.unused(); };
+    Range scale = rec.unused(), bias = rec.unused();
+    if (out_ == Out::kFloat) {
+      scale = float_operand(in, kFloatScale, scale_per_column_, "scale").range;
+      if (has_bias_) bias = float_operand(in, kFloatBias, true, "bias").range;
+    }
+    dispatch_1d(rec, *pipeline_,
+                {x.range, rec.weight(words_), rec.weight(table_), az, output_if(Out::kBytes), output_if(Out::kInt32),
+                 scale, bias, output_if(Out::kFloat), a_words() ? x.range : rec.unused()},
+                &p, sizeof p, n);
   }
 
  private:
@@ -242,8 +295,27 @@ class QGemmKernel final : public GpuKernel {
     }
   }
 
+  // MatMulIntegerToFloat's scale or bias: one value per column, or one value (`per_column` false).
+  const GpuTensor& float_operand(const std::vector<GpuTensor>& in, size_t i, bool per_column, const char* name) const {
+    const int64_t want = per_column ? cols_ : 1;
+    if (in[i].numel() != want)
+      throw ArgumentError(node_.describe() + ": " + name + " has " + std::to_string(in[i].numel()) + " elements, expected " +
+                          std::to_string(want) + (per_column ? " (one per column of b)" : "") + ", as at compile");
+    return in[i];
+  }
+
+  // A's rows start on whole words when K is a multiple of 4: the shader then loads a word where
+  // it would load 4 bytes.
+  bool a_words() const { return !conv_ && k_ % 4 == 0; }
+
+  // What the shader writes (its OUT_KIND): 8-bit requantized values, int32 sums, or floats.
+  enum class Out : uint32_t { kBytes = 0, kInt32 = 1, kFloat = 2 };
+
   const ir::Node& node_;
-  bool conv_, a_signed_ = true, has_az_ = false, out_int32_ = false, y_signed_ = true;
+  Out out_ = Out::kBytes;
+  Activation act_;
+  bool scale_per_column_ = false, has_bias_ = false;
+  bool conv_, a_signed_ = true, has_az_ = false, y_signed_ = true;
   int64_t cols_ = 0, k_ = 0;
   std::vector<int64_t> w_dims_;
   int32_t y_zero_ = 0, y_lo_ = -128, y_hi_ = 127;
@@ -259,6 +331,7 @@ void register_quant_gemm(KernelRegistry& r) {
   for (const char* op : {"QLinearMatMul", "QLinearConv", "MatMulInteger", "ConvInteger"}) r.add(op, make, gemm_check);
   r.add("QLinearMatMul", make, gemm_check, "ai.tether");
   r.add("QLinearConv", make, gemm_check, "ai.tether");
+  r.add("MatMulIntegerToFloat", make, gemm_check, "ai.tether");
 }
 
 }  // namespace tether::engine::vulkan

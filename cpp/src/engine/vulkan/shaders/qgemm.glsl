@@ -13,21 +13,28 @@
 // that za may be computed on the device (DynamicQuantizeLinear). The requantization is the CPU
 // engine's: round_half_even(clamp(float(s) * scale, lo - zy, hi - zy)) + zy, scale =
 // float(a_scale * w_scale) / y_scale from the host; the float product is correctly rounded, so
-// results match the CPU engine's bit for bit.
+// results match the CPU engine's bit for bit. ai.tether MatMulIntegerToFloat (OUT_KIND 2) ends
+// in floats instead, as its unfused Cast, Mul, Add and activation compute them, each rounded:
+// activate(float(s) * scale + bias), the scale (one, or one per column) and the bias read from
+// the device, since the scale comes from DynamicQuantizeLinear at run time.
 #extension GL_EXT_spirv_intrinsics : require
 #include "storage.glsl"
 #include "q_common.glsl"
 layout(local_size_x_id = 0) in;
 #include "common.glsl"
+#include "activation.glsl"  // constants 1-3: MatMulIntegerToFloat's activation
 
-layout(constant_id = 1) const bool CONV = false;
-layout(constant_id = 2) const bool A_SIGNED = true;
-layout(constant_id = 3) const bool HAS_AZ = false;   // a zero point to read (binding 3)
-layout(constant_id = 4) const bool OUT_INT32 = false;
-layout(constant_id = 5) const bool Y_SIGNED = true;
-layout(constant_id = 6) const int Y_ZERO = 0;
-layout(constant_id = 7) const int Y_LO = -128;  // the output's clamp (a fused activation narrows it)
-layout(constant_id = 8) const int Y_HI = 127;
+layout(constant_id = 4) const bool CONV = false;
+layout(constant_id = 5) const bool A_SIGNED = true;
+layout(constant_id = 6) const bool HAS_AZ = false;   // a zero point to read (binding 3)
+layout(constant_id = 7) const uint OUT_KIND = 0;     // 0: 8-bit (binding 4), 1: int32 (5), 2: float (8)
+layout(constant_id = 8) const bool Y_SIGNED = true;
+layout(constant_id = 9) const int Y_ZERO = 0;
+layout(constant_id = 10) const int Y_LO = -128;  // the output's clamp (a fused activation narrows it)
+layout(constant_id = 11) const int Y_HI = 127;
+layout(constant_id = 12) const bool SCALE_PER_COLUMN = false;  // OUT_KIND 2: one scale per column, else one
+layout(constant_id = 13) const bool HAS_BIAS = false;          // OUT_KIND 2: a float bias per column
+layout(constant_id = 14) const bool A_WORDS = false;  // not CONV, K a multiple of 4: A's rows read as words (binding 9)
 const uint CB = 4;  // columns per invocation: each word of A serves CB dot products
 
 layout(std430, binding = 0) readonly buffer A { uint8_t a[]; };
@@ -36,6 +43,10 @@ layout(std430, binding = 2) readonly buffer Cols { ivec4 cols[]; };  // sum w, z
 layout(std430, binding = 3) readonly buffer Az { uint8_t az[]; };
 layout(std430, binding = 4) writeonly buffer Y8 { uint8_t y8[]; };
 layout(std430, binding = 5) writeonly buffer Y32 { int y32[]; };
+layout(std430, binding = 6) readonly buffer Scale { act_t scale[]; };
+layout(std430, binding = 7) readonly buffer Bias { act_t bias[]; };
+layout(std430, binding = 8) writeonly buffer YF { act_t yf[]; };
+layout(std430, binding = 9) readonly buffer A32 { uint a32[]; };  // A again, 4 bytes a word
 layout(push_constant, std430) uniform Push {
   uint n;           // invocations: batch * ceil(N / CB) * rows
   uint rows, N;     // per batch element (an image and group for CONV)
@@ -77,7 +88,8 @@ void main() {
   int sum_a = 0;
   for (uint k4 = 0; k4 < p.K4; ++k4) {
     uint word = 0;
-    for (uint q = 0; q < 4; ++q) {
+    if (A_WORDS) word = a32[r * p.K4 + k4] ^ (FLIP * 0x01010101u);
+    for (uint q = 0; q < (A_WORDS ? 0u : 4u); ++q) {
       uint k = k4 * 4 + q;
       uint raw = FLIP;  // past K: 0 in int8 form
       if (k < p.K) {
@@ -110,8 +122,12 @@ void main() {
     ivec4 col = cols[col0 + jj];
     int s = acc[jj] - col.y * sum_a - za * col.x + int(p.K) * za * col.y + col.z;
     uint o = CONV ? ((img * p.M + g * p.N + j) * p.rows + r) : r * p.N + j;
-    if (OUT_INT32) {
+    if (OUT_KIND == 1u) {
       y32[o] = s;
+    } else if (OUT_KIND == 2u) {
+      precise float v = float(s) * LD(scale[SCALE_PER_COLUMN ? col0 + jj : 0u]);
+      if (HAS_BIAS) v = v + LD(bias[col0 + jj]);
+      yf[o] = ST(activate(v));
     } else {
       precise float v = float(s) * intBitsToFloat(col.w);
       y8[o] = byte_of(requantize(v, float(Y_LO - Y_ZERO), float(Y_HI - Y_ZERO), Y_ZERO));

@@ -1,0 +1,167 @@
+// INT8 on Vulkan, data movement on 8-bit tensors: Concat, Transpose and Slice with constant
+// bounds, a byte per invocation (shaders/q_strided_copy.comp). The word kernels of shape.cc
+// move 32-bit elements; register_quant puts these before them for int8 and uint8 inputs.
+#include <algorithm>
+
+#include "engine/vulkan/ops.h"
+#include "engine/vulkan/quant.h"
+
+namespace tether::engine::vulkan {
+
+namespace {
+
+constexpr size_t kMaxDims = 6;
+
+struct BytePush {
+  uint32_t n, rank;
+  int32_t base, y_base;
+  uint32_t dims[kMaxDims];
+  int32_t strides[kMaxDims];
+  int32_t y_strides[kMaxDims];
+};
+
+// Copies the `dims` elements from x at `base` + index * `strides` to y at `y_base` + index *
+// `y_strides`, dims merged where both sides allow.
+void record_bytes(Recorder& rec, const ir::Node& node, const Pipeline& p, std::vector<int64_t> dims,
+                  std::vector<int64_t> strides, int64_t base, std::vector<int64_t> y_strides, int64_t y_base,
+                  const Range& x, const Range& y) {
+  const int64_t n = product(dims, 0, dims.size());
+  if (n == 0) return;
+  collapse_dims(dims, {&strides, &y_strides});
+  if (dims.size() > kMaxDims)
+    throw UnsupportedError(node.describe() + ": " + std::to_string(dims.size()) +
+                           " dims that do not merge; the Vulkan kernel takes 6");
+  check_u32(node, n, "the output");
+  BytePush push{};
+  push.n = static_cast<uint32_t>(n);
+  push.rank = static_cast<uint32_t>(dims.size());
+  push.base = static_cast<int32_t>(base);
+  push.y_base = static_cast<int32_t>(y_base);
+  for (size_t d = 0; d < dims.size(); ++d) {
+    push.dims[d] = static_cast<uint32_t>(dims[d]);
+    push.strides[d] = static_cast<int32_t>(strides[d]);
+    push.y_strides[d] = static_cast<int32_t>(y_strides[d]);
+  }
+  dispatch_1d(rec, p, {x, y}, &push, sizeof push, n);
+}
+
+class ByteMoveKernel : public GpuKernel {
+ public:
+  explicit ByteMoveKernel(const KernelInit& init) : node_(init.node) {}
+  void prepare(Gpu& gpu) override {
+    if (gpu.device.storage8()) pipeline_ = &gpu.pipeline("q_strided_copy", 2, sizeof(BytePush), {kLocal}, ir::DType::kInt8);
+  }
+
+ protected:
+  const ir::Node& node_;
+  const Pipeline* pipeline_ = nullptr;
+};
+
+class ByteConcatKernel final : public ByteMoveKernel {
+ public:
+  explicit ByteConcatKernel(const KernelInit& init) : ByteMoveKernel(init), axis_(init.node.attr_int("axis", 0)) {}
+
+  void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
+    require_storage8(rec, node_);
+    const std::vector<int64_t>& od = out[0].dims;
+    const auto a = static_cast<size_t>(normalize_axis(node_, axis_, od.size()));
+    const std::vector<int64_t> ys = strides_of(od);
+    int64_t offset = 0;
+    for (const GpuTensor& t : in) {
+      check_u32(node_, t.numel(), "an input");
+      record_bytes(rec, node_, *pipeline_, t.dims, strides_of(t.dims), 0, ys, offset * ys[a], t.range, out[0].range);
+      offset += t.dims[a];
+    }
+  }
+
+ private:
+  int64_t axis_;
+};
+
+class ByteTransposeKernel final : public ByteMoveKernel {
+ public:
+  explicit ByteTransposeKernel(const KernelInit& init) : ByteMoveKernel(init), perm_(init.node.attr_ints("perm")) {}
+
+  void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
+    require_storage8(rec, node_);
+    const size_t rank = in[0].dims.size();
+    std::vector<int64_t> perm = perm_;
+    if (perm.empty())
+      for (size_t d = rank; d-- > 0;) perm.push_back(static_cast<int64_t>(d));
+    const std::vector<int64_t> xs = strides_of(in[0].dims);
+    std::vector<int64_t> strides(rank);
+    for (size_t d = 0; d < rank; ++d) strides[d] = xs[static_cast<size_t>(perm[d])];
+    check_u32(node_, in[0].numel(), "the input");
+    record_bytes(rec, node_, *pipeline_, out[0].dims, strides, 0, strides_of(out[0].dims), 0, in[0].range, out[0].range);
+  }
+
+ private:
+  std::vector<int64_t> perm_;
+};
+
+// Starts, axes and steps from the attributes (opset < 10) or constant inputs; the output's
+// dims (from inference) give where each run ends.
+class ByteSliceKernel final : public ByteMoveKernel {
+ public:
+  explicit ByteSliceKernel(const KernelInit& init) : ByteMoveKernel(init) {
+    if (init.node.attr("starts") != nullptr) {
+      starts_ = init.node.attr_ints("starts");
+      axes_ = init.node.attr_ints("axes");
+    } else {
+      starts_ = int_values(*init.constant(1));
+      if (const ir::Tensor* a = init.constant(3)) axes_ = int_values(*a);
+      if (const ir::Tensor* s = init.constant(4)) steps_ = int_values(*s);
+    }
+    if (axes_.empty())
+      for (size_t i = 0; i < starts_.size(); ++i) axes_.push_back(static_cast<int64_t>(i));
+    if (steps_.empty()) steps_.assign(starts_.size(), 1);
+  }
+
+  bool reads_on_device(size_t i) const override { return i == 0; }
+
+  void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
+    require_storage8(rec, node_);
+    const std::vector<int64_t>& xd = in[0].dims;
+    std::vector<int64_t> strides = strides_of(xd);
+    int64_t base = 0;
+    for (size_t i = 0; i < starts_.size(); ++i) {
+      const auto a = static_cast<size_t>(normalize_axis(node_, axes_[i], xd.size()));
+      const int64_t len = xd[a];
+      // ONNX's clamp: [0, len] going forward, [0, len - 1] going backward.
+      int64_t s = starts_[i] < 0 ? starts_[i] + len : starts_[i];
+      s = steps_[i] > 0 ? std::clamp<int64_t>(s, 0, len) : std::clamp<int64_t>(s, 0, len - 1);
+      base += s * strides[a];
+      strides[a] *= steps_[i];
+    }
+    check_u32(node_, in[0].numel(), "the input");
+    record_bytes(rec, node_, *pipeline_, out[0].dims, strides, base, strides_of(out[0].dims), 0, in[0].range, out[0].range);
+  }
+
+ private:
+  std::vector<int64_t> starts_, axes_, steps_;
+};
+
+}  // namespace
+
+std::unique_ptr<Kernel> byte_concat_kernel(const KernelInit& init) { return std::make_unique<ByteConcatKernel>(init); }
+std::unique_ptr<Kernel> byte_transpose_kernel(const KernelInit& init) { return std::make_unique<ByteTransposeKernel>(init); }
+std::unique_ptr<Kernel> byte_slice_kernel(const KernelInit& init) { return std::make_unique<ByteSliceKernel>(init); }
+
+std::string byte_concat_check(const KernelInit& init) {
+  for (size_t i = 0; i < init.node.inputs().size(); ++i)
+    if (init.input_dtype(i) != init.input_dtype(0)) return "input " + std::to_string(i) + " differs from input 0 in type";
+  return "";
+}
+
+std::string byte_transpose_check(const KernelInit&) { return ""; }
+
+std::string byte_slice_check(const KernelInit& init) {
+  if (init.node.attr("starts") != nullptr) return "";
+  if (init.constant(1) == nullptr) return "its starts are missing or computed at run time; the Vulkan kernel on 8-bit data takes constant bounds";
+  for (size_t i = 2; i < init.node.inputs().size(); ++i)
+    if (init.node.input(i) != nullptr && init.constant(i) == nullptr)
+      return "its input " + std::to_string(i) + " is computed at run time; the Vulkan kernel on 8-bit data takes constant bounds";
+  return "";
+}
+
+}  // namespace tether::engine::vulkan
