@@ -240,8 +240,9 @@ def main() -> None:
                 for engine, r in rows.items():
                     same = "= ort" if r["tokens"] == ref["tokens"] else "differ"
                     ratio = (NEW - 1) / r["decode_s"] / ((NEW - 1) / ref["decode_s"])
+                    peak = rss.get((arch, precision, engine), float("nan"))
                     print(f"{arch:6s} {precision:7s} {threads:3d} {engine:11s} {PROMPT / r['prefill_s']:13.1f} "
-                          f"{(NEW - 1) / r['decode_s']:12.1f} {ratio:6.2f} {rss.get((arch, precision, engine), float('nan')):11.0f}  "
+                          f"{(NEW - 1) / r['decode_s']:12.1f} {ratio:6.2f} {peak:11.0f}  "
                           f"{same}")
     print("\ntether's decode time by op type (1 thread):")
     for (arch, precision), shares in profiles.items():
