@@ -13,7 +13,8 @@ def optimize(model: Model | str | os.PathLike[str] | bytes) -> Model:
 
     The passes are those ``tt.compile(model, optimize=True)`` runs: Identity removal,
     constant folding (Shape chains over static shapes included), Conv + BatchNormalization
-    folding, MatMul + bias into Gemm or ``ai.tether`` FusedMatMul, a residual Add after a
+    folding, attention written out (MatMul, scale, mask, Softmax, MatMul) into one ``ai.tether``
+    Attention node, MatMul + bias into Gemm or ``ai.tether`` FusedMatMul, a residual Add after a
     convolution into the convolution (``ai.tether`` FusedConv with a summand), activation fusion into
     ``ai.tether`` FusedConv / FusedGemm / FusedMatMul, and dead code removal. Values keep
     their names; a fused node is named after the last node it replaces, and its metadata

@@ -40,11 +40,13 @@ def _repeat(kv: str, tag: str, axis: int) -> list[onnx.NodeProto]:
 
 
 def _attention_model(axis: int = 2, static: tuple[int, int, int] | None = None,
-                     name_v_length: bool = True) -> onnx.ModelProto:
+                     name_v_length: bool = True, softmax_axis: int = -1) -> onnx.ModelProto:
     """Decoder attention over a KV cache: present = Concat(past, new), both graph outputs as in
     an export with past (which names their length); scores against the repeated keys, softmax,
     times the repeated values. Dims symbolic unless `static` (batch, past, rows); without
-    `name_v_length` the values' cache is no graph output, so its length has no name."""
+    `name_v_length` the values' cache is no graph output, so its length has no name. A
+    softmax over the last axis makes the whole chain one Attention node (test_pass_attention.py);
+    over another axis, the products stay and read the unrepeated heads."""
     heads = KV_HEADS * GROUP
     b, p, s = static if static else ("batch", "past", "rows")
     t = p + s if static else "total"
@@ -56,7 +58,7 @@ def _attention_model(axis: int = 2, static: tuple[int, int, int] | None = None,
         helper.make_node("Transpose", ["rk_r"], ["kt"], perm=[0, 1, 3, 2]),
         helper.make_node("MatMul", ["q", "kt"], ["scores"], name="scores"),
         helper.make_node("Mul", ["scores", "scale"], ["scaled"]),
-        helper.make_node("Softmax", ["scaled"], ["probs"], axis=-1),
+        helper.make_node("Softmax", ["scaled"], ["probs"], axis=softmax_axis),
         helper.make_node("MatMul", ["probs", "rv_r"], ["y"], name="mix"),
     ]
     f = TensorProto.FLOAT
@@ -94,10 +96,19 @@ def _check(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int = 
 
 
 def test_repeated_kv_heads_are_not_expanded_after_optimize():
-    opt = tt.optimize(tt.load(_attention_model().SerializeToString()))
+    opt = tt.optimize(tt.load(_attention_model(softmax_axis=2).SerializeToString()))
     counts = Counter(n.op_type for n in opt.nodes)
     assert counts["Expand"] == 0 and counts["Unsqueeze"] == 0, counts
     assert counts["MatMul"] == 2, counts
+    # Softmax over the keys: the chain is attention, and one node.
+    opt = tt.optimize(tt.load(_attention_model().SerializeToString()))
+    counts = Counter(n.op_type for n in opt.nodes)
+    assert counts["Attention"] == 1 and counts["Expand"] == 0 and counts["MatMul"] == 0, counts
+
+
+@pytest.mark.parametrize(("batch", "past", "rows"), [(1, 7, 1), (2, 0, 4), (3, 9, 3)])
+def test_grouped_products_outside_attention_match_onnxruntime(batch, past, rows):
+    _check(_attention_model(softmax_axis=2), _feeds(batch, past, rows), threads=2)
 
 
 @pytest.mark.parametrize(("batch", "past", "rows"), [(1, 0, 1), (1, 7, 1), (2, 0, 4), (2, 5, 1), (3, 9, 3)])

@@ -2,7 +2,8 @@
 //
 // optimize() folds constants (Shape chains over static shapes included), folds inference
 // BatchNormalization into the conv before it, turns MatMul + bias into Gemm or FusedMatMul,
-// fuses activations into ai.tether FusedConv / FusedGemm / FusedMatMul, and removes dead
+// fuses attention written out into ai.tether Attention and activations into ai.tether
+// FusedConv / FusedGemm / FusedMatMul, and removes dead
 // nodes and weights. Values keep their names; a fused node is named after the last node it
 // replaces and lists the replaced nodes in its metadata under "tether.fused_from".
 //
@@ -47,6 +48,10 @@ struct OptimizeOptions {
   /// channels_last = 1), as tether's CPU engine runs them fastest. Engines with kernels for
   /// the ONNX layout only (Vulkan) turn it off.
   bool channels_last = true;
+  /// Fuse attention written out (MatMul, scale, mask, Softmax, MatMul over per-head or
+  /// repeated keys and values) into one ai.tether Attention node, which tether's CPU engine
+  /// runs without copying keys or values. Engines without that kernel (Vulkan) turn it off.
+  bool fuse_attention = true;
   /// Computes the nodes whose inputs are all constant during constant folding. Null: only
   /// Constant nodes, and Shape / Size of values with static shapes, are folded; no other node
   /// is computed. compile() sets tether::engine::constant_evaluator().

@@ -67,9 +67,11 @@ Executor::Executor(const ir::Model& model, const CompileOptions& options, std::v
                           "first in a session's order, before a backend on host memory");
     space_ = std::move(space);
   }
-  // Channels-last forms are the CPU engine's layout: a backend with memory of its own takes the ONNX one.
+  // Channels-last forms and fused attention are the CPU engine's: a backend with memory of its own takes the
+  // ONNX forms.
   passes::OptimizeOptions passes;
   passes.channels_last = space_ == nullptr;
+  passes.fuse_attention = space_ == nullptr;  // ai.tether Attention has a CPU kernel alone
   report << prepare_model(model_, options, *order_[space_ != nullptr ? 1 : 0], passes);
   index_values();
   spare_.resize(outputs_.size());

@@ -109,6 +109,9 @@ void attention(InferContext& ctx) {
 
 void register_attention(Registry& r) {
   r.add("Attention", attention);
+  // passes/attention.cc's fused node: ONNX's Attention (4-D inputs) at any opset, with
+  // nan_when_fully_masked.
+  r.add("Attention", attention, "ai.tether");
   r.add("RotaryEmbedding", rotary);
 }
 

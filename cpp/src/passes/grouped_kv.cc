@@ -25,63 +25,6 @@ namespace tether::passes {
 
 namespace {
 
-// The node producing `v` when it is the ONNX op `op` and `v` (its first output) is read by
-// `reader` alone; nullptr otherwise.
-ir::Node* sole_producer(ir::Value* v, const char* op, const ir::Node& reader) {
-  ir::Node* p = v != nullptr ? v->producer() : nullptr;
-  if (p == nullptr || !is_onnx(*p, op) || p->output(0) != v || !only_reader(*v, reader)) return nullptr;
-  return p;
-}
-
-// The dims of `v` when its rank is known to be `rank`.
-const std::vector<ir::Dim>* dims_of(const ir::Value* v, size_t rank) {
-  if (v == nullptr || !v->type().is_tensor()) return nullptr;
-  const ir::Shape& s = v->type().shape();
-  return s.has_rank() && s.rank() == rank ? &s.dims() : nullptr;
-}
-
-// Unsqueeze's axes: the attribute (before opset 13) or the constant second input.
-std::optional<std::vector<int64_t>> unsqueeze_axes(const ir::Node& n) {
-  if (n.inputs().size() >= 2 && n.input(1) != nullptr) {
-    std::optional<ir::Tensor> t = constant_of(n.input(1));
-    if (!t || t->dtype() != ir::DType::kInt64) return std::nullopt;
-    return std::vector<int64_t>(t->data<int64_t>(), t->data<int64_t>() + t->num_elements());
-  }
-  if (n.attr("axes") == nullptr) return std::nullopt;
-  return n.attr_ints("axes");
-}
-
-struct Repeat {
-  ir::Value* kv = nullptr;  // [B, Hkv, T, D], the heads before repetition
-  int64_t kv_heads = 0;
-  int64_t group = 0;
-};
-
-// `v` (read by `reader` alone) = Reshape(Expand(Unsqueeze(kv, axis 2))) that repeats each of
-// kv's heads `group` times, consecutively.
-std::optional<Repeat> match_repeat(ir::Value* v, const ir::Node& reader) {
-  ir::Node* reshape = sole_producer(v, "Reshape", reader);
-  ir::Node* expand = reshape != nullptr ? sole_producer(reshape->input(0), "Expand", *reshape) : nullptr;
-  ir::Node* unsq = expand != nullptr ? sole_producer(expand->input(0), "Unsqueeze", *expand) : nullptr;
-  if (unsq == nullptr) return std::nullopt;
-  std::optional<std::vector<int64_t>> axes = unsqueeze_axes(*unsq);
-  if (!axes || axes->size() != 1 || ((*axes)[0] != 2 && (*axes)[0] != -3)) return std::nullopt;
-  ir::Value* kv = unsq->input(0);
-  const std::vector<ir::Dim>* k = dims_of(kv, 4);
-  const std::vector<ir::Dim>* e = dims_of(expand->output(0), 5);
-  const std::vector<ir::Dim>* r = dims_of(v, 4);
-  if (k == nullptr || e == nullptr || r == nullptr) return std::nullopt;
-  const ir::Dim &heads = (*k)[1], &group = (*e)[2];
-  if (!heads.is_known() || !group.is_known() || heads.value() < 1 || group.value() < 1) return std::nullopt;
-  // The Expand grows the new axis only; every other dim stays kv's.
-  if (!((*e)[0] == (*k)[0] && (*e)[1] == heads && (*e)[3] == (*k)[2] && (*e)[4] == (*k)[3])) return std::nullopt;
-  // The Reshape merges heads and group, nothing else.
-  const ir::Dim& merged = (*r)[1];
-  if (!merged.is_known() || merged.value() != heads.value() * group.value()) return std::nullopt;
-  if (!((*r)[0] == (*k)[0] && (*r)[2] == (*k)[2] && (*r)[3] == (*k)[3])) return std::nullopt;
-  return Repeat{kv, heads.value(), group.value()};
-}
-
 ir::Value* shape_constant(ir::Graph& g, const std::string& base, const std::vector<int64_t>& entries) {
   ir::Tensor t = ir::Tensor::copy_of(ir::DType::kInt64, {static_cast<int64_t>(entries.size())}, entries.data(),
                                      static_cast<int64_t>(entries.size() * sizeof(int64_t)));
@@ -95,7 +38,7 @@ ir::ValueType grouped_type(const ir::Value* v, int64_t heads, int64_t group) {
 }
 
 // Rewrites `mm` = MatMul(a, repeated [or its transpose]) over kv directly.
-void rewrite(ir::Graph& g, ir::Node* mm, const Repeat& rep, ir::Node* transpose) {
+void rewrite(ir::Graph& g, ir::Node* mm, const KvRepeat& rep, ir::Node* transpose) {
   ir::Value* a = mm->input(0);
   const std::string base = mm->output(0)->name();
   ir::Value* to_groups = shape_constant(g, base + "_grouped_shape", {0, rep.kv_heads, -1, 0});
@@ -130,7 +73,7 @@ int fold_grouped_kv_repeat(ir::Model& model) {
     ir::Node* transpose = sole_producer(mm->input(1), "Transpose", *mm);
     if (transpose != nullptr && transpose->attr_ints("perm") != std::vector<int64_t>{0, 1, 3, 2}) transpose = nullptr;
     ir::Value* repeated = transpose != nullptr ? transpose->input(0) : mm->input(1);
-    std::optional<Repeat> rep = match_repeat(repeated, transpose != nullptr ? *transpose : *mm);
+    std::optional<KvRepeat> rep = match_kv_repeat(repeated, transpose != nullptr ? *transpose : *mm);
     // The left operand must hold every query head (a broadcast head axis would pair rows with
     // the wrong group).
     if (!rep || !(*a)[1].is_known() || (*a)[1].value() != rep->kv_heads * rep->group) continue;

@@ -13,6 +13,8 @@ std::string optimize(ir::Model& model, const OptimizeOptions& options) {
   // The matchers read element types and ranks; folding reads static shapes.
   ops::infer_shapes(model);
   report << "pass fold_constants: " << fold_constants(model, options.evaluator) << " nodes folded into initializers\n";
+  if (options.fuse_attention)
+    report << "pass fuse_attention: " << fuse_attention(model) << " attention chains fused\n";
   report << "pass fold_grouped_kv_repeat: " << fold_grouped_kv_repeat(model)
          << " MatMuls over repeated key/value heads folded\n";
   report << "pass fuse_qdq: " << fuse_qdq(model) << " DequantizeLinear -> op -> QuantizeLinear patterns fused\n";

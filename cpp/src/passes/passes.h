@@ -66,6 +66,12 @@ int fuse_qdq(ir::Model& model);
 /// Returns the number of MatMuls rewritten.
 int fold_grouped_kv_repeat(ir::Model& model);
 
+/// Scaled dot-product attention spelled out (MatMul with K transposed, an optional constant
+/// scale and additive float mask, Softmax over the last axis, MatMul with V; K and V per head
+/// or repeated for grouped-query attention) becomes one ai.tether Attention node, when the
+/// shapes show they compute the same (see attention.cc). Returns the number of chains fused.
+int fuse_attention(ir::Model& model);
+
 /// 2-D QLinearConv nodes (group 1 or depthwise, constant parameters) become ai.tether
 /// QLinearConv with channels_last = 1 between Transposes, QLinearAdd nodes between two of them
 /// and 8-bit MaxPool nodes after one follow, and Transposes that undo each other go (see
@@ -86,6 +92,6 @@ int channels_last_float_convs(ir::Model& model);
 int fuse_matmul_integer_to_float(ir::Model& model);
 
 // optimize() (tether/passes.h) runs them in order: identities, shape inference, constant
-// folding, grouped key/value heads, Conv+BN, MatMul+Add, Conv+Add, activation fusion, dead code.
+// folding, attention, grouped key/value heads, Conv+BN, MatMul+Add, Conv+Add, activation fusion, dead code.
 
 }  // namespace tether::passes

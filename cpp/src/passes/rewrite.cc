@@ -158,6 +158,51 @@ ir::Value* bias_row_value(ir::Graph& g, const MatMulBias& m) {
   return g.add_initializer(m.row, unique_name(g, m.bias->name() + "_row"));
 }
 
+ir::Node* sole_producer(ir::Value* v, const char* op, const ir::Node& reader) {
+  ir::Node* p = v != nullptr ? v->producer() : nullptr;
+  if (p == nullptr || !is_onnx(*p, op) || p->output(0) != v || !only_reader(*v, reader)) return nullptr;
+  return p;
+}
+
+const std::vector<ir::Dim>* dims_of(const ir::Value* v, size_t rank) {
+  if (v == nullptr || !v->type().is_tensor()) return nullptr;
+  const ir::Shape& s = v->type().shape();
+  return s.has_rank() && s.rank() == rank ? &s.dims() : nullptr;
+}
+
+std::optional<std::vector<int64_t>> unsqueeze_axes(const ir::Node& n) {
+  if (n.inputs().size() >= 2 && n.input(1) != nullptr) {
+    std::optional<ir::Tensor> t = constant_of(n.input(1));
+    if (!t || t->dtype() != ir::DType::kInt64) return std::nullopt;
+    return std::vector<int64_t>(t->data<int64_t>(), t->data<int64_t>() + t->num_elements());
+  }
+  if (n.attr("axes") == nullptr) return std::nullopt;
+  return n.attr_ints("axes");
+}
+
+std::optional<KvRepeat> match_kv_repeat(ir::Value* v, const ir::Node& reader) {
+  ir::Node* reshape = sole_producer(v, "Reshape", reader);
+  ir::Node* expand = reshape != nullptr ? sole_producer(reshape->input(0), "Expand", *reshape) : nullptr;
+  ir::Node* unsq = expand != nullptr ? sole_producer(expand->input(0), "Unsqueeze", *expand) : nullptr;
+  if (unsq == nullptr) return std::nullopt;
+  std::optional<std::vector<int64_t>> axes = unsqueeze_axes(*unsq);
+  if (!axes || axes->size() != 1 || ((*axes)[0] != 2 && (*axes)[0] != -3)) return std::nullopt;
+  ir::Value* kv = unsq->input(0);
+  const std::vector<ir::Dim>* k = dims_of(kv, 4);
+  const std::vector<ir::Dim>* e = dims_of(expand->output(0), 5);
+  const std::vector<ir::Dim>* r = dims_of(v, 4);
+  if (k == nullptr || e == nullptr || r == nullptr) return std::nullopt;
+  const ir::Dim &heads = (*k)[1], &group = (*e)[2];
+  if (!heads.is_known() || !group.is_known() || heads.value() < 1 || group.value() < 1) return std::nullopt;
+  // The Expand grows the new axis only; every other dim stays kv's.
+  if (!((*e)[0] == (*k)[0] && (*e)[1] == heads && (*e)[3] == (*k)[2] && (*e)[4] == (*k)[3])) return std::nullopt;
+  // The Reshape merges heads and group, nothing else.
+  const ir::Dim& merged = (*r)[1];
+  if (!merged.is_known() || merged.value() != heads.value() * group.value()) return std::nullopt;
+  if (!((*r)[0] == (*k)[0] && (*r)[2] == (*k)[2] && (*r)[3] == (*k)[3])) return std::nullopt;
+  return KvRepeat{kv, heads.value(), group.value(), {unsq, expand, reshape}};
+}
+
 void import_tether_opset(ir::Model& model) {
   if (model.opset("ai.tether") < 1) model.set_opset("ai.tether", 1);
 }

@@ -84,6 +84,32 @@ std::optional<MatMulBias> match_matmul_bias(ir::Node& add);
 /// initializer.
 ir::Value* bias_row_value(ir::Graph& g, const MatMulBias& m);
 
+/// The node producing `v` when it is the ONNX op `op`, `v` is its first output and `reader` is
+/// the only node reading `v` (see only_reader); nullptr otherwise.
+ir::Node* sole_producer(ir::Value* v, const char* op, const ir::Node& reader);
+
+/// The dims of `v` when it is a tensor whose rank is known to be `rank`; nullptr otherwise.
+const std::vector<ir::Dim>* dims_of(const ir::Value* v, size_t rank);
+
+/// Unsqueeze's axes: the attribute (before opset 13) or the constant second input; nullopt
+/// when they are not constant.
+std::optional<std::vector<int64_t>> unsqueeze_axes(const ir::Node& n);
+
+/// Key/value heads repeated for grouped-query attention, as exporters write it:
+/// kv [B, Hkv, T, D] -> Unsqueeze(axis 2) -> Expand [B, Hkv, G, T, D] -> Reshape [B, Hkv*G, T, D].
+struct KvRepeat {
+  ir::Value* kv = nullptr;  ///< [B, Hkv, T, D], the heads before repetition
+  int64_t kv_heads = 0;
+  int64_t group = 0;
+  std::vector<ir::Node*> nodes;  ///< the Unsqueeze, Expand and Reshape, in graph order
+};
+
+/// Matches `v` (read by `reader` alone) as a repeat of each of kv's heads `group` times,
+/// consecutively. The match rests on inferred shapes: the Expand grows only the unsqueezed
+/// axis (its other dims kv's, symbol for symbol) and the Reshape merges exactly the head and
+/// group axes; each node of the repeat is read by the next alone.
+std::optional<KvRepeat> match_kv_repeat(ir::Value* v, const ir::Node& reader);
+
 /// Imports the ai.tether operator set (version 1) that the fused ops belong to.
 void import_tether_opset(ir::Model& model);
 

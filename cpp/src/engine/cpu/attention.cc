@@ -227,6 +227,7 @@ class AttentionKernel final : public HostKernel {
         double_softmax_(init.node.attr_int("softmax_precision", 0) == static_cast<int64_t>(DType::kFloat64)),
         has_scale_(init.node.attr("scale") != nullptr),
         scale_(init.node.attr_float("scale", 1.0f)),
+        nan_when_fully_masked_(init.node.attr_int("nan_when_fully_masked", 0) != 0),
         threads_(init.threads),
         name_(init.node.describe()) {}
 
@@ -462,8 +463,8 @@ class AttentionKernel final : public HostKernel {
       s[j] = x;
       mx = std::max(mx, x);
     }
-    if (all_masked) {  // no key to attend: the row is zero (as the reference has it)
-      std::fill(s, s + g.total, 0.0f);
+    if (all_masked) {  // no key to attend: the row is zero (as the reference has it), or NaN as Softmax has it
+      std::fill(s, s + g.total, nan_when_fully_masked_ ? std::numeric_limits<float>::quiet_NaN() : 0.0f);
       if (qk != nullptr && mode_ == 3) std::fill(qk, qk + g.total, 0.0f);
       return;
     }
@@ -499,6 +500,7 @@ class AttentionKernel final : public HostKernel {
   bool double_softmax_;
   bool has_scale_;
   float scale_;
+  bool nan_when_fully_masked_;  // ai.tether's form: Softmax's answer for a row with no key left
   int threads_;
   std::string name_;
 };
@@ -605,6 +607,9 @@ std::string rotary_check(const KernelInit& init) {
 
 void register_attention(KernelRegistry& r) {
   TETHER_ADD(r, "Attention",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<AttentionKernel>(i); },
+        attention_check);
+  TETHER_ADD_IN(r, "ai.tether", "Attention",
         [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<AttentionKernel>(i); },
         attention_check);
   TETHER_ADD(r, "RotaryEmbedding",
