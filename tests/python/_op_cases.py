@@ -147,8 +147,10 @@ class _Table:
 
     def chain(self, case_id: str, nodes: Sequence[onnx.NodeProto], feeds: dict[str, np.ndarray],
               consts: dict[str, np.ndarray] | None = None, fused: str = "", opset: int = 18,
-              outputs: Sequence[str] = ("y",), rtol: float = RTOL) -> None:
-        self.cases.append(OpCase(case_id, _graph(nodes, feeds, consts, outputs, opset), feeds, fused=fused, rtol=rtol))
+              outputs: Sequence[str] = ("y",), rtol: float = RTOL, backends: tuple[str, ...] = (),
+              why_only: str = "") -> None:
+        self.cases.append(OpCase(case_id, _graph(nodes, feeds, consts, outputs, opset), feeds, fused=fused, rtol=rtol,
+                                 backends=backends, why_only=why_only))
 
 
 def _all_cases() -> list[OpCase]:
@@ -755,6 +757,13 @@ def _transformer_cases(t: _Table) -> None:
         opset=23, num_heads=2, rotary_embedding_dim=8)
     one("Attention-opset23-gqa-mask", "Attention", {"q": rand(2, 4, 5, 8), "k": rand(2, 2, 7, 8), "v": rand(2, 2, 7, 8)},
         {"m": rand(5, 7)}, opset=23)
+    t.chain("Attention-pattern-grouped", [
+        _node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), _node("MatMul", ["q", "kt"], ["s"]),
+        _node("Mul", ["s", "c"], ["sc"]), _node("Add", ["sc", "m"], ["sm"]), _node("Softmax", ["sm"], ["p"], axis=-1),
+        _node("MatMul", ["p", "v"])],
+        {"q": rand(2, 4, 5, 8), "k": rand(2, 4, 7, 8), "v": rand(2, 4, 7, 8)},
+        {"c": np.array(8 ** -0.5, np.float32), "m": rand(2, 1, 5, 7)}, fused="ai.tether:Attention", backends=("cpu",),
+        why_only="the attention fusion is the CPU engine's: other backends run the chain as written")
     one("Attention-opset23-causal", "Attention", {"q": rand(1, 2, 6, 8), "k": rand(1, 2, 6, 8), "v": rand(1, 2, 6, 8)},
         opset=23, is_causal=1)
     b, s, heads, kv_heads, h = 2, 3, 4, 2, 8
