@@ -20,6 +20,8 @@ constexpr int kGenericNr = 16;
 constexpr int64_t kKc = kGemmKc;
 constexpr int64_t kMc = 144;
 constexpr int64_t kNc = 1024;
+// Bytes of B's panels (one K block deep) that the tiles of rows computed in place take in turn.
+constexpr int64_t kChunkBytes = 128 * 1024;
 
 template <bool kOffsets>
 void gemm_4x16_generic(int64_t k, const float* a, int64_t a_stride, const float* panel, const int64_t* b_off, float* c,
@@ -166,46 +168,53 @@ int64_t split_point(int64_t count, int64_t parts, int64_t i) { return count * i 
 // Rows [r0, r1) of C times panels [q0, q1) of one packed K block of B (block: the panels from
 // q0 on), with A's rows read in place by the channels-last convolution's micro-kernel (one tap
 // of k channels): a GEMM whose A is computed at run time (activations, attention scores) never
-// copies it. Each tile of rows runs along all the panels, so C is written a whole row span at
-// a time.
+// copies it.
 void gemm_rows_in_place(const GemmA& a, float* c, int64_t ldc, const GemmEpilogue& ep, const float* sum, int64_t r0,
                         int64_t r1, int64_t n, int64_t k0, int64_t kc, bool last, const float* block, int64_t q0,
                         int64_t q1, bool fused, bool clamp, float lo, float hi) {
   const NhwcConvIsa& isa = nhwc_conv_isa();
   const int64_t mr = isa.mr, nr = isa.nr;
   const int64_t no_offset = 0;
-  for (int64_t i0 = r0; i0 < r1; i0 += mr) {
-    const int64_t rows = std::min(mr, r1 - i0);
-    // A row alone (a batch of 1, or the last of a batch) runs across several panels at once:
-    // the same sums in the same order as in a tile of rows, with enough of them in flight.
-    const int64_t step = rows == 1 ? kConvRowPanels : 1;
-    for (int64_t q = q0; q < q1; q += step) {
-      const int64_t panels = std::min(step, q1 - q);
-      const int64_t j0 = q * nr, cols = std::min(panels * nr, n - j0);
-      float* ct = c + i0 * ldc + j0;
-      const float* block_q = block + (q - q0) * kc * nr;
+  // Panels of B in chunks of about kChunkBytes (a whole number of conv_row's groups): every
+  // tile of rows runs along one chunk, read from L2, before the next chunk is read.
+  const int64_t chunk = std::max<int64_t>(1, kChunkBytes / (kc * nr * int64_t{sizeof(float)}) / kConvRowPanels) *
+                        kConvRowPanels;
+  for (int64_t c0 = q0; c0 < q1; c0 += chunk) {
+    const int64_t c1 = std::min(q1, c0 + chunk);
+    for (int64_t i0 = r0; i0 < r1; i0 += mr) {
+      const int64_t rows = std::min(mr, r1 - i0);
+      // A row alone (a batch of 1, or the last of a batch) runs across several panels at once:
+      // the same sums in the same order as in a tile of rows, with enough of them in flight.
+      const int64_t step = rows == 1 ? kConvRowPanels : 1;
       const float* a_row = a.data + i0 * a.lda + k0;
-      auto product = [&](const TileEpilogue* te) {
-        if (rows == 1) isa.conv_row(a_row, kc, block_q, kc * nr, panels, ct, cols, k0 > 0, te);
-        else isa.conv(rows, a_row, a.lda, &no_offset, &no_offset, 1, kc, block_q, ct, ldc, cols, k0 > 0, te);
-      };
-      if (!last || ep.row_bias != nullptr) {
-        // (The micro-kernel's epilogue has no per-row bias: a GEMM with one adds it after.)
-        product(nullptr);
-        if (last)
-          ep.act.apply_tile(ct, ldc, rows, cols, ep.row_bias + i0, ep.col_bias != nullptr ? ep.col_bias + j0 : nullptr,
-                            sum != nullptr ? sum + i0 * ldc + j0 : nullptr);
-        continue;
+      for (int64_t q = c0; q < c1; q += step) {
+        const int64_t panels = std::min(step, c1 - q);
+        const int64_t j0 = q * nr, cols = std::min(panels * nr, n - j0);
+        float* ct = c + i0 * ldc + j0;
+        const float* block_q = block + (q - q0) * kc * nr;
+        auto product = [&](const TileEpilogue* te) {
+          if (rows == 1) isa.conv_row(a_row, kc, block_q, kc * nr, panels, ct, cols, k0 > 0, te);
+          else isa.conv(rows, a_row, a.lda, &no_offset, &no_offset, 1, kc, block_q, ct, ldc, cols, k0 > 0, te);
+        };
+        if (!last || ep.row_bias != nullptr) {
+          // (The micro-kernel's epilogue has no per-row bias: a GEMM with one adds it after.)
+          product(nullptr);
+          if (last)
+            ep.act.apply_tile(ct, ldc, rows, cols, ep.row_bias + i0,
+                              ep.col_bias != nullptr ? ep.col_bias + j0 : nullptr,
+                              sum != nullptr ? sum + i0 * ldc + j0 : nullptr);
+          continue;
+        }
+        TileEpilogue te;
+        te.col_bias = ep.col_bias != nullptr ? ep.col_bias + j0 : nullptr;
+        te.sum = sum != nullptr ? sum + i0 * ldc + j0 : nullptr;
+        te.sum_ld = ldc;
+        te.clamp = clamp;
+        te.lo = lo;
+        te.hi = hi;
+        product(&te);
+        if (!fused) ep.act.apply_tile(ct, ldc, rows, cols, nullptr, nullptr, nullptr);
       }
-      TileEpilogue te;
-      te.col_bias = ep.col_bias != nullptr ? ep.col_bias + j0 : nullptr;
-      te.sum = sum != nullptr ? sum + i0 * ldc + j0 : nullptr;
-      te.sum_ld = ldc;
-      te.clamp = clamp;
-      te.lo = lo;
-      te.hi = hi;
-      product(&te);
-      if (!fused) ep.act.apply_tile(ct, ldc, rows, cols, nullptr, nullptr, nullptr);
     }
   }
 }
