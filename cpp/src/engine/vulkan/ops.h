@@ -73,6 +73,22 @@ std::vector<int64_t> int_values(const ir::Tensor& t);
 /// when it is out of range.
 int64_t normalize_axis(const ir::Node& node, int64_t axis, size_t rank);
 
+/// A Slice with constant bounds (attributes before opset 10, constant inputs after) as a
+/// strided view of its input: the output's dims (from inference) say where each run ends, so
+/// only starts, axes and steps are kept.
+///
+///   ConstantSlice s(init); int64_t base; std::vector<int64_t> strides;
+///   s.view(node, in[0].dims, base, strides);   // element i of axis a: base + i * strides[a]
+struct ConstantSlice {
+  explicit ConstantSlice(const KernelInit& init);
+  /// The offset of the slice's first element in a row-major tensor of `dims`, and the element
+  /// strides of each axis within the slice (ONNX's clamping of starts; ModelError for an axis
+  /// out of range, naming `node`).
+  void view(const ir::Node& node, const std::vector<int64_t>& dims, int64_t& base, std::vector<int64_t>& strides) const;
+
+  std::vector<int64_t> starts, axes, steps;
+};
+
 /// Element count of dims [begin, end).
 int64_t product(const std::vector<int64_t>& dims, size_t begin, size_t end);
 

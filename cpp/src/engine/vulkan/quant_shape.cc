@@ -99,46 +99,24 @@ class ByteTransposeKernel final : public ByteMoveKernel {
   std::vector<int64_t> perm_;
 };
 
-// Starts, axes and steps from the attributes (opset < 10) or constant inputs; the output's
-// dims (from inference) give where each run ends.
+// Slice with constant bounds on 8-bit data: the view the word Slice takes (ConstantSlice).
 class ByteSliceKernel final : public ByteMoveKernel {
  public:
-  explicit ByteSliceKernel(const KernelInit& init) : ByteMoveKernel(init) {
-    if (init.node.attr("starts") != nullptr) {
-      starts_ = init.node.attr_ints("starts");
-      axes_ = init.node.attr_ints("axes");
-    } else {
-      starts_ = int_values(*init.constant(1));
-      if (const ir::Tensor* a = init.constant(3)) axes_ = int_values(*a);
-      if (const ir::Tensor* s = init.constant(4)) steps_ = int_values(*s);
-    }
-    if (axes_.empty())
-      for (size_t i = 0; i < starts_.size(); ++i) axes_.push_back(static_cast<int64_t>(i));
-    if (steps_.empty()) steps_.assign(starts_.size(), 1);
-  }
+  explicit ByteSliceKernel(const KernelInit& init) : ByteMoveKernel(init), slice_(init) {}
 
   bool reads_on_device(size_t i) const override { return i == 0; }
 
   void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
     require_storage8(rec, node_);
-    const std::vector<int64_t>& xd = in[0].dims;
-    std::vector<int64_t> strides = strides_of(xd);
     int64_t base = 0;
-    for (size_t i = 0; i < starts_.size(); ++i) {
-      const auto a = static_cast<size_t>(normalize_axis(node_, axes_[i], xd.size()));
-      const int64_t len = xd[a];
-      // ONNX's clamp: [0, len] going forward, [0, len - 1] going backward.
-      int64_t s = starts_[i] < 0 ? starts_[i] + len : starts_[i];
-      s = steps_[i] > 0 ? std::clamp<int64_t>(s, 0, len) : std::clamp<int64_t>(s, 0, len - 1);
-      base += s * strides[a];
-      strides[a] *= steps_[i];
-    }
+    std::vector<int64_t> strides;
+    slice_.view(node_, in[0].dims, base, strides);
     check_u32(node_, in[0].numel(), "the input");
     record_bytes(rec, node_, *pipeline_, out[0].dims, strides, base, strides_of(out[0].dims), 0, in[0].range, out[0].range);
   }
 
  private:
-  std::vector<int64_t> starts_, axes_, steps_;
+  ConstantSlice slice_;
 };
 
 }  // namespace

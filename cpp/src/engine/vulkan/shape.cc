@@ -164,37 +164,50 @@ class TransposeKernel final : public GpuKernel {
   const Pipeline* pipeline_ = nullptr;
 };
 
+}  // namespace
+
+ConstantSlice::ConstantSlice(const KernelInit& init) {
+  if (init.node.attr("starts") != nullptr) {
+    starts = init.node.attr_ints("starts");
+    axes = init.node.attr_ints("axes");
+  } else {
+    starts = int_values(*init.constant(1));
+    if (const ir::Tensor* a = init.constant(3)) axes = int_values(*a);
+    if (const ir::Tensor* s = init.constant(4)) steps = int_values(*s);
+  }
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+}
+
+void ConstantSlice::view(const ir::Node& node, const std::vector<int64_t>& dims, int64_t& base,
+                         std::vector<int64_t>& strides) const {
+  strides = strides_of(dims);
+  base = 0;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const auto a = static_cast<size_t>(normalize_axis(node, axes[i], dims.size()));
+    const int64_t len = dims[a];
+    // ONNX's clamp: [0, len] going forward, [0, len - 1] going backward.
+    int64_t s = starts[i] < 0 ? starts[i] + len : starts[i];
+    s = steps[i] > 0 ? std::clamp<int64_t>(s, 0, len) : std::clamp<int64_t>(s, 0, len - 1);
+    base += s * strides[a];
+    strides[a] *= steps[i];
+  }
+}
+
+namespace {
+
 // Slice with constant starts, ends, axes and steps (inputs from opset 10, attributes before).
 class SliceKernel final : public GpuKernel {
  public:
-  explicit SliceKernel(const KernelInit& init) : node_(init.node), data_(init.input_dtype(0)) {
-    if (init.node.attr("starts") != nullptr) {
-      starts_ = init.node.attr_ints("starts");
-      axes_ = init.node.attr_ints("axes");
-    } else {
-      starts_ = int_values(*init.constant(1));
-      if (const ir::Tensor* a = init.constant(3)) axes_ = int_values(*a);
-      if (const ir::Tensor* s = init.constant(4)) steps_ = int_values(*s);
-    }
-    if (axes_.empty())
-      for (size_t i = 0; i < starts_.size(); ++i) axes_.push_back(static_cast<int64_t>(i));
-    if (steps_.empty()) steps_.assign(starts_.size(), 1);
-  }
+  explicit SliceKernel(const KernelInit& init) : node_(init.node), data_(init.input_dtype(0)), slice_(init) {}
   void prepare(Gpu& gpu) override { pipeline_ = &strided_pipeline(gpu, data_); }
   bool reads_on_device(size_t i) const override { return i == 0; }
 
   void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
-    const std::vector<int64_t>& xd = in[0].dims;
-    std::vector<int64_t> strides = strides_of(xd);
     int64_t base = 0;
-    for (size_t i = 0; i < starts_.size(); ++i) {
-      const auto a = static_cast<size_t>(normalize_axis(node_, axes_[i], xd.size()));
-      const int64_t len = xd[a];
-      int64_t s = starts_[i] < 0 ? starts_[i] + len : starts_[i];
-      s = steps_[i] > 0 ? std::clamp<int64_t>(s, 0, len) : std::clamp<int64_t>(s, 0, len - 1);
-      base += s * strides[a];
-      strides[a] *= steps_[i];
-    }
+    std::vector<int64_t> strides;
+    slice_.view(node_, in[0].dims, base, strides);
     check_u32(node_, in[0].numel(), "the input");
     record_strided(rec, node_, *pipeline_, out[0].dims, strides, base, in[0].range, out[0].range, words_of(data_));
   }
@@ -202,7 +215,7 @@ class SliceKernel final : public GpuKernel {
  private:
   const ir::Node& node_;
   ir::DType data_;  // float32 or int32
-  std::vector<int64_t> starts_, axes_, steps_;
+  ConstantSlice slice_;
   const Pipeline* pipeline_ = nullptr;
 };
 
