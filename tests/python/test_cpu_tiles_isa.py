@@ -14,16 +14,13 @@ script, checks every case and prints one JSON line with the ISA and each failure
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _isa import run_under_isa
 from onnx import TensorProto, helper, numpy_helper
 
-HERE = Path(__file__).resolve().parent
 # Rows: a GEMV, one short of a 6-row tile, tiles plus one row, a prefill-sized block; columns:
 # a partial vector, one panel, panels across a 128 KB chunk of B (8 panels at K >= 256 for
 # 16-column panels, 4 for 32-column ones) plus a partial one; K: short, one block, several.
@@ -109,20 +106,7 @@ def _check_all() -> dict:
 
 @pytest.mark.parametrize("isa", ["generic", "avx2", None])
 def test_tiles_at_every_edge_match_the_references_under_each_isa(isa: str | None) -> None:
-    import tether as tt
-
-    native = tt.cpu_info()
-    if isa == "avx2" and not native["avx2"]:
-        pytest.skip("this CPU has no AVX2")
-    env = dict(os.environ)
-    env.pop("TETHER_ISA", None)
-    if isa is not None:
-        env["TETHER_ISA"] = isa
-    out = subprocess.run([sys.executable, str(Path(__file__))], env=env, capture_output=True, text=True, check=True,
-                         cwd=HERE)
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["isa"] == (isa or native["isa"])
-    assert result["bad"] == {}
+    assert run_under_isa(Path(__file__).resolve(), isa)["bad"] == {}
 
 
 if __name__ == "__main__":
