@@ -165,6 +165,21 @@ int64_t per_thread_floats(int64_t n, int64_t k) {
 // [begin, end) of part `i` when `count` items are split into `parts` near-equal runs.
 int64_t split_point(int64_t count, int64_t parts, int64_t i) { return count * i / parts; }
 
+// The micro-kernel's store epilogue for C's tile at (i0, j0): the biases and summand from there
+// on, and the clamp (the activation's bounds when it is one).
+TileEpilogue tile_epilogue(const GemmEpilogue& ep, const float* sum, int64_t ldc, int64_t i0, int64_t j0, bool clamp,
+                           float lo, float hi) {
+  TileEpilogue te;
+  te.row_bias = ep.row_bias != nullptr ? ep.row_bias + i0 : nullptr;
+  te.col_bias = ep.col_bias != nullptr ? ep.col_bias + j0 : nullptr;
+  te.sum = sum != nullptr ? sum + i0 * ldc + j0 : nullptr;
+  te.sum_ld = ldc;
+  te.clamp = clamp;
+  te.lo = lo;
+  te.hi = hi;
+  return te;
+}
+
 // Rows [r0, r1) of C times panels [q0, q1) of one packed K block of B (block: the panels from
 // q0 on), with A's rows read in place by the channels-last convolution's micro-kernel (one tap
 // of k channels): a GEMM whose A is computed at run time (activations, attention scores) never
@@ -205,13 +220,7 @@ void gemm_rows_in_place(const GemmA& a, float* c, int64_t ldc, const GemmEpilogu
                               sum != nullptr ? sum + i0 * ldc + j0 : nullptr);
           continue;
         }
-        TileEpilogue te;
-        te.col_bias = ep.col_bias != nullptr ? ep.col_bias + j0 : nullptr;
-        te.sum = sum != nullptr ? sum + i0 * ldc + j0 : nullptr;
-        te.sum_ld = ldc;
-        te.clamp = clamp;
-        te.lo = lo;
-        te.hi = hi;
+        const TileEpilogue te = tile_epilogue(ep, sum, ldc, i0, j0, clamp, lo, hi);  // (no row bias here)
         product(&te);
         if (!fused) ep.act.apply_tile(ct, ldc, rows, cols, nullptr, nullptr, nullptr);
       }
@@ -277,14 +286,7 @@ void gemm_block(int64_t m, int64_t n, int64_t k, const GemmA& a, const GemmB& b,
             }
             // The last K block: biases, summand and a clamp go into the kernel's store; other
             // activations follow over the stored tile.
-            TileEpilogue te;
-            te.row_bias = ep.row_bias != nullptr ? ep.row_bias + i0 : nullptr;
-            te.col_bias = ep.col_bias != nullptr ? ep.col_bias + j0 : nullptr;
-            te.sum = sum != nullptr ? sum + i0 * ldc + j0 : nullptr;
-            te.sum_ld = ldc;
-            te.clamp = clamp;
-            te.lo = lo;
-            te.hi = hi;
+            const TileEpilogue te = tile_epilogue(ep, sum, ldc, i0, j0, clamp, lo, hi);
             isa.kernel(kc, a_panels + (it - t0) * kc * mr, mr, panel, ct, ldc, rows, cols, k0 > 0, &te);
             if (!fused) ep.act.apply_tile(ct, ldc, rows, cols, nullptr, nullptr, nullptr);
           }
