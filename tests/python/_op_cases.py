@@ -28,7 +28,7 @@ RTOL = 1e-4  # float32: the largest error allowed, relative to the reference's l
 ISA_OPS = frozenset({
     "Conv", "ConvTranspose", "Gemm", "MatMul", "FusedConv", "FusedGemm", "FusedMatMul", "MaxPool", "AveragePool",
     "GlobalAveragePool", "GlobalMaxPool", "QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger",
-    "MatMulIntegerToFloat", "QGemm", "MatMulNBits"})
+    "MatMulIntegerToFloat", "ConvIntegerToFloat", "QGemm", "MatMulNBits"})
 
 Oracle = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
 
@@ -715,6 +715,15 @@ def _quantized_cases(t: _Table) -> None:
            _node("Mul", ["f", "s"], ["m"]), _node("Add", ["m", "bias"])],
           {"a": a_q}, {"w": w_q, "az": u8(131), "wz": i8(0), "s": f32(0.0123), "bias": rand(5)},
           fused="ai.tether:MatMulIntegerToFloat")
+    # the same after a grouped ConvInteger, the scale one per output channel, then Relu
+    chain("ConvIntegerToFloat-from-dynamic-quantization-grouped-relu",
+          [_node("ConvInteger", ["x", "w", "xz", "wz"], ["i"], group=2, pads=[1, 1, 1, 1], strides=[1, 2]),
+           _node("Cast", ["i"], ["f"], to=TensorProto.FLOAT), _node("Mul", ["f", "s"], ["m"]),
+           _node("Add", ["m", "bias"], ["a"]), _node("Relu", ["a"])],
+          {"x": ints(2, 4, 7, 6, lo=0, hi=255, dtype=np.uint8)},
+          {"w": ints(6, 2, 3, 3, lo=0, hi=255, dtype=np.uint8), "xz": u8(131), "wz": u8(120),
+           "s": rand(1, 6, 1, 1, lo=1e-3, hi=1e-2), "bias": rand(6, 1, 1)},
+          fused="ai.tether:ConvIntegerToFloat")
 
     # onnxruntime's contrib forms (QOperator format)
     one("com.microsoft-QLinearAdd-broadcast", "QLinearAdd", {"a": qa, "b": qb[:1, :, :1]},

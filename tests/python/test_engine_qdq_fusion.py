@@ -234,6 +234,73 @@ def test_dynamic_matmul_chain_fuses_and_equals_the_unfused_nodes(tmp_path, act, 
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * float(np.abs(want).max()))
 
 
+class _Cnn(torch.nn.Module):
+    """Convolutions of every form the integer GEMM takes: group 1 (+ Relu), depthwise with a
+    stride, grouped 1x1 without bias, and 1-D."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.dw = torch.nn.Conv2d(8, 8, 3, padding=1, stride=2, groups=8)
+        self.g2 = torch.nn.Conv2d(8, 6, 1, groups=2, bias=False)
+        self.c1d = torch.nn.Conv1d(6, 5, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.g2(self.dw(torch.relu(self.c1(x))))
+        return self.c1d(y.flatten(2))
+
+
+def test_dynamic_conv_chain_fuses_and_equals_the_unfused_nodes(tmp_path):
+    """quantize_dynamic's ConvInteger -> Cast -> Mul -> Add (-> Relu) becomes one
+    ConvIntegerToFloat, equal to the unfused nodes bit for bit at 1 and 2 threads, and to
+    onnxruntime (or the ONNX reference where onnxruntime's uint8 x int8 kernel saturates)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    torch.manual_seed(2)
+    src, dst = tmp_path / "cnn.onnx", tmp_path / "cnn.int8.onnx"
+    torch.onnx.export(_Cnn().eval(), (torch.randn(2, 3, 9, 10),), str(src), input_names=["x"], output_names=["y"],
+                      opset_version=17, dynamo=False)
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+    fused = [n for n in tt.optimize(tt.load(str(dst))).nodes if n.op_type == "ConvIntegerToFloat"]
+    assert [len(n.inputs) for n in fused] == [6, 6, 5, 6], [(n.name, n.inputs) for n in fused]
+    assert dict(fused[0].attributes)["activation"] == "Relu" and dict(fused[1].attributes)["group"] == 8
+    x = np.random.default_rng(9).standard_normal((2, 3, 9, 10)).astype(np.float32)
+    plain = tt.compile(str(dst), optimize=False).run({"x": x})["y"]
+    for threads in (1, 2):
+        np.testing.assert_array_equal(tt.compile(str(dst), threads=threads).run({"x": x})["y"], plain)
+    if ORT_U8S8_EXACT:
+        want = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    else:
+        want = ReferenceEvaluator(onnx.load(str(dst))).run(None, {"x": x})[0]
+    np.testing.assert_allclose(plain, want, rtol=0, atol=1e-4 * float(np.abs(want).max()))
+
+
+def test_conv_chains_that_must_not_fuse_stay_as_they_are():
+    """A scale over another axis than the channels, a bias over the width, and a Cast to
+    float16 keep their nodes (each would change what the chain computes)."""
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.integers(-100, 100, (4, 3, 3, 3)).astype(np.int8), "w")
+
+    def chain(scale: np.ndarray, bias: np.ndarray, to: int = onnx.TensorProto.FLOAT) -> list[str]:
+        nodes = [helper.make_node("ConvInteger", ["x", "w"], ["i"]), helper.make_node("Cast", ["i"], ["f"], to=to),
+                 helper.make_node("Mul", ["f", "s"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])]
+        inits = [w, numpy_helper.from_array(scale.astype(np.float32 if to == onnx.TensorProto.FLOAT else np.float16), "s"),
+                 numpy_helper.from_array(bias.astype(np.float32 if to == onnx.TensorProto.FLOAT else np.float16), "b")]
+        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.UINT8, [1, 3, 6, 6])],
+                                  [helper.make_tensor_value_info("y", to, None)], inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+        return [n.op_type for n in tt.optimize(tt.load(model.SerializeToString())).nodes]
+
+    ok = chain(np.full((4, 1, 1), 0.01), np.zeros((1, 4, 1, 1)))
+    assert ok == ["ConvIntegerToFloat"], ok
+    for scale, bias, to in [(np.full((1, 4, 1), 0.01), np.zeros(4), onnx.TensorProto.FLOAT),  # scale over H
+                            (np.full(4, 0.01), np.zeros(4), onnx.TensorProto.FLOAT),  # scale over the width
+                            (np.float32(0.01), np.zeros(4), onnx.TensorProto.FLOAT16)]:  # a Cast to float16
+        assert "ConvIntegerToFloat" not in chain(np.asarray(scale), bias, to)
+    # a bias over the width: the product fuses, the Add stays
+    assert chain(np.full((4, 1, 1), 0.01), np.zeros(4)) == ["ConvIntegerToFloat", "Add"]
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 @pytest.mark.parametrize("attrs", [{"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
                                    {"kernel_shape": [2, 3], "dilations": [2, 1], "ceil_mode": 1, "strides": [2, 2]},

@@ -421,6 +421,48 @@ def test_matmul_integer_to_float_equals_numpy_and_refuses_bad_parameters():
         run_tether(_to_float_model(scale.astype(np.float16), None), {"a": a})
 
 
+def _conv_to_float_model(scale_shape: list[int], bias: np.ndarray | None, scale_type=helper.TensorProto.FLOAT) -> bytes:
+    """ai.tether ConvIntegerToFloat(x, w, scale, x_zero_point, w_zero_point[, bias]), w [4, 2, 3, 3]
+    in 2 groups, the scale a graph input."""
+    names = ["x", "w", "scale", "x_zero_point", "w_zero_point"] + (["bias"] if bias is not None else [])
+    w = (np.arange(72) % 7 - 3).astype(I8).reshape(4, 2, 3, 3)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(5, U8), "x_zero_point"),
+             numpy_helper.from_array(np.array(1, I8), "w_zero_point")]
+    if bias is not None:
+        inits.append(numpy_helper.from_array(bias, "bias"))
+    node = helper.make_node("ConvIntegerToFloat", names, ["y"], name="conv", domain="ai.tether", group=2, pads=[1, 1, 1, 1])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", helper.TensorProto.UINT8, [2, 4, 5, 6]),
+                                            helper.make_tensor_value_info("scale", scale_type, scale_shape)],
+                              [helper.make_tensor_value_info("y", helper.TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("ai.tether", 1)],
+                             ir_version=10).SerializeToString()
+
+
+def test_conv_integer_to_float_equals_the_onnx_reference_and_refuses_bad_parameters():
+    """The fused node against the ONNX reference running ConvInteger -> Cast -> Mul -> Add, a
+    scale per output channel across two groups; wrong scale and bias sizes raise naming the node."""
+    x = (np.arange(240) * 37 % 256).astype(U8).reshape(2, 4, 5, 6)
+    scale, bias = np.array([0.5, 0.25, 2.0, 1.0], np.float32), np.array([1, -1, 0, 3], np.float32)
+    got = tt.compile(tt.load(_conv_to_float_model([4], bias)), threads=2).run({"x": x, "scale": scale})["y"]
+    w = (np.arange(72) % 7 - 3).astype(I8).reshape(4, 2, 3, 3)
+    ref_nodes = [helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["i"], group=2, pads=[1, 1, 1, 1]),
+                 helper.make_node("Cast", ["i"], ["f"], to=helper.TensorProto.FLOAT),
+                 helper.make_node("Mul", ["f", "s"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])]
+    ref = helper.make_model(helper.make_graph(
+        ref_nodes, "r", [helper.make_tensor_value_info("x", helper.TensorProto.UINT8, [2, 4, 5, 6])],
+        [helper.make_tensor_value_info("y", helper.TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(5, U8), "xz"),
+         numpy_helper.from_array(np.array(1, I8), "wz"), numpy_helper.from_array(scale.reshape(4, 1, 1), "s"),
+         numpy_helper.from_array(bias.reshape(4, 1, 1), "b")]), opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    np.testing.assert_array_equal(got, ReferenceEvaluator(ref).run(None, {"x": x})[0])
+    with pytest.raises(tt.Error, match=r"conv.*scale has shape \[3\], expected one value or 4"):
+        tt.compile(tt.load(_conv_to_float_model([3], bias))).run({"x": x, "scale": scale[:3]})
+    with pytest.raises(tt.Error, match=r"conv.*bias has shape \[2\], expected \[4\]"):
+        tt.compile(tt.load(_conv_to_float_model([4], bias[:2]))).run({"x": x, "scale": scale})
+    with pytest.raises(tt.Error, match=r"conv.*scale is float16; it must be float32"):
+        tt.compile(tt.load(_conv_to_float_model([4], None, helper.TensorProto.FLOAT16)))
+
+
 # ---- onnxruntime's QOperator contrib ops (com.microsoft) ----------------------------------------------
 
 

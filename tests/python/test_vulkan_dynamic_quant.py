@@ -1,7 +1,7 @@
 """Dynamic quantization on Vulkan: DynamicQuantizeLinear (its range found on the device),
 MatMulInteger and ConvInteger with zero points and scales computed at run time, and the
-ai.tether MatMulIntegerToFloat that compile's passes fuse from MatMulInteger -> Cast -> Mul
-(-> Add) (-> activation), compiled strict (every node on the device). Each agrees with the CPU
+ai.tether MatMulIntegerToFloat and ConvIntegerToFloat that compile's passes fuse from
+MatMulInteger / ConvInteger -> Cast -> Mul (-> Add) (-> activation), compiled strict (every node on the device). Each agrees with the CPU
 engine and with onnxruntime running the unfused nodes one by one (bit for bit on lavapipe), and
 with a numpy version of the ONNX definition; models quantized by onnxruntime's quantize_dynamic
 run wholly on Vulkan and agree with the CPU engine."""
@@ -245,7 +245,8 @@ def test_matmul_integer_to_float_with_zero_point_and_scale_as_graph_inputs(produ
 @pytest.mark.parametrize("w_type", [np.int8, np.uint8])
 def test_dynamic_conv_integer_matches_cpu_onnxruntime_and_numpy(product_path, w_type):
     """DynamicQuantizeLinear -> ConvInteger with x's zero point from the device -> Cast -> Mul ->
-    Add -> Relu, as quantize_dynamic writes a Conv; stride, padding, ragged sizes."""
+    Add -> Relu, as quantize_dynamic writes a Conv (fused into ConvIntegerToFloat); stride,
+    padding, ragged sizes."""
     rng = np.random.default_rng(16)
     x = rng.standard_normal([2, 3, 7, 9]).astype(np.float32)
     w = _ints(rng, w_type, [5, 3, 3, 3])
@@ -262,7 +263,7 @@ def test_dynamic_conv_integer_matches_cpu_onnxruntime_and_numpy(product_path, w_
     proto = _proto(nodes, [_io("x", np.float32, x.shape)], [_io("y", np.float32, None)],
                    {"w": w, "wz": wz, "ws": ws, "bias": bias})
     got, ref, ops = _run_both(proto, {"x": x})
-    assert "ConvInteger" in ops and "DynamicQuantizeLinear" in ops, ops
+    assert "ai.tether:ConvIntegerToFloat" in ops and "DynamicQuantizeLinear" in ops, ops
     np.testing.assert_array_equal(got["y"], ref["y"])
     if _ort_is_exact(np.uint8, w_type):
         np.testing.assert_array_equal(got["y"], _ort(proto, {"x": x})["y"])
@@ -331,7 +332,7 @@ def test_dynamically_quantized_model_runs_wholly_on_vulkan(tmp_path, name):
     sess = tt.compile(model, device="vulkan", strict=True)
     ops = [s["op_type"] for s in sess.steps()]
     assert all(s["backend"] == "vulkan" for s in sess.steps()), sess.report
-    assert "DynamicQuantizeLinear" in ops and ("ConvInteger" in ops if name == "cnn" else True), ops
+    assert "DynamicQuantizeLinear" in ops and ("ai.tether:ConvIntegerToFloat" in ops if name == "cnn" else True), ops
     assert "ai.tether:MatMulIntegerToFloat" in ops, ops
     feeds = {"x": x.numpy()}
     got, ref = sess.run(feeds)["y"], tt.compile(model, device="cpu").run(feeds)["y"]
@@ -360,3 +361,33 @@ def test_dynamically_quantized_mlp_under_fp16_storage_stays_close(tmp_path):
     sess = tt.compile(model, device="vulkan", strict=True, precision="fp16")
     feeds = {"x": x.numpy()}
     assert_close(sess.run(feeds)["y"], tt.compile(model, device="cpu").run(feeds)["y"], rtol=2e-2)
+
+
+def test_dynamically_quantized_conv_with_sums_past_float16_stays_finite_under_fp16(product_path):
+    """precision="fp16" stores float tensors as float16, whose largest value is 65504; the int32
+    sums of this convolution (144 products of bytes up to 255 and 127) reach far past it (the
+    ONNX reference's ConvInteger output says so). Fused into ConvIntegerToFloat, the sums are
+    scaled in registers and never stored as floats: the output stays within 2% of the float32
+    reference's largest magnitude, as the MLP above."""
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("Mul", ["xs", "ws"], ["s"]),
+             helper.make_node("ConvInteger", ["xq", "w", "xz"], ["i"], pads=[1, 1, 1, 1]),
+             helper.make_node("Cast", ["i"], ["f"], to=TensorProto.FLOAT), helper.make_node("Mul", ["f", "s"], ["m"]),
+             helper.make_node("Add", ["m", "b"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
+    inits = {"w": rng.integers(40, 128, (12, 16, 3, 3)).astype(np.int8), "ws": np.float32(0.004),
+             "b": rng.uniform(-1, 1, (12, 1, 1)).astype(np.float32)}
+    model = _proto(nodes, [_io("x", np.float32, [1, 16, 10, 10])], [_io("y", np.float32, None)], inits)
+    x = rng.uniform(0, 2, (1, 16, 10, 10)).astype(np.float32)
+    sums = ReferenceEvaluator(model).run(None, {"x": x}, intermediate=True)["i"]
+    assert np.abs(sums).max() > 10 * 65504, np.abs(sums).max()
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    sess = tt.compile(model.SerializeToString(), device="vulkan", strict=True, precision="fp16")
+    assert "ai.tether:ConvIntegerToFloat" in [st["op_type"] for st in sess.steps()], sess.report
+    got = sess.run({"x": x})["y"]
+    assert np.isfinite(got).all()
+    assert_close(got, want, rtol=2e-2)
+    exact = tt.compile(model.SerializeToString(), device="vulkan", strict=True).run({"x": x})["y"]
+    np.testing.assert_array_equal(exact, tt.compile(model.SerializeToString(), device="cpu").run({"x": x})["y"])

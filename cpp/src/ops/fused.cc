@@ -4,7 +4,8 @@
 // a residual Add), and an activation; their shapes are the ONNX op's. QLinearConv and
 // QLinearMatMul (from the QDQ pass) are the ONNX ops with an activation and a bias;
 // QLinearConv and MaxPool with channels_last = 1 read and write [N, spatial..., C];
-// MatMulIntegerToFloat is MatMulInteger -> Cast -> Mul (-> Add) (-> activation) as one node.
+// MatMulIntegerToFloat is MatMulInteger -> Cast -> Mul (-> Add) (-> activation) as one node,
+// ConvIntegerToFloat the same after a ConvInteger.
 #include "ops/infer_context.h"
 
 namespace tether::ops {
@@ -66,6 +67,13 @@ void qlinear_add(InferContext& ctx) {
 // float32 (the sums times scale, plus bias, then the activation).
 void matmul_integer_to_float(InferContext& ctx) {
   registry().find("", "MatMulInteger")(ctx);
+  ctx.set_output(0, DType::kFloat32, ctx.outputs()[0].shape());
+}
+
+// ConvIntegerToFloat(X, W, scale, x_zero_point, w_zero_point, bias), with ConvInteger's
+// attributes: ConvInteger's shape, float32 (the sums times scale, plus bias, then the activation).
+void conv_integer_to_float(InferContext& ctx) {
+  registry().find("", "ConvInteger")(ctx);
   ctx.set_output(0, DType::kFloat32, ctx.outputs()[0].shape());
 }
 
@@ -134,6 +142,7 @@ void register_fused(Registry& r) {
   r.add("QLinearMatMul", as_onnx<kQLinearMatMul>, "ai.tether");
   r.add("QLinearAdd", qlinear_add, "ai.tether");
   r.add("MatMulIntegerToFloat", matmul_integer_to_float, "ai.tether");
+  r.add("ConvIntegerToFloat", conv_integer_to_float, "ai.tether");
   r.add("Gelu", [](InferContext& ctx) { ctx.set_output(0, ctx.input_type(0)); }, "ai.tether");  // fuse_gelu, opset < 20
   // onnxruntime's contrib ops of its QOperator format.
   r.add("QLinearAdd", ms_qlinear_add, "com.microsoft");

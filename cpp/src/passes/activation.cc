@@ -92,7 +92,7 @@ std::optional<Producer> producer_of(ir::Value& v) {
   // A fused node from an earlier rewrite (MatMul + Add) that has no activation yet.
   if (p->domain() == "ai.tether" && p->attr_string("activation", "").empty() &&
       (p->op_type() == "FusedConv" || p->op_type() == "FusedGemm" || p->op_type() == "FusedMatMul" ||
-       p->op_type() == "MatMulIntegerToFloat"))
+       p->op_type() == "MatMulIntegerToFloat" || p->op_type() == "ConvIntegerToFloat"))
     return Producer{{p}, p->op_type(), p->inputs(), p->attributes(), {}};
   if (std::optional<MatMulBias> m = match_matmul_bias(*p))
     return Producer{{m->matmul, m->add}, "FusedMatMul", {m->matmul->input(0), m->matmul->input(1)}, {}, m};

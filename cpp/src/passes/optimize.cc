@@ -18,8 +18,8 @@ std::string optimize(ir::Model& model, const OptimizeOptions& options) {
   report << "pass fold_grouped_kv_repeat: " << fold_grouped_kv_repeat(model)
          << " MatMuls over repeated key/value heads folded\n";
   report << "pass fuse_qdq: " << fuse_qdq(model) << " DequantizeLinear -> op -> QuantizeLinear patterns fused\n";
-  report << "pass fuse_matmul_integer_to_float: " << fuse_matmul_integer_to_float(model)
-         << " MatMulInteger -> Cast -> Mul chains fused\n";
+  report << "pass fuse_integer_to_float: " << fuse_integer_to_float(model)
+         << " MatMulInteger / ConvInteger -> Cast -> Mul chains fused\n";
   if (options.channels_last)
     report << "pass channels_last_integer_convs: " << channels_last_integer_convs(model)
            << " integer nodes made channels last\n";

@@ -88,8 +88,10 @@ int channels_last_float_convs(ir::Model& model);
 
 /// MatMulInteger (constant 2-D B) -> Cast(float) -> Mul(scale: one value or one per column)
 /// (-> Add of a constant bias per column), each read by the next alone, becomes one ai.tether
-/// MatMulIntegerToFloat (see integer_matmul.cc). Returns the number of chains fused.
-int fuse_matmul_integer_to_float(ir::Model& model);
+/// MatMulIntegerToFloat; ConvInteger (constant weights) likewise, with a scale and bias per
+/// output channel, becomes ai.tether ConvIntegerToFloat (see integer_matmul.cc). Returns the
+/// number of chains fused.
+int fuse_integer_to_float(ir::Model& model);
 
 // optimize() (tether/passes.h) runs them in order: identities, shape inference, constant
 // folding, attention, grouped key/value heads, Conv+BN, MatMul+Add, Conv+Add, activation fusion, dead code.

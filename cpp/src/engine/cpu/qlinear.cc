@@ -1,5 +1,6 @@
-// Integer convolutions: ConvInteger (int32 sums) and QLinearConv (requantized to int8 / uint8,
-// ONNX or ai.tether with an activation, NCHW or channels last), on the integer GEMM (qgemm.h)
+// Integer convolutions: ConvInteger (int32 sums), QLinearConv (requantized to int8 / uint8,
+// ONNX or ai.tether with an activation, NCHW or channels last) and ai.tether
+// ConvIntegerToFloat (float sums times a scale, plus a bias, activated), on the integer GEMM (qgemm.h)
 // or, depthwise, on their own kernels; and the support checks and registration of every
 // integer kernel (the others are in qlinear_matmul.cc and qlinear_elementwise.cc). Constant
 // weights are packed once, with their zero points and column sums; the zero points of the
@@ -234,12 +235,17 @@ class IntegerConvKernel final : public HostKernel {
         w_type_(init.input_dtype(static_cast<size_t>(s_.b))),
         out_type_(init.output_dtype(0)),
         threads_(init.threads),
-        act_(QActivation::of(init.node)),
+        to_float_(init.node.op_type() == "ConvIntegerToFloat"),
+        act_(to_float_ ? QActivation{} : QActivation::of(init.node)),
+        float_act_(to_float_ ? Epilogue::from_node(init.node) : Epilogue{}),
         nhwc_(channels_last(init.node)) {
     bool all = false;
     std::vector<View> c = constant_views(init, all);
     const ir::Tensor* w = init.constant(static_cast<size_t>(s_.b));
-    if (all && w != nullptr && w->rank() == 4 && node_.attr_int("group", 1) == w->dims()[0] && w->dims()[1] == 1) {
+    // ConvIntegerToFloat takes the GEMM for depthwise filters too (one channel per group): the
+    // depthwise kernels store 8-bit or int32 outputs only.
+    if (!to_float_ && all && w != nullptr && w->rank() == 4 && node_.attr_int("group", 1) == w->dims()[0] &&
+        w->dims()[1] == 1) {
       // Depthwise: the filters less their zero points, as int16, for the direct kernel.
       const int64_t cout = w->dims()[0], taps = w->dims()[2] * w->dims()[3];
       const Params p = read_params<ModelError>(name_, s_, c, -1, cout, "per output channel");
@@ -341,6 +347,7 @@ class IntegerConvKernel final : public HostKernel {
     if (bias != nullptr && bias->numel() != cout)
       throw ArgumentError(name_ + ": B has shape " + dims_text(bias->dims) + ", expected [" + std::to_string(cout) +
                           "] (one int32 per output channel)");
+    if (to_float_) check_float_operands(in, cout);
     if (nhwc_) {
       if (is_depthwise()) depthwise_nhwc(ctx, x, y, g, p, bias);
       else run_nhwc(ctx, x, y, g, p, bias);
@@ -395,6 +402,7 @@ class IntegerConvKernel final : public HostKernel {
           };
         }
         QGemmOutput o = output_of(p, out_type_, bias != nullptr ? bias->as<int32_t>() + gi * cg : nullptr, act_);
+        if (to_float_) to_float(in, gi * cg, o);
         if (o.scale_per_column) o.scale += gi * cg;
         std::byte* yg = static_cast<std::byte*>(y.data) + static_cast<int64_t>(esize) * (img * cout + gi * cg) * positions;
         if (channels_last_) {
@@ -527,9 +535,35 @@ class IntegerConvKernel final : public HostKernel {
     };
   }
 
+  // ConvIntegerToFloat's scale (one value or one per output channel) and float bias (one per
+  // output channel), checked against the run's channels.
+  void check_float_operands(const std::vector<View>& in, int64_t cout) const {
+    const View& scale = in[kFloatScale];
+    if (scale.numel() != 1 && scale.numel() != cout)
+      throw ArgumentError(name_ + ": scale has shape " + dims_text(scale.dims) + ", expected one value or " +
+                          std::to_string(cout) + " (one per output channel)");
+    if (present(in, kFloatBias) && in[kFloatBias].numel() != cout)
+      throw ArgumentError(name_ + ": bias has shape " + dims_text(in[kFloatBias].dims) + ", expected [" +
+                          std::to_string(cout) + "] (one per output channel)");
+  }
+
+  // ConvIntegerToFloat's epilogue for the group whose channels start at `c0`: float(sum) * scale
+  // plus the float bias, then the activation, what Cast, Mul, Add and the activation compute.
+  // (The caller offsets a per-channel scale by c0.)
+  void to_float(const std::vector<View>& in, int64_t c0, QGemmOutput& o) const {
+    const View& scale = in[kFloatScale];
+    o.kind = QGemmOutput::Kind::kFloat32;
+    o.scale = scale.as<float>();
+    o.scale_per_column = scale.numel() > 1;
+    o.float_bias = present(in, kFloatBias) ? in[kFloatBias].as<float>() + c0 : nullptr;
+    o.act = float_act_;
+  }
+
   DType x_type_, w_type_, out_type_;
   int threads_;
+  bool to_float_;  // ai.tether ConvIntegerToFloat
   QActivation act_;
+  Epilogue float_act_;
   bool nhwc_;                        // channels_last: X and Y are [N, spatial..., C]
   std::vector<int16_t> dw_weights_;    // depthwise: cout x kh x kw filters less their zero points
   std::vector<int32_t> dw_weights32_;  // the same, channels last: kh x kw x cout
@@ -717,6 +751,7 @@ void register_qlinear(KernelRegistry& r) {
   TETHER_ADD_IN(r, "ai.tether", "QLinearMatMul", make_integer_matmul, integer_check);
   TETHER_ADD_IN(r, "ai.tether", "QLinearConv", make_conv, integer_check);
   TETHER_ADD_IN(r, "ai.tether", "MatMulIntegerToFloat", make_integer_matmul, integer_to_float_check);
+  TETHER_ADD_IN(r, "ai.tether", "ConvIntegerToFloat", make_conv, integer_to_float_check);
   // onnxruntime's QOperator format.
   TETHER_ADD_IN(r, "com.microsoft", "QGemm", make_integer_matmul, qgemm_check);
   register_qlinear_elementwise(r);

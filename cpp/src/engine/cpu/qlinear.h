@@ -37,6 +37,9 @@ constexpr Slots kQLinearConv{0, 1, 2, 3, 4, 5, 6, 7, 8, "x", "w"};
 // ai.tether MatMulIntegerToFloat(A, B, scale, a_zero_point, b_zero_point, bias): MatMulInteger,
 // then float(sum) * scale + bias and an activation (see kFloatScale and kFloatBias).
 constexpr Slots kMatMulIntegerToFloat{0, -1, 3, 1, -1, 4, -1, -1, -1, "a", "b"};
+// ai.tether ConvIntegerToFloat(X, W, scale, x_zero_point, w_zero_point, bias): ConvInteger,
+// then the same per output channel.
+constexpr Slots kConvIntegerToFloat{0, -1, 3, 1, -1, 4, -1, -1, -1, "x", "w"};
 constexpr size_t kFloatScale = 2, kFloatBias = 5;
 // com.microsoft QGemm(A, a_scale, a_zero_point, B, b_scale, b_zero_point, C, y_scale,
 // y_zero_point): QLinearMatMul with an int32 bias C and a float output when y_scale is absent.
@@ -46,6 +49,7 @@ inline const Slots& slots_of(const ir::Node& n) {
   const std::string& op = n.op_type();
   return op == "MatMulInteger" ? kMatMulInteger
          : op == "MatMulIntegerToFloat" ? kMatMulIntegerToFloat
+         : op == "ConvIntegerToFloat"   ? kConvIntegerToFloat
          : op == "QGemm" ? kQGemm
          : op == "QLinearMatMul" ? kQLinearMatMul
          : op == "ConvInteger"   ? kConvInteger

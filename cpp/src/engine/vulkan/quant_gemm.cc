@@ -1,7 +1,8 @@
 // INT8 on Vulkan, the integer products: QLinearMatMul and QLinearConv (ONNX, and ai.tether with a
 // bias and a fused Relu or Clip, as passes/qdq_fuse.cc writes them), MatMulInteger and
-// ConvInteger, and ai.tether MatMulIntegerToFloat (dynamic quantization's MatMul, as
-// passes/integer_matmul.cc fuses it: float output, its scale computed at run time), all by
+// ConvInteger, and ai.tether MatMulIntegerToFloat and ConvIntegerToFloat (dynamic quantization's
+// MatMul and Conv, as passes/integer_matmul.cc fuses them: float output, its scale computed at
+// run time), all by
 // shaders/qgemm.glsl. Weights are constants, packed at compile as int8 words of 4 along K per
 // output column, with each column's weight sum, zero point, bias and output scale beside them.
 // The dot products of 4 bytes are the device's own (OpSDotKHR) where it has
@@ -28,16 +29,20 @@ struct Slots {
 };
 constexpr Slots kQLinear{0, 1, 2, 3, 4, 5, 6, 7, 8};
 constexpr Slots kInteger{0, -1, 2, 1, -1, 3, -1, -1, -1};
-// MatMulIntegerToFloat(A, B, scale, a_zero_point, b_zero_point, bias): the float scale and bias
-// are read on the device, in kFloatScale and kFloatBias.
+// MatMulIntegerToFloat / ConvIntegerToFloat(A, B, scale, a_zero_point, b_zero_point, bias): the
+// float scale and bias are read on the device, in kFloatScale and kFloatBias.
 constexpr Slots kToFloat{0, -1, 3, 1, -1, 4, -1, -1, -1};
 constexpr size_t kFloatScale = 2, kFloatBias = 5;
 
-bool is_to_float(const ir::Node& n) { return n.op_type() == "MatMulIntegerToFloat"; }
+bool is_to_float(const ir::Node& n) {
+  return n.op_type() == "MatMulIntegerToFloat" || n.op_type() == "ConvIntegerToFloat";
+}
 const Slots& slots_of(const ir::Node& n) {
   return is_to_float(n) ? kToFloat : n.op_type().rfind("QLinear", 0) == 0 ? kQLinear : kInteger;
 }
-bool is_conv(const ir::Node& n) { return n.op_type() == "QLinearConv" || n.op_type() == "ConvInteger"; }
+bool is_conv(const ir::Node& n) {
+  return n.op_type() == "QLinearConv" || n.op_type() == "ConvInteger" || n.op_type() == "ConvIntegerToFloat";
+}
 bool present(const ir::Node& n, int slot) {
   return slot >= 0 && static_cast<size_t>(slot) < n.inputs().size() && n.input(static_cast<size_t>(slot)) != nullptr;
 }
@@ -332,6 +337,7 @@ void register_quant_gemm(KernelRegistry& r) {
   r.add("QLinearMatMul", make, gemm_check, "ai.tether");
   r.add("QLinearConv", make, gemm_check, "ai.tether");
   r.add("MatMulIntegerToFloat", make, gemm_check, "ai.tether");
+  r.add("ConvIntegerToFloat", make, gemm_check, "ai.tether");
 }
 
 }  // namespace tether::engine::vulkan
