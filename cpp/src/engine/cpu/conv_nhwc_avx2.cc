@@ -73,6 +73,12 @@ void conv_tile(const float* x, int64_t xs, const int64_t* x_off, const int64_t* 
   for (int r = 0; r < R; ++r) finish_row<2>(acc[r], m, n, accumulate, ep, r, y + r * ldy);
 }
 
+// How many rows of a panel ahead conv_row_panels asks for: its panels are P streams a few KB
+// apart, which the hardware prefetcher alone keeps short of the memory's bandwidth in a GEMV
+// (decoding's products); 6 rows (384 bytes) ahead measured 5 to 10 % faster on Zen than none,
+// 2 or 16.
+constexpr int64_t kPrefetchRows = 6;
+
 // One pixel across P panels (a GEMV): 2P independent sums, each in conv_tile's order, so a
 // row gets the same bits alone as in a tile.
 template <int P>
@@ -86,6 +92,7 @@ void conv_row_panels(const float* x, int64_t cin, const float* w, int64_t panel_
 #pragma GCC unroll 4
     for (int q = 0; q < P; ++q) {
       const float* wq = w + q * panel_stride + i * 16;
+      _mm_prefetch(reinterpret_cast<const char*>(wq + kPrefetchRows * 16), _MM_HINT_T0);
       acc[2 * q] = _mm256_fmadd_ps(a, _mm256_loadu_ps(wq), acc[2 * q]);
       acc[2 * q + 1] = _mm256_fmadd_ps(a, _mm256_loadu_ps(wq + 8), acc[2 * q + 1]);
     }
