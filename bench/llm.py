@@ -6,7 +6,9 @@ vocabulary 32k) and GPT-2 (small config), random weights, in FP32 and with INT4 
 
 One prompt of 32 random tokens, 64 new tokens (the prefill gives the first, 63 decode steps the
 rest); each engine runs in a process of its own, so its peak RSS is its own; the best of
-``--repeats`` generations. tether's tokens must equal onnxruntime's (the script stops
+``--repeats`` generations, each after a pause of IDLE_S seconds (so that the threads of the
+engine that ran before, which spin for a while after a run, do not take this one's cores).
+tether's tokens must equal onnxruntime's (the script stops
 otherwise; PyTorch's are reported, since it runs a different summation order than the file).
 Then tether's profiler on the decode steps: the op types that take its time.
 
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 PROMPT, NEW = 32, 64
+IDLE_S = 0.5  # the pause before each timed generation (see worker)
 
 
 def _config(arch: str, quick: bool) -> Any:
@@ -155,6 +158,10 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
     best: dict[str, tuple[list[int], float, float]] = {}
     for _ in range(job["repeats"]):
         for engine, run in runs.items():
+            # The engine before may leave threads spinning for a while after its last run
+            # (onnxruntime's pool and OpenMP's both do): they would take cores from this one's
+            # prefill. A pause lets them go idle.
+            time.sleep(IDLE_S)
             got = _timed(run())
             if engine not in best or sum(got[1:]) < sum(best[engine][1:]):
                 best[engine] = got
