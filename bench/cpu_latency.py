@@ -11,15 +11,17 @@ With --int8 it measures quantized models instead: ResNet-50 and MobileNetV2 quan
 onnxruntime's quantize_static (QDQ, uint8 activations, int8 weights per channel, MinMax on 16
 random images; their BatchNormalization statistics taken from random inputs first, see
 export()), BERT-base quantized dynamic by quantize_dynamic (int8 weights,
-DynamicQuantizeLinear + MatMulInteger). tether and onnxruntime run the same file on the same
-threads; the table adds tether's FP32 latency on the float model, the speed-up of INT8 over it,
-and how close the INT8 outputs stay to FP32 (tether's INT8 against tether's FP32 on
---agreement-samples inputs: top-1 agreement for the CNNs, SQNR for all).
+DynamicQuantizeLinear + MatMulInteger); with --dynamic every net is quantized by
+quantize_dynamic (the CNNs' convolutions as DynamicQuantizeLinear + ConvInteger). tether and
+onnxruntime run the same file on the same threads; the table adds tether's FP32 latency on the
+float model, the speed-up of INT8 over it, and how close the INT8 outputs stay to FP32
+(tether's INT8 against tether's FP32 on --agreement-samples inputs: top-1 agreement for the
+CNNs, SQNR for all).
 
 Usage:
     python bench/cpu_latency.py [--models resnet50,mobilenetv2,bert_base_seq128]
                                 [--threads 1,2] [--batches 1,8] [--min-time 2.0] [--markdown out.md]
-    python bench/cpu_latency.py --int8 [--agreement-samples 256] [...the options above]
+    python bench/cpu_latency.py --int8 [--dynamic] [--agreement-samples 256] [...the options above]
 """
 
 from __future__ import annotations
@@ -96,8 +98,9 @@ def export(name: str, bn_statistics: bool = False) -> Path:
     return path
 
 
-def quantized(name: str) -> Path:
-    """The net's INT8 model (static QDQ for the CNNs, dynamic for BERT), cached across runs."""
+def quantized(name: str, dynamic: bool = False) -> Path:
+    """The net's INT8 model (static QDQ for the CNNs, dynamic for BERT; ``dynamic``: dynamic
+    for every net, its convolutions ConvInteger), cached across runs."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -107,11 +110,11 @@ def quantized(name: str) -> Path:
     )
 
     src = export(name, bn_statistics=True)
-    path = CACHE / f"{name}-b2-bnstats.int8.onnx"
+    path = CACHE / f"{name}-b2-bnstats.{'dynamic.' if dynamic else ''}int8.onnx"
     if path.exists():
         return path
     _, shape, dtype = NETS[name]
-    if dtype == "int64":
+    if dtype == "int64" or dynamic:
         quantize_dynamic(str(src), str(path), weight_type=QuantType.QInt8)
         return path
     rng = np.random.default_rng(1)
@@ -168,7 +171,7 @@ def int8_table(args: argparse.Namespace, machine: str) -> list[str]:
     rows = [header, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     print(header)
     for name in args.models.split(","):
-        fp32_path, int8_path = export(name, bn_statistics=True), quantized(name)
+        fp32_path, int8_path = export(name, bn_statistics=True), quantized(name, args.dynamic)
         fp32_model, int8_model = tt.load(fp32_path), tt.load(int8_path)
         for threads in [int(t) for t in args.threads.split(",")]:
             fp32 = tt.compile(fp32_model, threads=threads)
@@ -271,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--int8", action="store_true", help="measure the INT8 models instead (see above)")
     p.add_argument("--agreement-samples", type=int, default=256, help="inputs of the INT8 vs FP32 comparison")
+    p.add_argument("--dynamic", action="store_true",
+                   help="with --int8: every net quantized dynamic (quantize_dynamic: the CNNs' Conv as ConvInteger)")
     args = p.parse_args(argv)
     info = tt.cpu_info()
     machine = (

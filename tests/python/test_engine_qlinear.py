@@ -463,6 +463,43 @@ def test_conv_integer_to_float_equals_the_onnx_reference_and_refuses_bad_paramet
         tt.compile(tt.load(_conv_to_float_model([4], None, helper.TensorProto.FLOAT16)))
 
 
+@pytest.mark.parametrize("x_type", [U8, I8])
+@pytest.mark.parametrize("attrs", [{"pads": [1, 1, 1, 1]}, {"strides": [2, 1], "dilations": [1, 2], "pads": [0, 2, 1, 0]}])
+def test_depthwise_conv_integer_with_a_run_time_zero_point_equals_the_onnx_reference(x_type, attrs):
+    """Dynamic quantization's depthwise convolution: x's zero point a graph input (as
+    DynamicQuantizeLinear makes it), constant filters. The depthwise kernel runs it (filters
+    prepared at compile), int32 sums exact against the ONNX reference; fused with Cast, Mul
+    by a per-channel scale, Add and Relu into ConvIntegerToFloat, equal to the reference's
+    unfused float operations bit for bit, at 1 and 2 threads."""
+    rng = np.random.default_rng(11)
+    info = np.iinfo(x_type)
+    x = rng.integers(info.min, info.max + 1, (2, 6, 9, 8)).astype(x_type)
+    w = rng.integers(-128, 128, (6, 1, 3, 3)).astype(I8)
+    xz = np.array(info.min + 77, x_type)
+    conv = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["i"], group=6, **attrs)
+    float_nodes = [helper.make_node("Cast", ["i"], ["f"], to=helper.TensorProto.FLOAT),
+                   helper.make_node("Mul", ["f", "s"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
+                   helper.make_node("Relu", ["a"], ["y"])]
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(3, I8), "wz"),
+             numpy_helper.from_array(rng.uniform(1e-4, 1e-3, (1, 6, 1, 1)).astype(np.float32), "s"),
+             numpy_helper.from_array(rng.standard_normal((6, 1, 1)).astype(np.float32), "b")]
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(x_type))
+    inputs = [helper.make_tensor_value_info("x", t, list(x.shape)), helper.make_tensor_value_info("xz", t, [])]
+
+    def model(nodes, out, out_type):
+        graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info(out, out_type, None)], inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+    feeds = {"x": x, "xz": xz}
+    sums, chain = model([conv], "i", helper.TensorProto.INT32), model([conv, *float_nodes], "y", helper.TensorProto.FLOAT)
+    for threads in (1, 2):
+        got = tt.compile(tt.load(sums.SerializeToString()), threads=threads).run(feeds)["i"]
+        np.testing.assert_array_equal(got, ReferenceEvaluator(sums).run(None, feeds)[0])
+        sess = tt.compile(tt.load(chain.SerializeToString()), threads=threads)
+        assert [st["op_type"] for st in sess.steps()] == ["ai.tether:ConvIntegerToFloat"]
+        np.testing.assert_array_equal(sess.run(feeds)["y"], ReferenceEvaluator(chain).run(None, feeds)[0])
+
+
 # ---- onnxruntime's QOperator contrib ops (com.microsoft) ----------------------------------------------
 
 

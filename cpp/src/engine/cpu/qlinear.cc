@@ -225,6 +225,16 @@ TETHER_MULTIVERSION void store_channel(const int32_t* __restrict acc, int64_t n,
   }
 }
 
+// ConvIntegerToFloat's store of n sums of one output channel: float(sum) * scale, then plus the
+// bias (when there is one), then the activation: what Cast, Mul, Add and the activation compute,
+// each rounded on its own (two loops, so that no compiler fuses the multiply and the add).
+void store_channel_float(const int32_t* acc, int64_t n, float scale, const float* bias, const Epilogue& act, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(acc[i]) * scale;
+  if (bias != nullptr)
+    for (int64_t i = 0; i < n; ++i) y[i] = y[i] + *bias;
+  act.apply(y, n);
+}
+
 class IntegerConvKernel final : public HostKernel {
  public:
   explicit IntegerConvKernel(const KernelInit& init)
@@ -242,10 +252,13 @@ class IntegerConvKernel final : public HostKernel {
     bool all = false;
     std::vector<View> c = constant_views(init, all);
     const ir::Tensor* w = init.constant(static_cast<size_t>(s_.b));
-    // ConvIntegerToFloat takes the GEMM for depthwise filters too (one channel per group): the
-    // depthwise kernels store 8-bit or int32 outputs only.
-    if (!to_float_ && all && w != nullptr && w->rank() == 4 && node_.attr_int("group", 1) == w->dims()[0] &&
-        w->dims()[1] == 1) {
+    // Filters are prepared now when they and their zero point are constant, with the other
+    // parameters too for the QLinear ops (their output scales); ConvInteger and
+    // ConvIntegerToFloat read x's zero point at run time (DynamicQuantizeLinear computes it).
+    const bool w_zero_fixed = init.node.input(static_cast<size_t>(s_.b_zp)) == nullptr ||
+                              init.constant(static_cast<size_t>(s_.b_zp)) != nullptr;
+    const bool ready = all || (s_.y_scale < 0 && w_zero_fixed);
+    if (ready && w != nullptr && w->rank() == 4 && node_.attr_int("group", 1) == w->dims()[0] && w->dims()[1] == 1) {
       // Depthwise: the filters less their zero points, as int16, for the direct kernel.
       const int64_t cout = w->dims()[0], taps = w->dims()[2] * w->dims()[3];
       const Params p = read_params<ModelError>(name_, s_, c, -1, cout, "per output channel");
@@ -280,7 +293,7 @@ class IntegerConvKernel final : public HostKernel {
             dw_pairs3x3_[static_cast<size_t>((2 * i + 1) * cout + ch)] = static_cast<int32_t>(tap(2) & 0xFFFFu);
           }
       }
-    } else if (all && w != nullptr && w->rank() >= 3) {
+    } else if (ready && w != nullptr && w->rank() >= 3) {
       const int64_t cout = w->dims()[0], group = node_.attr_int("group", 1);
       const Params p = read_params<ModelError>(name_, s_, c, -1, cout, "per output channel");
       const int64_t cg = cout / group, k = w->num_elements() / cout;
@@ -362,7 +375,9 @@ class IntegerConvKernel final : public HostKernel {
     }
     const int64_t k = cin_g * ksize;
     if (!dw_weights_.empty()) {
-      depthwise(ctx, x, w, y, g, p, bias);
+      QGemmOutput float_out;
+      if (to_float_) to_float(in, 0, float_out);
+      depthwise(ctx, x, w, y, g, p, bias, to_float_ ? &float_out : nullptr);
       return;
     }
     const size_t esize = elem_bytes(out_type_);
@@ -451,8 +466,9 @@ class IntegerConvKernel final : public HostKernel {
     return dw_plane(y, conv_geometry(node_, x.dims, w.dims, y.dims, false)).bytes;
   }
 
+  // `to_float`: ConvIntegerToFloat's scale, float bias and activation (see to_float), else nullptr.
   void depthwise(const RunContext& ctx, const View& x, const View& w, View& y, const ConvGeometry& g, const Params& p,
-                 const View* bias) const;
+                 const View* bias, const QGemmOutput* to_float) const;
   // Channels last: the GEMM over images [h, w, c] read in place (1x1, stride 1: every image's
   // positions at once) and rows of C stored as they are; the depthwise kernel over pixels.
   void run_nhwc(const RunContext& ctx, const View& x, View& y, const ConvGeometry& g, const Params& p,
@@ -575,7 +591,7 @@ class IntegerConvKernel final : public HostKernel {
 };
 
 void IntegerConvKernel::depthwise(const RunContext& ctx, const View& x, const View& w, View& y, const ConvGeometry& g,
-                                  const Params& p, const View* bias) const {
+                                  const Params& p, const View* bias, const QGemmOutput* to_float) const {
   const DwPlane d = dw_plane(y, g);
   const int64_t channels = y.dims[1], ih = x.dims[2], iw = x.dims[3], oh = y.dims[2], ow = y.dims[3];
   const int64_t kh = g.kernel[0], kw = g.kernel[1], taps = kh * kw;
@@ -597,6 +613,12 @@ void IntegerConvKernel::depthwise(const RunContext& ctx, const View& x, const Vi
       const int32_t b = bias != nullptr ? bias->as<int32_t>()[ch] : 0;
       const float scale = o.scale != nullptr ? o.scale[o.scale_per_column ? ch : 0] : 0.0f;
       const int64_t pitch = d.phase.pitch;
+      if (to_float != nullptr) {
+        const float fs = to_float->scale[to_float->scale_per_column ? ch : 0];
+        const float* fb = to_float->float_bias != nullptr ? to_float->float_bias + ch : nullptr;
+        for (int64_t r = 0; r < oh; ++r) store_channel_float(acc + r * pitch, ow, fs, fb, to_float->act, y.as<float>() + q * oh * ow + r * ow);
+        continue;
+      }
       for (int64_t r = 0; r < oh; ++r) {
         const int64_t at = q * oh * ow + r * ow;
         switch (out_type_) {
