@@ -1,6 +1,6 @@
 """INT8 on Vulkan: QuantizeLinear, DequantizeLinear, QLinearMatMul, MatMulInteger,
-QLinearConv, ConvInteger, QLinearAdd, and MaxPool, Concat, Transpose and Slice on 8-bit
-tensors, compiled strict (so every node runs on the device), agree with the CPU engine's INT8
+QLinearConv, ConvInteger, QLinearAdd, and MaxPool, Concat, Split, Transpose, Expand and Slice
+on 8-bit tensors, compiled strict (so every node runs on the device), agree with the CPU engine's INT8
 bit for bit, and with a numpy version of the ONNX definition (computed in float64) within one
 quantization step. The integer products run both on the device's integer dot products and on
 plain multiply-adds (TETHER_VULKAN_NO_INTEGER_DOT=1). A CNN and an MLP quantized by
@@ -282,7 +282,7 @@ def test_qlinear_add_matches_cpu_and_numpy(relu, types):
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8])
-def test_concat_transpose_and_slice_on_8bit_tensors_match_numpy_and_cpu(dtype):
+def test_concat_split_transpose_expand_and_slice_on_8bit_tensors_match_numpy_and_cpu(dtype):
     rng = np.random.default_rng(9)
     a, b, c = _ints(rng, dtype, [2, 3, 5, 7]), _ints(rng, dtype, [2, 3, 5, 1]), _ints(rng, dtype, [2, 3, 5, 13])
     # Slice: a start past the end (clamped), steps backwards, an axis counted from the end.
@@ -290,13 +290,20 @@ def test_concat_transpose_and_slice_on_8bit_tensors_match_numpy_and_cpu(dtype):
     nodes = [helper.make_node("Concat", ["a", "b", "c"], ["cat"], axis=-1),
              helper.make_node("Transpose", ["a"], ["perm"], perm=[0, 3, 1, 2]),
              helper.make_node("Transpose", ["c"], ["rev"]),
-             helper.make_node("Slice", ["a", "st", "en", "ax", "sp"], ["sl"])]
+             helper.make_node("Slice", ["a", "st", "en", "ax", "sp"], ["sl"]),
+             # Split with sizes (one of them empty) along an axis counted from the end; Expand
+             # to a higher rank, broadcasting b's last dim and adding a leading one.
+             helper.make_node("Split", ["a", "parts"], ["s0", "s1", "s2"], axis=-2),
+             helper.make_node("Expand", ["b", "shape"], ["ex"])]
+    consts = {k: np.array(v, np.int64) for k, v in bounds.items()}
+    consts |= {"parts": np.array([1, 0, 4], np.int64), "shape": np.array([3, 2, 3, 5, 4], np.int64)}
+    outs = ("cat", "perm", "rev", "sl", "s0", "s1", "s2", "ex")
     model = _model(nodes, [_io("a", dtype, a.shape), _io("b", dtype, b.shape), _io("c", dtype, c.shape)],
-                   [_io(name, dtype, None) for name in ("cat", "perm", "rev", "sl")],
-                   {k: np.array(v, np.int64) for k, v in bounds.items()})
+                   [_io(name, dtype, None) for name in outs], consts)
     got, ref = _run_both(model, {"a": a, "b": b, "c": c})
     want = {"cat": np.concatenate([a, b, c], axis=-1), "perm": a.transpose(0, 3, 1, 2), "rev": c.transpose(),
-            "sl": a[:, 1:, 4:0:-2, -1::-3]}
+            "sl": a[:, 1:, 4:0:-2, -1::-3], "s0": a[:, :, :1], "s1": a[:, :, 1:1], "s2": a[:, :, 1:],
+            "ex": np.broadcast_to(b, (3, 2, 3, 5, 4))}
     for name, w in want.items():
         np.testing.assert_array_equal(got[name], w, err_msg=name)
         np.testing.assert_array_equal(ref[name], w, err_msg=name)

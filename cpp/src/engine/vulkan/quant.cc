@@ -1,7 +1,7 @@
 // INT8 on Vulkan, the element-wise part: QuantizeLinear and DequantizeLinear (int8 / uint8, and
 // int32 for DequantizeLinear; per tensor or per axis; shaders/quantize.comp, dequantize.comp),
 // ai.tether QLinearAdd (shaders/qadd.comp), and the ops the QDQ pass leaves on 8-bit tensors:
-// MaxPool (shaders/qmaxpool2d.comp), the views, and Concat, Transpose and Slice
+// MaxPool (shaders/qmaxpool2d.comp), the views, and Concat, Split, Transpose, Expand and Slice
 // (quant_shape.cc). The integer products are in quant_gemm.cc.
 //
 // 8-bit tensors are bytes in storage buffers (storageBuffer8BitAccess, and shaderInt8 to store
@@ -311,6 +311,9 @@ void register_quant(KernelRegistry& r) {
   widen<6>(r, "Concat", byte_concat_kernel, byte_concat_check);
   widen<7>(r, "Transpose", byte_transpose_kernel, byte_transpose_check);
   widen<8>(r, "Slice", byte_slice_kernel, byte_slice_check);
+  // (Split and Expand take any 8-bit input: their sizes and shape are read on the host.)
+  widen<9>(r, "Split", byte_split_kernel, view_check8);
+  widen<10>(r, "Expand", byte_expand_kernel, view_check8);
   register_quant_gemm(r);
   register_quant_dynamic(r);
 }

@@ -35,11 +35,14 @@ void register_quant_gemm(KernelRegistry& r);
 /// Registers DynamicQuantizeLinear (quant_dynamic.cc).
 void register_quant_dynamic(KernelRegistry& r);
 
-/// Concat, Transpose and Slice (constant bounds) on int8 / uint8 tensors (quant_shape.cc): the
-/// kernels and checks register_quant puts before the word kernels for 8-bit inputs.
+/// Concat, Split, Transpose, Expand and Slice (constant bounds) on int8 / uint8 tensors
+/// (quant_shape.cc): the kernels and checks register_quant puts before the word kernels for
+/// 8-bit inputs.
 std::unique_ptr<Kernel> byte_concat_kernel(const KernelInit& init);
 std::unique_ptr<Kernel> byte_transpose_kernel(const KernelInit& init);
 std::unique_ptr<Kernel> byte_slice_kernel(const KernelInit& init);
+std::unique_ptr<Kernel> byte_split_kernel(const KernelInit& init);
+std::unique_ptr<Kernel> byte_expand_kernel(const KernelInit& init);
 std::string byte_concat_check(const KernelInit& init);
 std::string byte_transpose_check(const KernelInit& init);
 std::string byte_slice_check(const KernelInit& init);

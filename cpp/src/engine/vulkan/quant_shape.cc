@@ -1,5 +1,5 @@
-// INT8 on Vulkan, data movement on 8-bit tensors: Concat, Transpose and Slice with constant
-// bounds, a byte per invocation (shaders/q_strided_copy.comp). The word kernels of shape.cc
+// INT8 on Vulkan, data movement on 8-bit tensors: Concat, Split, Transpose, Expand and Slice
+// with constant bounds, a byte per invocation (shaders/q_strided_copy.comp). The word kernels of shape.cc
 // move 32-bit elements; register_quant puts these before them for int8 and uint8 inputs.
 #include <algorithm>
 
@@ -119,8 +119,51 @@ class ByteSliceKernel final : public ByteMoveKernel {
   ConstantSlice slice_;
 };
 
+// Split: each output a slab of x along the axis (the sizes are the outputs' own, which shape
+// inference took from `split` or num_outputs on the host).
+class ByteSplitKernel final : public ByteMoveKernel {
+ public:
+  explicit ByteSplitKernel(const KernelInit& init) : ByteMoveKernel(init), axis_(init.node.attr_int("axis", 0)) {}
+
+  bool reads_on_device(size_t i) const override { return i == 0; }
+
+  void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
+    require_storage8(rec, node_);
+    const std::vector<int64_t>& xd = in[0].dims;
+    const auto a = static_cast<size_t>(normalize_axis(node_, axis_, xd.size()));
+    const std::vector<int64_t> xs = strides_of(xd);
+    check_u32(node_, in[0].numel(), "the input");
+    int64_t offset = 0;
+    for (const GpuTensor& t : out) {
+      if (t.dims.empty()) continue;  // an omitted output
+      record_bytes(rec, node_, *pipeline_, t.dims, xs, offset * xs[a], strides_of(t.dims), 0, in[0].range, t.range);
+      offset += t.dims[a];
+    }
+  }
+
+ private:
+  int64_t axis_;
+};
+
+// Expand: x read with stride 0 along the dims it broadcasts.
+class ByteExpandKernel final : public ByteMoveKernel {
+ public:
+  explicit ByteExpandKernel(const KernelInit& init) : ByteMoveKernel(init) {}
+
+  bool reads_on_device(size_t i) const override { return i == 0; }
+
+  void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
+    require_storage8(rec, node_);
+    check_u32(node_, in[0].numel(), "the input");
+    record_bytes(rec, node_, *pipeline_, out[0].dims, broadcast_strides(in[0].dims, out[0].dims), 0,
+                 strides_of(out[0].dims), 0, in[0].range, out[0].range);
+  }
+};
+
 }  // namespace
 
+std::unique_ptr<Kernel> byte_split_kernel(const KernelInit& init) { return std::make_unique<ByteSplitKernel>(init); }
+std::unique_ptr<Kernel> byte_expand_kernel(const KernelInit& init) { return std::make_unique<ByteExpandKernel>(init); }
 std::unique_ptr<Kernel> byte_concat_kernel(const KernelInit& init) { return std::make_unique<ByteConcatKernel>(init); }
 std::unique_ptr<Kernel> byte_transpose_kernel(const KernelInit& init) { return std::make_unique<ByteTransposeKernel>(init); }
 std::unique_ptr<Kernel> byte_slice_kernel(const KernelInit& init) { return std::make_unique<ByteSliceKernel>(init); }
