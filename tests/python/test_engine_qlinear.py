@@ -455,7 +455,7 @@ def test_conv_integer_to_float_equals_the_onnx_reference_and_refuses_bad_paramet
          numpy_helper.from_array(np.array(1, I8), "wz"), numpy_helper.from_array(scale.reshape(4, 1, 1), "s"),
          numpy_helper.from_array(bias.reshape(4, 1, 1), "b")]), opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
     np.testing.assert_array_equal(got, ReferenceEvaluator(ref).run(None, {"x": x})[0])
-    with pytest.raises(tt.Error, match=r"conv.*scale has shape \[3\], expected one value or 4"):
+    with pytest.raises(tt.Error, match=r"conv.*scale has shape \[3\], expected one value or \[4\] \(one per output channel\)"):
         tt.compile(tt.load(_conv_to_float_model([3], bias))).run({"x": x, "scale": scale[:3]})
     with pytest.raises(tt.Error, match=r"conv.*bias has shape \[2\], expected \[4\]"):
         tt.compile(tt.load(_conv_to_float_model([4], bias[:2]))).run({"x": x, "scale": scale})

@@ -1,7 +1,7 @@
 // Integer convolutions: ConvInteger (int32 sums), QLinearConv (requantized to int8 / uint8,
 // ONNX or ai.tether with an activation, NCHW or channels last) and ai.tether
-// ConvIntegerToFloat (float sums times a scale, plus a bias, activated), on the integer GEMM (qgemm.h)
-// or, depthwise, on their own kernels; and the support checks and registration of every
+// ConvIntegerToFloat (float sums times a scale, plus a bias, activated), on the integer GEMM
+// (qgemm.h) or, depthwise, on their own kernels; and the support checks and registration of every
 // integer kernel (the others are in qlinear_matmul.cc and qlinear_elementwise.cc). Constant
 // weights are packed once, with their zero points and column sums; the zero points of the
 // activations are applied from row sums, so no operand is ever widened and shifted in memory.
@@ -360,7 +360,9 @@ class IntegerConvKernel final : public HostKernel {
     if (bias != nullptr && bias->numel() != cout)
       throw ArgumentError(name_ + ": B has shape " + dims_text(bias->dims) + ", expected [" + std::to_string(cout) +
                           "] (one int32 per output channel)");
-    if (to_float_) check_float_operands(in, cout);
+    // ConvIntegerToFloat's epilogue, per output channel (a group's offsets added below).
+    QGemmOutput float_out;
+    if (to_float_) set_float_output(name_, in, cout, "per output channel", float_act_, float_out);
     if (nhwc_) {
       if (is_depthwise()) depthwise_nhwc(ctx, x, y, g, p, bias);
       else run_nhwc(ctx, x, y, g, p, bias);
@@ -375,8 +377,6 @@ class IntegerConvKernel final : public HostKernel {
     }
     const int64_t k = cin_g * ksize;
     if (!dw_weights_.empty()) {
-      QGemmOutput float_out;
-      if (to_float_) to_float(in, 0, float_out);
       depthwise(ctx, x, w, y, g, p, bias, to_float_ ? &float_out : nullptr);
       return;
     }
@@ -416,8 +416,9 @@ class IntegerConvKernel final : public HostKernel {
                         static_cast<uint8_t>(a_zp), static_cast<uint8_t*>(dst));
           };
         }
-        QGemmOutput o = output_of(p, out_type_, bias != nullptr ? bias->as<int32_t>() + gi * cg : nullptr, act_);
-        if (to_float_) to_float(in, gi * cg, o);
+        QGemmOutput o =
+            to_float_ ? float_out : output_of(p, out_type_, bias != nullptr ? bias->as<int32_t>() + gi * cg : nullptr, act_);
+        if (o.float_bias != nullptr) o.float_bias += gi * cg;
         if (o.scale_per_column) o.scale += gi * cg;
         std::byte* yg = static_cast<std::byte*>(y.data) + static_cast<int64_t>(esize) * (img * cout + gi * cg) * positions;
         if (channels_last_) {
@@ -466,7 +467,7 @@ class IntegerConvKernel final : public HostKernel {
     return dw_plane(y, conv_geometry(node_, x.dims, w.dims, y.dims, false)).bytes;
   }
 
-  // `to_float`: ConvIntegerToFloat's scale, float bias and activation (see to_float), else nullptr.
+  // `to_float`: ConvIntegerToFloat's scale, float bias and activation (set_float_output), else nullptr.
   void depthwise(const RunContext& ctx, const View& x, const View& w, View& y, const ConvGeometry& g, const Params& p,
                  const View* bias, const QGemmOutput* to_float) const;
   // Channels last: the GEMM over images [h, w, c] read in place (1x1, stride 1: every image's
@@ -549,30 +550,6 @@ class IntegerConvKernel final : public HostKernel {
         }
       }
     };
-  }
-
-  // ConvIntegerToFloat's scale (one value or one per output channel) and float bias (one per
-  // output channel), checked against the run's channels.
-  void check_float_operands(const std::vector<View>& in, int64_t cout) const {
-    const View& scale = in[kFloatScale];
-    if (scale.numel() != 1 && scale.numel() != cout)
-      throw ArgumentError(name_ + ": scale has shape " + dims_text(scale.dims) + ", expected one value or " +
-                          std::to_string(cout) + " (one per output channel)");
-    if (present(in, kFloatBias) && in[kFloatBias].numel() != cout)
-      throw ArgumentError(name_ + ": bias has shape " + dims_text(in[kFloatBias].dims) + ", expected [" +
-                          std::to_string(cout) + "] (one per output channel)");
-  }
-
-  // ConvIntegerToFloat's epilogue for the group whose channels start at `c0`: float(sum) * scale
-  // plus the float bias, then the activation, what Cast, Mul, Add and the activation compute.
-  // (The caller offsets a per-channel scale by c0.)
-  void to_float(const std::vector<View>& in, int64_t c0, QGemmOutput& o) const {
-    const View& scale = in[kFloatScale];
-    o.kind = QGemmOutput::Kind::kFloat32;
-    o.scale = scale.as<float>();
-    o.scale_per_column = scale.numel() > 1;
-    o.float_bias = present(in, kFloatBias) ? in[kFloatBias].as<float>() + c0 : nullptr;
-    o.act = float_act_;
   }
 
   DType x_type_, w_type_, out_type_;

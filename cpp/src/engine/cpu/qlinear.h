@@ -214,6 +214,28 @@ inline QGemmOutput output_of(const Params& p, DType out_type, const int32_t* bia
   return o;
 }
 
+// The float epilogue of MatMulIntegerToFloat and ConvIntegerToFloat, what Cast, Mul, Add and
+// the activation compute after the integer product: float(sum) * scale (one value, or one per
+// column: `per` names a column, as in "per column of b"), plus the float bias (one per column),
+// then `act`. Throws ArgumentError naming `node` when a size differs from `columns`.
+inline void set_float_output(const std::string& node, const std::vector<View>& in, int64_t columns, const char* per,
+                             const Epilogue& act, QGemmOutput& o) {
+  const View& scale = in[kFloatScale];
+  auto want = [&] { return "[" + std::to_string(columns) + "] (one " + per + ")"; };
+  if (scale.numel() != 1 && scale.numel() != columns)
+    throw ArgumentError(node + ": scale has shape " + dims_text(scale.dims) + ", expected one value or " + want());
+  o.kind = QGemmOutput::Kind::kFloat32;
+  o.scale = scale.as<float>();
+  o.scale_per_column = scale.numel() > 1;
+  o.float_bias = nullptr;
+  if (present(in, kFloatBias)) {
+    if (in[kFloatBias].numel() != columns)
+      throw ArgumentError(node + ": bias has shape " + dims_text(in[kFloatBias].dims) + ", expected " + want());
+    o.float_bias = in[kFloatBias].as<float>();
+  }
+  o.act = act;
+}
+
 // ---- channels-last depthwise convolution (qlinear_depthwise.cc) ----------------------------------
 
 // One output pixel of a channels-last depthwise convolution, for every channel c:

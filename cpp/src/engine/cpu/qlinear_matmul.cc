@@ -100,7 +100,7 @@ class IntegerMatMulKernel final : public HostKernel {
                           "] (one int32 per column of b)" + (scalar_c ? " or one value" : ""));
     QGemmOutput o = output_of(p, out_type_, bias != nullptr ? bias->as<int32_t>() : nullptr, act_);
     if (bias != nullptr) o.bias_per_column = bias->numel() == n;
-    if (to_float_) to_float(in, n, o);
+    if (to_float_) set_float_output(name_, in, n, "per column of b", float_act_, o);
     if (qgemm_float_) {
       o.kind = QGemmOutput::Kind::kFloat32;
       o.scale = p.scale.data();
@@ -138,25 +138,6 @@ class IntegerMatMulKernel final : public HostKernel {
   }
 
  private:
-  // MatMulIntegerToFloat's epilogue: float(sum) * scale (one value or one per column), plus the
-  // float bias per column, then the activation: what Cast, Mul, Add and the activation compute.
-  void to_float(const std::vector<View>& in, int64_t n, QGemmOutput& o) const {
-    const View& scale = in[kFloatScale];
-    if (scale.numel() != 1 && scale.numel() != n)
-      throw ArgumentError(name_ + ": scale has shape " + dims_text(scale.dims) + ", expected one value or [" +
-                          std::to_string(n) + "] (one per column of b)");
-    o.kind = QGemmOutput::Kind::kFloat32;
-    o.scale = scale.as<float>();
-    o.scale_per_column = scale.numel() > 1;
-    if (present(in, kFloatBias)) {
-      if (in[kFloatBias].numel() != n)
-        throw ArgumentError(name_ + ": bias has shape " + dims_text(in[kFloatBias].dims) + ", expected [" +
-                            std::to_string(n) + "] (one per column of b)");
-      o.float_bias = in[kFloatBias].as<float>();
-    }
-    o.act = float_act_;
-  }
-
   std::string name_;
   Slots s_;
   DType a_type_, b_type_, out_type_;

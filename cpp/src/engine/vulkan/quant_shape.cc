@@ -1,6 +1,7 @@
 // INT8 on Vulkan, data movement on 8-bit tensors: Concat, Split, Transpose, Expand and Slice
-// with constant bounds, a byte per invocation (shaders/q_strided_copy.comp). The word kernels of shape.cc
-// move 32-bit elements; register_quant puts these before them for int8 and uint8 inputs.
+// with constant bounds, a byte per invocation (shaders/q_strided_copy.comp). The word kernels
+// of shape.cc move 32-bit elements; register_quant puts these before them for int8 and uint8
+// inputs.
 #include <algorithm>
 
 #include "engine/vulkan/ops.h"
