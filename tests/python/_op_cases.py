@@ -680,6 +680,15 @@ def _quantized_cases(t: _Table) -> None:
     one("MatMulInteger-zero-points", "MatMulInteger", {"a": a_q}, {"b": w_q, "az": u8(131), "bz": i8(-2)})
     one("MatMulInteger-batched-no-zp", "MatMulInteger", {"a": ints(2, 3, 13, lo=0, hi=255, dtype=np.uint8)},
         {"b": ints(13, 7, lo=0, hi=255, dtype=np.uint8)})
+    # B computed at run time, with batch dims; A's zero point one per row (onnxruntime takes one
+    # value only: numpy's sums are the oracle there)
+    one("MatMulInteger-b-at-run-time-batched", "MatMulInteger",
+        {"a": ints(2, 3, 13, lo=0, hi=127, dtype=np.uint8), "b": ints(2, 13, 5, lo=-128, hi=127, dtype=np.int8)},
+        {"az": u8(3), "bz": i8(-2)})
+    az_rows = u8(131, 0, 255)
+    one("MatMulInteger-per-row-a-zero-point", "MatMulInteger", {"a": ints(2, 3, 13, lo=0, hi=255, dtype=np.uint8)},
+        {"b": w_q, "az": az_rows}, oracle=lambda f: [np.matmul(
+            f["a"].astype(np.int64) - az_rows.astype(np.int64).reshape(-1, 1), w_q.astype(np.int64)).astype(np.int32)])
     one("ConvInteger-pads", "ConvInteger", {"x": ints(1, 3, 7, 7, lo=0, hi=255, dtype=np.uint8)},
         {"w": ints(4, 3, 3, 3, lo=0, hi=255, dtype=np.uint8), "xz": u8(120)}, pads=[1, 1, 1, 1])
     # no zero points: the padding is x's zero, 0 (not 128, the middle of uint8)
@@ -692,6 +701,8 @@ def _quantized_cases(t: _Table) -> None:
     one("QLinearConv-per-channel", "QLinearConv", {"x": x_q}, qconv, pads=[1, 1, 1, 1], strides=[2, 1])
     qmm = {"as": f32(0.03), "az": u8(120), "b": w_q, "bs": f32(0.02), "bz": i8(0), "ys": f32(0.5), "yz": u8(128)}
     one("QLinearMatMul-uint8-int8", "QLinearMatMul", {"a": a_q}, qmm)
+    one("QLinearMatMul-b-at-run-time", "QLinearMatMul", {"a": ints(3, 2, 13, lo=0, hi=127, dtype=np.uint8), "b": w_q},
+        {k: v for k, v in qmm.items() if k != "b"}, inputs=["a", "as", "az", "b", "bs", "bz", "ys", "yz"])
     # What the passes fuse: DequantizeLinear -> float op -> QuantizeLinear.
     # (with Relu: the ai.tether form, whose activation narrows the output clamp)
     chain("QLinearConv-from-QDQ-relu", [_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),

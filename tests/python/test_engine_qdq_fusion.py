@@ -171,7 +171,11 @@ def test_a_bias_with_another_scale_is_not_fused_and_stays_right(factor, fused):
     assert np.mean(got == want) > 0.95
 
 
-def test_dynamic_quantized_transformer_runs_like_onnxruntime(tmp_path):
+@pytest.mark.parametrize("every_matmul", [False, True])
+def test_dynamic_quantized_transformer_runs_like_onnxruntime(tmp_path, every_matmul):
+    """Attention's activation-by-activation MatMuls too when quantize_dynamic is told to quantize
+    them (MatMulConstBOnly off): their B comes from a DynamicQuantizeLinear, and they fuse as
+    the weights' MatMuls do."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     torch.manual_seed(0)
@@ -179,8 +183,12 @@ def test_dynamic_quantized_transformer_runs_like_onnxruntime(tmp_path):
     src, dst = tmp_path / "enc.onnx", tmp_path / "enc.int8.onnx"
     torch.onnx.export(enc.eval(), (torch.randn(2, 16, 64),), str(src), input_names=["x"], output_names=["y"],
                       opset_version=17, dynamo=False)
-    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
-    assert "MatMulInteger" in {n.op_type for n in onnx.load(str(dst)).graph.node}
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, extra_options={"MatMulConstBOnly": not every_matmul})
+    q = onnx.load(str(dst))
+    quantized_at_run_time = {o for n in q.graph.node if n.op_type == "DynamicQuantizeLinear" for o in n.output}
+    b_at_run_time = [n.name for n in q.graph.node if n.op_type == "MatMulInteger" and n.input[1] in quantized_at_run_time]
+    # at least the scores and the context of each layer's attention
+    assert len(b_at_run_time) >= 4 if every_matmul else not b_at_run_time, b_at_run_time
     x = np.random.default_rng(6).standard_normal((2, 16, 64)).astype(np.float32)
     want = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     for threads in (1, 2):

@@ -318,22 +318,28 @@ def _torch_model(name):
     return Block().eval(), torch.randn(2, 5, 20)
 
 
-@pytest.mark.parametrize("name", ["mlp", "cnn", "transformer_block"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "transformer_block", "transformer_block_every_matmul"])
 def test_dynamically_quantized_model_runs_wholly_on_vulkan(tmp_path, name):
+    """..._every_matmul: attention's activation-by-activation MatMuls quantized too
+    (MatMulConstBOnly off), their B packed on the device each run."""
     import torch
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    every_matmul = name.endswith("_every_matmul")
+    name = name.removesuffix("_every_matmul")
     net, x = _torch_model(name)
     torch.onnx.export(net, (x,), tmp_path / "f.onnx", input_names=["x"], output_names=["y"], opset_version=17,
                       dynamo=False)
     quantize_dynamic(tmp_path / "f.onnx", tmp_path / "q.onnx", weight_type=QuantType.QInt8,
-                     op_types_to_quantize=["MatMul", "Gemm", "Conv"])
+                     op_types_to_quantize=["MatMul", "Gemm", "Conv"], extra_options={"MatMulConstBOnly": not every_matmul})
     model = tt.load(tmp_path / "q.onnx")
     sess = tt.compile(model, device="vulkan", strict=True)
     ops = [s["op_type"] for s in sess.steps()]
     assert all(s["backend"] == "vulkan" for s in sess.steps()), sess.report
     assert "DynamicQuantizeLinear" in ops and ("ai.tether:ConvIntegerToFloat" in ops if name == "cnn" else True), ops
     assert "ai.tether:MatMulIntegerToFloat" in ops, ops
+    if every_matmul:  # the weights' 4 products, the scores and the context
+        assert ops.count("ai.tether:MatMulIntegerToFloat") == 6 and "MatMul" not in ops, ops
     feeds = {"x": x.numpy()}
     got, ref = sess.run(feeds)["y"], tt.compile(model, device="cpu").run(feeds)["y"]
     if name == "transformer_block":

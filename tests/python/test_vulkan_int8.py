@@ -1,6 +1,7 @@
-"""INT8 on Vulkan: QuantizeLinear, DequantizeLinear, QLinearMatMul, MatMulInteger,
-QLinearConv, ConvInteger, QLinearAdd, and MaxPool, Concat, Split, Transpose, Expand and Slice
-on 8-bit tensors, compiled strict (so every node runs on the device), agree with the CPU engine's INT8
+"""INT8 on Vulkan: QuantizeLinear, DequantizeLinear, QLinearMatMul, MatMulInteger (B constant
+or computed at run time, A's zero point per tensor or per row), QLinearConv, ConvInteger,
+QLinearAdd, and MaxPool, Concat, Split, Transpose, Expand, Slice and Gather on 8-bit tensors,
+compiled strict (so every node runs on the device), agree with the CPU engine's INT8
 bit for bit, and with a numpy version of the ONNX definition (computed in float64) within one
 quantization step. The integer products run both on the device's integer dot products and on
 plain multiply-adds (TETHER_VULKAN_NO_INTEGER_DOT=1). A CNN and an MLP quantized by
@@ -135,6 +136,105 @@ def test_matmul_integer_gives_the_exact_int32_sums(product_path):
     np.testing.assert_array_equal(got["y"], want)
     np.testing.assert_array_equal(ref["y"], want)
 
+
+
+# B computed at run time (so between two activations), with batch dims that broadcast against
+# A's either way, a 1-D A, and a 2-D B whose A batches fold into rows.
+RUNTIME_B_SHAPES = {
+    "same_batch": ([2, 3, 5, 13], [2, 3, 13, 7]),
+    "b_broadcasts": ([2, 3, 5, 16], [3, 16, 7]),
+    "a_broadcasts": ([5, 13], [2, 3, 13, 7]),
+    "both_broadcast": ([2, 1, 5, 13], [1, 3, 13, 9]),
+    "a_1d": ([13], [3, 13, 7]),
+    "b_2d": ([2, 3, 5, 13], [13, 7]),
+}
+
+
+@pytest.mark.parametrize("shapes", sorted(RUNTIME_B_SHAPES))
+@pytest.mark.parametrize("a_type,b_type", [(np.uint8, np.int8), (np.int8, np.uint8)])
+@pytest.mark.parametrize("per_column", [False, True])
+def test_qlinear_matmul_with_b_at_run_time_matches_cpu_and_numpy(product_path, shapes, a_type, b_type, per_column):
+    rng = np.random.default_rng(4)
+    a_shape, b_shape = RUNTIME_B_SHAPES[shapes]
+    n = b_shape[-1]
+    a, b = _ints(rng, a_type, a_shape), _ints(rng, b_type, b_shape)
+    sa, sy = np.float32(0.02), np.float32(0.7)
+    sb = rng.uniform(0.005, 0.02, n).astype(np.float32) if per_column else np.float32(0.011)
+    za, zy = np.array(_ints(rng, a_type, [1])[0]), np.array(_ints(rng, a_type, [1])[0])
+    zb = _ints(rng, b_type, [n]) if per_column else np.array(_ints(rng, b_type, [1])[0])
+    node = helper.make_node("QLinearMatMul", ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"], ["y"])
+    out_shape = list(np.matmul(np.zeros(a_shape, np.int8), np.zeros(b_shape, np.int8)).shape)
+    model = _model([node], [_io("a", a_type, a.shape), _io("b", b_type, b.shape)], [_io("y", a_type, out_shape)],
+                   {"sa": sa, "za": za, "sb": sb, "zb": zb, "sy": sy, "zy": zy})
+    got, ref = _run_both(model, {"a": a, "b": b})
+    np.testing.assert_array_equal(got["y"], ref["y"])
+    acc = np.matmul(a.astype(np.int64) - int(za), b.astype(np.int64) - zb.astype(np.int64))
+    _within_one_step(got["y"], _requantize(acc, np.float64(sa) * sb.astype(np.float64) / np.float64(sy), int(zy), a_type))
+
+
+@pytest.mark.parametrize("zero_points", ["per_row", "runtime"])
+def test_matmul_integer_with_per_row_or_run_time_zero_points_gives_the_exact_int32_sums(product_path, zero_points):
+    """MatMulInteger's zero point of A one per row of A (its per-row quantization, here with a
+    constant B whose A batches fold into rows), or both zero points graph inputs with B."""
+    rng = np.random.default_rng(5)
+    a = _ints(rng, np.uint8, [4, 3, 30])
+    if zero_points == "per_row":
+        b = _ints(rng, np.int8, [30, 9])
+        za, zb = _ints(rng, np.uint8, [3]), _ints(rng, np.int8, [9])
+        inputs, feeds, inits = [_io("a", np.uint8, a.shape), _io("za", np.uint8, [3])], {"a": a, "za": za}, {"b": b, "zb": zb}
+    else:
+        b = _ints(rng, np.uint8, [4, 30, 9])
+        za, zb = np.array(np.uint8(131)), np.array(np.uint8(7))
+        inputs = [_io("a", np.uint8, a.shape), _io("b", np.uint8, b.shape), _io("za", np.uint8, []), _io("zb", np.uint8, [])]
+        feeds, inits = {"a": a, "b": b, "za": za, "zb": zb}, {}
+    node = helper.make_node("MatMulInteger", ["a", "b", "za", "zb"], ["y"])
+    model = _model([node], inputs, [_io("y", np.int32, [4, 3, 9])], inits)
+    got, ref = _run_both(model, feeds)
+    want = np.matmul(a.astype(np.int64) - za.astype(np.int64).reshape(-1, 1), b.astype(np.int64) - zb.astype(np.int64))
+    np.testing.assert_array_equal(got["y"], want.astype(np.int32))
+    np.testing.assert_array_equal(ref["y"], want.astype(np.int32))
+
+
+def test_matmul_integer_zero_point_of_a_of_unknown_length_is_one_value_or_one_per_row():
+    """A zero point of A whose length compile does not know is read on the device: one value
+    and one per row both run; another length is refused naming the node."""
+    a, b = np.arange(80, dtype=np.uint8).reshape(2, 5, 8), (np.arange(48, dtype=np.uint8) % 7).reshape(2, 8, 3)
+    node = helper.make_node("MatMulInteger", ["a", "b", "za"], ["y"], name="mmi")
+    model = _model([node], [_io("a", np.uint8, [2, 5, 8]), _io("b", np.uint8, [2, 8, 3]), _io("za", np.uint8, ["r"])],
+                   [_io("y", np.int32, [2, 5, 3])], {})
+    sess = tt.compile(model, device="vulkan", strict=True)
+    for za in (np.array([9], np.uint8), np.arange(5, dtype=np.uint8) * 11):
+        want = np.matmul(a.astype(np.int64) - za.astype(np.int64).reshape(-1, 1), b.astype(np.int64))
+        np.testing.assert_array_equal(sess.run({"a": a, "b": b, "za": za})["y"], want.astype(np.int32))
+    with pytest.raises(tt.ShapeError, match=r"mmi.*a_zero_point' has 4 values, expected 1 or 5"):
+        sess.run({"a": a, "b": b, "za": np.zeros(4, np.uint8)})
+
+
+def test_dynamically_quantized_attention_scores_run_wholly_on_vulkan():
+    """Both operands of a MatMul quantized at run time (DynamicQuantizeLinear on each, as
+    onnxruntime's quantize_dynamic writes an activation-by-activation MatMul), then Cast and
+    Mul by the two scales: compile fuses the chain into MatMulIntegerToFloat with B at run
+    time; strict Vulkan equals the CPU engine and the unfused nodes bit for bit, and the float
+    product within the two quantization steps."""
+    rng = np.random.default_rng(6)
+    q = rng.standard_normal([2, 4, 6, 16]).astype(np.float32)
+    k = rng.standard_normal([2, 4, 16, 6]).astype(np.float32)
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["q"], ["qq", "qs", "qz"]),
+             helper.make_node("DynamicQuantizeLinear", ["k"], ["kq", "ks", "kz"]),
+             helper.make_node("MatMulInteger", ["qq", "kq", "qz", "kz"], ["acc"]),
+             helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["qs", "ks"], ["s"]),
+             helper.make_node("Mul", ["accf", "s"], ["y"])]
+    model = _model(nodes, [_io("q", np.float32, q.shape), _io("k", np.float32, k.shape)],
+                   [_io("y", np.float32, [2, 4, 6, 6])], {})
+    got, ref = _run_both(model, {"q": q, "k": k})
+    np.testing.assert_array_equal(got["y"], ref["y"])
+    ops = [s["op_type"] for s in tt.compile(model, device="vulkan", strict=True).steps()]
+    assert "ai.tether:MatMulIntegerToFloat" in ops and "Cast" not in ops, ops
+    unfused = tt.compile(model, device="cpu", optimize=False).run({"q": q, "k": k})["y"]
+    np.testing.assert_array_equal(got["y"], unfused)
+    step = (np.ptp(q) / 255) * np.abs(k).sum(axis=-2).max() + (np.ptp(k) / 255) * np.abs(q).sum(axis=-1).max()
+    np.testing.assert_allclose(got["y"], q @ k, atol=step)
 
 def _conv_oracle(x, w, zx, zw, bias, strides, pads, dilations, group):
     """Sums of the ONNX QLinearConv definition: x less its zero point, padded with 0, convolved
@@ -308,6 +408,34 @@ def test_concat_split_transpose_expand_and_slice_on_8bit_tensors_match_numpy_and
         np.testing.assert_array_equal(got[name], w, err_msg=name)
         np.testing.assert_array_equal(ref[name], w, err_msg=name)
 
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_gather_and_slice_with_bounds_at_run_time_on_8bit_tensors_match_numpy_and_cpu(dtype):
+    """Gather with indices from the graph (negative ones among them) or constant, and Slice
+    whose starts come from the graph, move 8-bit tensors on the device."""
+    rng = np.random.default_rng(10)
+    table, x = _ints(rng, dtype, [11, 6]), _ints(rng, dtype, [2, 7, 9])
+    ids = np.array([[0, 10, -1], [3, -11, 5]], np.int64)
+    starts = np.array([1, -4], np.int32)
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["emb"]),
+             helper.make_node("Gather", ["x", "cols"], ["picked"], axis=-1),
+             helper.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["sl"])]
+    consts = {"cols": np.array([8, 0, -2], np.int32), "ends": np.array([7, 0], np.int32),
+              "axes": np.array([1, 2], np.int32), "steps": np.array([2, -1], np.int32)}
+    model = _model(nodes, [_io("table", dtype, table.shape), _io("x", dtype, x.shape),
+                           helper.make_tensor_value_info("ids", TensorProto.INT64, ids.shape),
+                           helper.make_tensor_value_info("starts", TensorProto.INT32, [2])],
+                   [_io(name, dtype, None) for name in ("emb", "picked", "sl")], consts)
+    feeds = {"table": table, "x": x, "ids": ids, "starts": starts}
+    got, ref = _run_both(model, feeds)
+    want = {"emb": table[ids], "picked": x[:, :, [8, 0, -2]], "sl": x[:, 1:7:2, -4:0:-1]}
+    for name, w in want.items():
+        np.testing.assert_array_equal(got[name], w, err_msg=name)
+        np.testing.assert_array_equal(ref[name], w, err_msg=name)
+    bad = dict(feeds, ids=np.array([[0, 11, 0], [0, 0, 0]], np.int64))
+    with pytest.raises(tt.ArgumentError, match="index is out of range for axis 0 of size 11; the index.*11"):
+        tt.compile(model, device="vulkan", strict=True).run(bad)
 
 def test_transpose_of_8bit_tensor_past_six_unmerged_dims_is_refused_when_strict():
     x = np.arange(2 ** 7, dtype=np.uint8).reshape([2] * 7)

@@ -2,7 +2,7 @@
 // (-> Add(bias)), as onnxruntime's quantize_dynamic writes them (the scale is the product of the
 // activation's scale from DynamicQuantizeLinear and the weights' constant scale), become one
 // ai.tether MatMulIntegerToFloat (ConvIntegerToFloat)(A, B, scale, a_zero_point, b_zero_point,
-// bias). The integer GEMM then converts, scales and adds the bias while the sums are in
+// bias), B a constant or, for a MatMul, computed at run time. The integer GEMM then converts, scales and adds the bias while the sums are in
 // registers, instead of writing int32 sums and reading them three more times; and no int32 sum
 // is ever stored as a float tensor, which under float16 storage would overflow past 65504. The
 // float operations are the unfused nodes' own, in their order (float(sum) * scale + bias, each
@@ -54,10 +54,19 @@ bool fuse(ir::Model& model, ir::Node* mm) {
   const bool conv = is_onnx(*mm, "ConvInteger");
   if (!(conv || is_onnx(*mm, "MatMulInteger")) || mm->output(0) == nullptr || mm->inputs().size() < 2) return false;
   std::optional<ir::Tensor> b = constant_of(mm->input(1));
-  if (!b || (conv ? b->rank() < 3 : b->rank() != 2)) return false;
-  // Columns: B's last dim, or the convolution's output channels.
-  const int64_t n = conv ? b->dims()[0] : b->dims()[1];
-  if (mm->inputs().size() > 3 && mm->input(3) != nullptr && !constant_of(mm->input(3))) return false;
+  // Columns: B's last dim, or the convolution's output channels. A MatMul's B may also be
+  // computed at run time (both operands quantized by DynamicQuantizeLinear), its zero point
+  // with it, when its columns are known.
+  int64_t n = 0;
+  if (b) {
+    if (conv ? b->rank() < 3 : b->rank() != 2) return false;
+    n = conv ? b->dims()[0] : b->dims()[1];
+    if (mm->inputs().size() > 3 && mm->input(3) != nullptr && !constant_of(mm->input(3))) return false;
+  } else {
+    const ir::Shape& bs = mm->input(1)->type().shape();
+    if (conv || !bs.has_rank() || bs.rank() < 2 || !bs[bs.rank() - 1].is_known()) return false;
+    n = bs[bs.rank() - 1].value();
+  }
   const ir::Shape& out = mm->output(0)->type().shape();
   if (!out.has_rank()) return false;
   ir::Node* cast = sole_reader(mm->output(0));

@@ -22,7 +22,7 @@ void register_shape_computed(KernelRegistry& r);     // shape_computed.cc: Tile,
 void register_misc(KernelRegistry& r);               // misc.cc: CumSum, TopK
 void register_rnn(KernelRegistry& r);                // rnn.cc: RNN, GRU, LSTM
 void register_scatter(KernelRegistry& r);            // scatter.cc: GatherND
-void register_quant(KernelRegistry& r);        // quant.cc, quant_gemm.cc: INT8 (after the others: it widens MaxPool and the views)
+void register_quant(KernelRegistry& r);        // quant*.cc: INT8 (after the others: it widens MaxPool, the views and data movement)
 
 /// How the shaders of elements.glsl hold an element: the codes they switch on.
 enum ElementKind : uint32_t { kFloatElement = 0, kInt32Element, kInt64Element, kByteElement };
@@ -44,11 +44,15 @@ const Pipeline* element_pipeline(Gpu& gpu, const char* shader, uint32_t bindings
                                  std::vector<uint32_t> spec, bool floats);
 
 /// Gather and Slice whose indices or bounds are computed (shape_computed.cc): the kernels
-/// shape.cc's registrations make when those inputs are not constants, and their checks.
+/// shape.cc's registrations make when those inputs are not constants, and their checks. They
+/// move elements of any kind, int8 as bytes; the `_indices` and `_bounds` checks leave out the
+/// data's type, for quant.cc's 8-bit registrations.
 std::unique_ptr<Kernel> computed_gather_kernel(const KernelInit& init);
 std::string computed_gather_check(const KernelInit& init);
+std::string computed_gather_indices_check(const KernelInit& init);
 std::unique_ptr<Kernel> computed_slice_kernel(const KernelInit& init);
 std::string computed_slice_check(const KernelInit& init);
+std::string computed_slice_bounds_check(const KernelInit& init);
 
 /// Whether kernels take their forms for GPUs (shared-memory tiles, gemm_tiled.glsl) rather
 /// than those for a device that runs invocations as lanes of a CPU's vector registers

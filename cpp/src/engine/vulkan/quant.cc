@@ -314,6 +314,8 @@ void register_quant(KernelRegistry& r) {
   // (Split and Expand take any 8-bit input: their sizes and shape are read on the host.)
   widen<9>(r, "Split", byte_split_kernel, view_check8);
   widen<10>(r, "Expand", byte_expand_kernel, view_check8);
+  // Gather moves bytes on the computed Gather's shader, whether its indices are constants or not.
+  widen<11>(r, "Gather", computed_gather_kernel, computed_gather_indices_check);
   register_quant_gemm(r);
   register_quant_dynamic(r);
 }

@@ -29,15 +29,16 @@ std::string zero_problem(const KernelInit& init, size_t i, const char* name);
 /// buffers (the node then runs on the CPU, or strict compile refuses it).
 void require_storage8(const Recorder& rec, const ir::Node& node);
 
-/// Registers QLinearMatMul, MatMulInteger, QLinearConv and ConvInteger (quant_gemm.cc).
+/// Registers QLinearMatMul, MatMulInteger, QLinearConv and ConvInteger, and ai.tether
+/// MatMulIntegerToFloat and ConvIntegerToFloat (quant_gemm.cc).
 void register_quant_gemm(KernelRegistry& r);
 
 /// Registers DynamicQuantizeLinear (quant_dynamic.cc).
 void register_quant_dynamic(KernelRegistry& r);
 
-/// Concat, Split, Transpose, Expand and Slice (constant bounds) on int8 / uint8 tensors
-/// (quant_shape.cc): the kernels and checks register_quant puts before the word kernels for
-/// 8-bit inputs.
+/// Concat, Split, Transpose, Expand and Slice on int8 / uint8 tensors (quant_shape.cc; a Slice
+/// with computed bounds takes shape_computed.cc's kernel): the kernels and checks register_quant
+/// puts before the word kernels for 8-bit inputs.
 std::unique_ptr<Kernel> byte_concat_kernel(const KernelInit& init);
 std::unique_ptr<Kernel> byte_transpose_kernel(const KernelInit& init);
 std::unique_ptr<Kernel> byte_slice_kernel(const KernelInit& init);

@@ -3,8 +3,10 @@
 // ConvInteger, and ai.tether MatMulIntegerToFloat and ConvIntegerToFloat (dynamic quantization's
 // MatMul and Conv, as passes/integer_matmul.cc fuses them: float output, its scale computed at
 // run time), all by
-// shaders/qgemm.glsl. Weights are constants, packed at compile as int8 words of 4 along K per
-// output column, with each column's weight sum, zero point, bias and output scale beside them.
+// shaders/qgemm.glsl. Constant weights are packed at compile as int8 words of 4 along K per
+// output column, with each column's weight sum, zero point, bias and output scale beside them;
+// a MatMul's B computed at run time or with batch dims is packed so on the device, each run
+// (shaders/qgemm_pack.comp), and then read as constant weights are.
 // The dot products of 4 bytes are the device's own (OpSDotKHR) where it has
 // VK_KHR_shader_integer_dot_product (qgemm_dot.comp), else plain int32 multiply-adds
 // (qgemm.comp); TETHER_VULKAN_NO_INTEGER_DOT=1 forces the plain form when a kernel is compiled.
@@ -14,7 +16,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <tuple>
+#include <utility>
 
+#include "engine/session.h"
 #include "engine/vulkan/ops.h"
 #include "engine/vulkan/quant.h"
 #include "ops/conv_geometry.h"
@@ -76,34 +81,61 @@ std::string to_float_check(const KernelInit& init, int64_t cols) {
   return "";
 }
 
+// A MatMul whose B is not a constant matrix: packed on the device, each run.
+bool runtime_b(const KernelInit& init) {
+  if (is_conv(init.node)) return false;
+  const ir::Tensor* w = init.constant(static_cast<size_t>(slots_of(init.node).b));
+  return w == nullptr || w->rank() != 2;
+}
+
 std::string gemm_check(const KernelInit& init) {
   const ir::Node& n = init.node;
   const Slots& s = slots_of(n);
   const bool conv = is_conv(n);
   const auto a = static_cast<size_t>(s.a), b = static_cast<size_t>(s.b);
   if (!is_8bit(init.input_dtype(a))) return "input " + std::to_string(a) + " is not int8 or uint8";
+  if (!is_8bit(init.input_dtype(b))) return "its weights (input " + std::to_string(b) + ") are not int8 or uint8";
   const ir::Tensor* w = init.constant(b);
-  if (w == nullptr) return "its weights (input " + std::to_string(b) + ") are not a constant";
-  if (!is_8bit(w->dtype())) return "its weights are not int8 or uint8";
-  if (conv) {
+  int64_t cols = 0;
+  if (runtime_b(init)) {
+    const ir::Shape& bs = init.input_types[b].shape();
+    if (!bs.has_rank() || bs.rank() < 2) return "input " + std::to_string(b) + " has an unknown rank or is 1-D";
+    const ir::Dim& n = bs[bs.rank() - 1];
+    if (!n.is_known()) return "the columns of input " + std::to_string(b) + " are not known at compile";
+    cols = n.value();
+    const ir::Shape& x = init.input_types[a].shape();
+    if (!x.has_rank() || x.rank() < 1) return "input 0 has an unknown rank";
+  } else if (w == nullptr) {
+    return "its weights (input " + std::to_string(b) + ") are not a constant";
+  } else if (conv) {
     if (std::string why = require_rank(init, a, {3, 4}); !why.empty()) return why + " (the Vulkan kernel takes 1-D and 2-D)";
     if (w->rank() != init.input_types[a].shape().rank()) return "W's rank differs from X's";
     if (n.attr_int("group", 1) < 1) return "group must be at least 1";
   } else {
-    if (w->rank() != 2) return "its weights are not a matrix (the Vulkan kernel takes 2-D B)";
     const ir::Shape& x = init.input_types[a].shape();
     if (!x.has_rank() || x.rank() < 1) return "input 0 has an unknown rank";
   }
-  const int64_t cols = columns_of(*w, conv);
+  if (!runtime_b(init)) cols = columns_of(*w, conv);
   if (present(n, s.a_zp)) {
     if (!is_8bit(init.input_dtype(static_cast<size_t>(s.a_zp)))) return "the zero point of input 0 is not int8 or uint8";
     const ir::Shape& z = init.input_types[static_cast<size_t>(s.a_zp)].shape();
     const std::optional<std::vector<int64_t>> dims = z.static_sizes();
-    if (!dims || product(*dims, 0, dims->size()) != 1) return "the zero point of input 0 is not one value";
+    // MatMulInteger's (and MatMulIntegerToFloat's) may be one per row of A, checked when run.
+    const bool per_row = !conv && s.y_scale < 0 && z.has_rank() && z.rank() == 1;
+    if (!per_row && (!dims || product(*dims, 0, dims->size()) != 1)) return "the zero point of input 0 is not one value";
   }
-  if (std::string why = zero_problem(init, static_cast<size_t>(s.b_zp), "the weights' zero point"); !why.empty()) return why;
-  if (const ir::Tensor* z = init.constant(static_cast<size_t>(s.b_zp)); z != nullptr && z->num_elements() != 1 && z->num_elements() != cols)
-    return "the weights' zero point is neither one value nor one per output column";
+  if (runtime_b(init)) {
+    // Read on the device (DynamicQuantizeLinear may compute it): one value, or one per column.
+    if (present(n, s.b_zp)) {
+      if (!is_8bit(init.input_dtype(static_cast<size_t>(s.b_zp)))) return "the weights' zero point is not int8 or uint8";
+      if (const int64_t count = static_count(init, static_cast<size_t>(s.b_zp)); count != 1 && count != cols)
+        return "the weights' zero point is neither one value nor one per column of b, as far as compile knows";
+    }
+  } else {
+    if (std::string why = zero_problem(init, static_cast<size_t>(s.b_zp), "the weights' zero point"); !why.empty()) return why;
+    if (const ir::Tensor* z = init.constant(static_cast<size_t>(s.b_zp)); z != nullptr && z->num_elements() != 1 && z->num_elements() != cols)
+      return "the weights' zero point is neither one value nor one per output column";
+  }
   if (is_to_float(n)) return to_float_check(init, cols);
   if (s.y_scale < 0) {
     if (init.output_dtype(0) != ir::DType::kInt32) return "its output is not int32";
@@ -142,7 +174,17 @@ struct GemmPush {
   uint32_t C, H, W, OW, KH, KW;
   int32_t SH, SW, PH, PW, DH, DW;
   uint32_t G, M;
+  uint32_t zrows;                // A's zero point one per row of A's M rows, or 1: one value
+  uint32_t bd[3], as[3], bs[3];  // a MatMul with B's batch dims: the output's, and A's and B's strides
 };
+static_assert(sizeof(GemmPush) <= 128, "push constants past the 128 bytes every device takes");
+
+struct PackPush {
+  uint32_t n, N, K, K4;
+};
+
+// Byte offsets in a scratch range start where any device binds them.
+constexpr int64_t kScratchAlign = 256;
 
 // Column c of the packed weights: K bytes as int8 (uint8 less 128) in words of 4.
 struct Packed {
@@ -152,15 +194,27 @@ struct Packed {
 
 class QGemmKernel final : public GpuKernel {
  public:
-  explicit QGemmKernel(const KernelInit& init) : node_(init.node), conv_(is_conv(init.node)) {
+  explicit QGemmKernel(const KernelInit& init) : node_(init.node), conv_(is_conv(init.node)), runtime_b_(runtime_b(init)) {
     const Slots& s = slots_of(init.node);
-    const ir::Tensor& w = *init.constant(static_cast<size_t>(s.b));
-    cols_ = columns_of(w, conv_);
-    k_ = depth_of(w, conv_);
     a_signed_ = init.input_dtype(static_cast<size_t>(s.a)) == ir::DType::kInt8;
     has_az_ = present(init.node, s.a_zp);
+    az_per_row_ = has_az_ && static_count(init, static_cast<size_t>(s.a_zp)) != 1;
     out_ = is_to_float(init.node) ? Out::kFloat : s.y_scale < 0 ? Out::kInt32 : Out::kBytes;
-    pack(init, s, w);
+    if (runtime_b_) {
+      const ir::Shape& b = init.input_types[static_cast<size_t>(s.b)].shape();
+      cols_ = b[b.rank() - 1].value();
+      batched_ = b.rank() > 2;
+      b_signed_ = init.input_dtype(static_cast<size_t>(s.b)) == ir::DType::kInt8;
+      has_bz_ = present(init.node, s.b_zp);
+      bz_per_column_ = has_bz_ && static_count(init, static_cast<size_t>(s.b_zp)) != 1;
+      column_table(init, s);
+    } else {
+      const ir::Tensor& w = *init.constant(static_cast<size_t>(s.b));
+      cols_ = columns_of(w, conv_);
+      k_ = depth_of(w, conv_);
+      column_table(init, s);
+      pack(init, s, w);
+    }
     if (out_ == Out::kBytes) requantization(init, s);
     if (out_ == Out::kFloat) {
       act_ = fused_activation(init.node);
@@ -172,6 +226,7 @@ class QGemmKernel final : public GpuKernel {
   bool reads_on_device(size_t i) const override {
     const Slots& s = slots_of(node_);
     if (out_ == Out::kFloat && (i == kFloatScale || i == kFloatBias)) return true;
+    if (runtime_b_ && (static_cast<int>(i) == s.b || static_cast<int>(i) == s.b_zp)) return true;
     return static_cast<int>(i) == s.a || static_cast<int>(i) == s.a_zp;
   }
 
@@ -183,12 +238,17 @@ class QGemmKernel final : public GpuKernel {
     for (uint32_t v : act_.spec()) spec.push_back(v);
     for (uint32_t v : {conv_ ? 1u : 0u, a_signed_ ? 1u : 0u, has_az_ ? 1u : 0u, static_cast<uint32_t>(out_),
                        y_signed_ ? 1u : 0u, static_cast<uint32_t>(y_zero_), static_cast<uint32_t>(y_lo_),
-                       static_cast<uint32_t>(y_hi_), scale_per_column_ ? 1u : 0u, has_bias_ ? 1u : 0u, a_words() ? 1u : 0u})
+                       static_cast<uint32_t>(y_hi_), scale_per_column_ ? 1u : 0u, has_bias_ ? 1u : 0u, a_words() ? 1u : 0u,
+                       batched_ ? 1u : 0u})
       spec.push_back(v);
     // Float output takes the float16-storage build under precision fp16, like every float tensor.
     pipeline_ = &gpu.pipeline(dot ? "qgemm_dot" : "qgemm", 10, sizeof(GemmPush), std::move(spec),
                               out_ == Out::kFloat ? ir::DType::kFloat32 : ir::DType::kInt8);
-    words_ = gpu.add_weight_view(packed_.words.data(), static_cast<int64_t>(packed_.words.size() * 4));
+    if (runtime_b_)
+      pack_pipeline_ = &gpu.pipeline("qgemm_pack", 5, sizeof(PackPush),
+                                     {kLocal, b_signed_ ? 1u : 0u, has_bz_ ? 1u : 0u, bz_per_column_ ? 1u : 0u}, ir::DType::kInt8);
+    else
+      words_ = gpu.add_weight_view(packed_.words.data(), static_cast<int64_t>(packed_.words.size() * 4));
     table_ = gpu.add_weight_view(packed_.cols.data(), static_cast<int64_t>(packed_.cols.size() * 4));
   }
 
@@ -204,6 +264,7 @@ class QGemmKernel final : public GpuKernel {
     p.K4 = static_cast<uint32_t>((k_ + 3) / 4);
     p.G = 1;
     p.OW = 1;
+    p.zrows = 1;
     int64_t batch = 1;
     if (conv_) {
       const ops::ConvGeometry g = ops::conv_geometry(node_, x.dims, w_dims_, y.dims, false);
@@ -223,16 +284,31 @@ class QGemmKernel final : public GpuKernel {
                             std::to_string(w_dims_[1] * g.group));
       batch = x.dims[0] * g.group;
     } else {
-      if (x.dims.empty() || x.dims.back() != k_)
+      const int64_t k = runtime_b_ ? in[static_cast<size_t>(s.b)].dims.end()[-2] : k_;
+      if (x.dims.empty() || x.dims.back() != k)
         throw ArgumentError(node_.describe() + ": input 0's last dim is " + std::to_string(x.dims.empty() ? 0 : x.dims.back()) +
-                            ", the weights have " + std::to_string(k_) + " rows");
+                            ", the weights have " + std::to_string(k) + " rows");
+      p.K = static_cast<uint32_t>(k);
+      p.K4 = static_cast<uint32_t>((k + 3) / 4);
       p.N = static_cast<uint32_t>(cols_);
-      p.rows = static_cast<uint32_t>(k_ == 0 ? 0 : x.numel() / k_);
+      p.M = static_cast<uint32_t>(x.dims.size() >= 2 ? x.dims.end()[-2] : 1);
+      p.rows = static_cast<uint32_t>(k == 0 ? product(x.dims, 0, x.dims.size() - 1) : x.numel() / k);
+      if (batched_) batch = matmul_batches(in[static_cast<size_t>(s.b)].dims, x.dims, p);
+      if (has_az_) {
+        const int64_t zeros = in[static_cast<size_t>(s.a_zp)].numel();
+        if (zeros != 1 && (!az_per_row_ || zeros != p.M))
+          throw ArgumentError(node_.describe() + ": the zero point of input 0 has " + std::to_string(zeros) + " elements, expected 1" +
+                              (az_per_row_ ? " or " + std::to_string(p.M) + " (one per row of a)" : ""));
+        p.zrows = static_cast<uint32_t>(zeros);
+      }
     }
     const int64_t n = batch * ((p.N + 3) / 4) * p.rows;
     check_u32(node_, n, "the invocations");
     p.n = static_cast<uint32_t>(n);
+    if (n == 0) return;
     const Range az = has_az_ ? in[static_cast<size_t>(s.a_zp)].range : rec.unused();
+    Range words = runtime_b_ ? Range{} : rec.weight(words_), table = rec.weight(table_);
+    if (runtime_b_) std::tie(words, table) = pack_b(rec, in, p);
     auto output_if = [&](Out kind) { return out_ == kind ? y.range : rec.unused(); };
     Range scale = rec.unused(), bias = rec.unused();
     if (out_ == Out::kFloat) {
@@ -240,21 +316,27 @@ class QGemmKernel final : public GpuKernel {
       if (has_bias_) bias = float_operand(in, kFloatBias, true, "bias").range;
     }
     dispatch_1d(rec, *pipeline_,
-                {x.range, rec.weight(words_), rec.weight(table_), az, output_if(Out::kBytes), output_if(Out::kInt32),
+                {x.range, words, table, az, output_if(Out::kBytes), output_if(Out::kInt32),
                  scale, bias, output_if(Out::kFloat), a_words() ? x.range : rec.unused()},
                 &p, sizeof p, n);
   }
 
  private:
+  // The bias of each column (col[2]); requantization() adds the scales.
+  void column_table(const KernelInit& init, const Slots& s) {
+    const int32_t* bias = present(init.node, s.bias) ? init.constant(static_cast<size_t>(s.bias))->data<int32_t>() : nullptr;
+    packed_.cols.assign(static_cast<size_t>(cols_ * 4), 0);
+    for (int64_t c = 0; bias != nullptr && c < cols_; ++c) packed_.cols[static_cast<size_t>(c * 4 + 2)] = bias[c];
+  }
+
+  // Constant weights: their words and each column's sum and zero point (col[0], col[1]).
   void pack(const KernelInit& init, const Slots& s, const ir::Tensor& w) {
     w_dims_ = w.dims();
     const bool w_signed = w.dtype() == ir::DType::kInt8;
     const auto* raw = static_cast<const uint8_t*>(w.raw_data());
     const std::vector<int32_t> zw = zero_point_values(init.constant(static_cast<size_t>(s.b_zp)));
-    const int32_t* bias = present(init.node, s.bias) ? init.constant(static_cast<size_t>(s.bias))->data<int32_t>() : nullptr;
     const int64_t k4 = (k_ + 3) / 4;
     packed_.words.assign(static_cast<size_t>(cols_ * k4), 0);
-    packed_.cols.assign(static_cast<size_t>(cols_ * 4), 0);
     for (int64_t c = 0; c < cols_; ++c) {
       int32_t sum = 0;
       for (int64_t k = 0; k < k_; ++k) {
@@ -267,7 +349,6 @@ class QGemmKernel final : public GpuKernel {
       int32_t* col = &packed_.cols[static_cast<size_t>(c * 4)];
       col[0] = sum;
       col[1] = (zw.size() == 1 ? zw[0] : zw[static_cast<size_t>(c)]) - (w_signed ? 0 : 128);
-      col[2] = bias != nullptr ? bias[c] : 0;
     }
     // The activations' zero point shifts likewise on the device (qgemm.glsl).
   }
@@ -309,9 +390,63 @@ class QGemmKernel final : public GpuKernel {
     return in[i];
   }
 
+  // A MatMul with B's batch dims: the output's batch dims, merged, and A's and B's strides over
+  // them (in matrices) into the push constants; each matrix's rows. Returns the matrices.
+  int64_t matmul_batches(const std::vector<int64_t>& b_dims, const std::vector<int64_t>& a_dims, GemmPush& p) const {
+    const std::vector<int64_t> a(a_dims.begin(), a_dims.size() >= 2 ? a_dims.end() - 2 : a_dims.begin());
+    const std::vector<int64_t> b(b_dims.begin(), b_dims.end() - 2);
+    std::vector<int64_t> dims(std::max(a.size(), b.size()));
+    for (size_t d = 0; d < dims.size(); ++d) {
+      const size_t from_end = dims.size() - d;
+      const int64_t ad = from_end <= a.size() ? a[a.size() - from_end] : 1, bd = from_end <= b.size() ? b[b.size() - from_end] : 1;
+      if (ad != bd && ad != 1 && bd != 1)
+        throw ArgumentError(node_.describe() + ": the batch dims of input 0 " + dims_text(a_dims) + " and the weights " +
+                            dims_text(b_dims) + " do not broadcast");
+      dims[d] = ad == 1 ? bd : ad;
+    }
+    std::vector<int64_t> as = broadcast_strides(a, dims), bs = broadcast_strides(b, dims);
+    collapse_dims(dims, {&as, &bs});
+    if (dims.size() > 3)
+      throw UnsupportedError(node_.describe() + ": " + std::to_string(dims.size()) +
+                             " batch dims that do not merge; the Vulkan kernel takes 3");
+    const size_t pad = 3 - dims.size();
+    for (size_t d = 0; d < 3; ++d) {
+      p.bd[d] = d < pad ? 1 : static_cast<uint32_t>(dims[d - pad]);
+      p.as[d] = d < pad ? 0 : static_cast<uint32_t>(as[d - pad]);
+      p.bs[d] = d < pad ? 0 : static_cast<uint32_t>(bs[d - pad]);
+    }
+    p.rows = p.M;
+    return product(dims, 0, dims.size());
+  }
+
+  // B computed at run time: packed into the scratch by qgemm_pack.comp, as pack() packs
+  // constant weights. Returns the words and the column table.
+  std::pair<Range, Range> pack_b(Recorder& rec, const std::vector<GpuTensor>& in, const GemmPush& p) const {
+    const Slots& s = slots_of(node_);
+    const GpuTensor& b = in[static_cast<size_t>(s.b)];
+    check_u32(node_, b.numel(), "the weights");
+    if (has_bz_) {
+      const int64_t count = in[static_cast<size_t>(s.b_zp)].numel(), want = bz_per_column_ ? cols_ : 1;
+      if (count != want)
+        throw ArgumentError(node_.describe() + ": the weights' zero point has " + std::to_string(count) + " elements, expected " +
+                            std::to_string(want) + (bz_per_column_ ? " (one per column of b)" : "") + ", as at compile");
+    }
+    const int64_t columns = product(b.dims, 0, b.dims.size() - 2) * cols_;
+    check_u32(node_, columns * p.K4, "the packed weights");
+    const int64_t word_bytes = (std::max<int64_t>(columns * p.K4 * 4, 4) + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+    const int64_t col_bytes = std::max<int64_t>(columns * 16, 16);
+    const Range scratch = rec.scratch(word_bytes + col_bytes);
+    const Range words{scratch.buffer, scratch.offset, word_bytes}, cols{scratch.buffer, scratch.offset + word_bytes, col_bytes};
+    const PackPush pp{static_cast<uint32_t>(columns), p.N, p.K, p.K4};
+    dispatch_1d(rec, *pack_pipeline_,
+                {b.range, has_bz_ ? in[static_cast<size_t>(s.b_zp)].range : rec.unused(), rec.weight(table_), words, cols}, &pp,
+                sizeof pp, columns);
+    return {words, cols};
+  }
+
   // A's rows start on whole words when K is a multiple of 4: the shader then loads a word where
   // it would load 4 bytes.
-  bool a_words() const { return !conv_ && k_ % 4 == 0; }
+  bool a_words() const { return !conv_ && !runtime_b_ && k_ % 4 == 0; }
 
   // What the shader writes (its OUT_KIND): 8-bit requantized values, int32 sums, or floats.
   enum class Out : uint32_t { kBytes = 0, kInt32 = 1, kFloat = 2 };
@@ -320,13 +455,17 @@ class QGemmKernel final : public GpuKernel {
   Out out_ = Out::kBytes;
   Activation act_;
   bool scale_per_column_ = false, has_bias_ = false;
-  bool conv_, a_signed_ = true, has_az_ = false, y_signed_ = true;
+  bool conv_, runtime_b_, a_signed_ = true, has_az_ = false, y_signed_ = true;
+  // A MatMul's B computed at run time (runtime_b_): with batch dims, its sign, its zero point.
+  bool batched_ = false, b_signed_ = true, has_bz_ = false, bz_per_column_ = false;
+  bool az_per_row_ = false;  // MatMulInteger's zero point of A per row
   int64_t cols_ = 0, k_ = 0;
   std::vector<int64_t> w_dims_;
   int32_t y_zero_ = 0, y_lo_ = -128, y_hi_ = 127;
   Packed packed_;
   int words_ = -1, table_ = -1;
   const Pipeline* pipeline_ = nullptr;
+  const Pipeline* pack_pipeline_ = nullptr;
 };
 
 }  // namespace

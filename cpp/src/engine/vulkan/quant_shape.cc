@@ -1,5 +1,6 @@
 // INT8 on Vulkan, data movement on 8-bit tensors: Concat, Split, Transpose, Expand and Slice
-// with constant bounds, a byte per invocation (shaders/q_strided_copy.comp). The word kernels
+// with constant bounds, a byte per invocation (shaders/q_strided_copy.comp); a Slice whose
+// bounds are computed takes shape_computed.cc's kernel, which moves bytes too. The word kernels
 // of shape.cc move 32-bit elements; register_quant puts these before them for int8 and uint8
 // inputs.
 #include <algorithm>
@@ -161,13 +162,27 @@ class ByteExpandKernel final : public ByteMoveKernel {
   }
 };
 
+// Slice-1's attributes, or starts, ends, axes and steps all constants.
+bool constant_bounds(const KernelInit& init) {
+  if (init.node.attr("starts") != nullptr) return true;
+  if (init.node.inputs().size() < 2 || init.constant(1) == nullptr) return false;
+  for (size_t i = 2; i < init.node.inputs().size(); ++i)
+    if (init.node.input(i) != nullptr && init.constant(i) == nullptr) return false;
+  return true;
+}
+
 }  // namespace
 
 std::unique_ptr<Kernel> byte_split_kernel(const KernelInit& init) { return std::make_unique<ByteSplitKernel>(init); }
 std::unique_ptr<Kernel> byte_expand_kernel(const KernelInit& init) { return std::make_unique<ByteExpandKernel>(init); }
 std::unique_ptr<Kernel> byte_concat_kernel(const KernelInit& init) { return std::make_unique<ByteConcatKernel>(init); }
 std::unique_ptr<Kernel> byte_transpose_kernel(const KernelInit& init) { return std::make_unique<ByteTransposeKernel>(init); }
-std::unique_ptr<Kernel> byte_slice_kernel(const KernelInit& init) { return std::make_unique<ByteSliceKernel>(init); }
+// Slice on 8-bit data: constant bounds on the byte strided copy, computed ones on the
+// computed Slice's shader (which moves bytes as well).
+std::unique_ptr<Kernel> byte_slice_kernel(const KernelInit& init) {
+  if (constant_bounds(init)) return std::make_unique<ByteSliceKernel>(init);
+  return computed_slice_kernel(init);
+}
 
 std::string byte_concat_check(const KernelInit& init) {
   for (size_t i = 0; i < init.node.inputs().size(); ++i)
@@ -178,12 +193,7 @@ std::string byte_concat_check(const KernelInit& init) {
 std::string byte_transpose_check(const KernelInit&) { return ""; }
 
 std::string byte_slice_check(const KernelInit& init) {
-  if (init.node.attr("starts") != nullptr) return "";
-  if (init.constant(1) == nullptr) return "its starts are missing or computed at run time; the Vulkan kernel on 8-bit data takes constant bounds";
-  for (size_t i = 2; i < init.node.inputs().size(); ++i)
-    if (init.node.input(i) != nullptr && init.constant(i) == nullptr)
-      return "its input " + std::to_string(i) + " is computed at run time; the Vulkan kernel on 8-bit data takes constant bounds";
-  return "";
+  return constant_bounds(init) ? "" : computed_slice_bounds_check(init);
 }
 
 }  // namespace tether::engine::vulkan

@@ -11,7 +11,11 @@ namespace tether::engine::vulkan {
 
 namespace {
 
-uint32_t kind_of(ir::DType t) { return static_cast<uint32_t>(element_kind(t)); }
+// These kernels only move elements, so int8 moves as the bytes it is (element_kind leaves it out:
+// the kernels that compute on bytes read them as uint8).
+uint32_t kind_of(ir::DType t) {
+  return t == ir::DType::kInt8 ? kByteElement : static_cast<uint32_t>(element_kind(t));
+}
 
 // ---- Gather -------------------------------------------------------------------------------------
 
@@ -272,6 +276,10 @@ std::unique_ptr<Kernel> computed_gather_kernel(const KernelInit& init) {
 
 std::string computed_gather_check(const KernelInit& init) {
   if (std::string why = any_element(init, 0); !why.empty()) return why;
+  return computed_gather_indices_check(init);
+}
+
+std::string computed_gather_indices_check(const KernelInit& init) {
   return require_dtype(init, 1, {ir::DType::kInt32, ir::DType::kInt64});
 }
 
@@ -279,6 +287,10 @@ std::unique_ptr<Kernel> computed_slice_kernel(const KernelInit& init) { return s
 
 std::string computed_slice_check(const KernelInit& init) {
   if (std::string why = any_element(init, 0); !why.empty()) return why;
+  return computed_slice_bounds_check(init);
+}
+
+std::string computed_slice_bounds_check(const KernelInit& init) {
   if (init.node.inputs().size() < 3 || init.node.input(1) == nullptr) return "its starts are missing";
   if (std::string why = require_dtype(init, 1, {ir::DType::kInt32, ir::DType::kInt64}); !why.empty()) return why;
   for (size_t i : {size_t{3}, size_t{4}})

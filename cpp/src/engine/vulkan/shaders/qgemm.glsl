@@ -17,6 +17,12 @@
 // in floats instead, as its unfused Cast, Mul, Add and activation compute them, each rounded:
 // activate(float(s) * scale + bias), the scale (one, or one per column) and the bias read from
 // the device, since the scale comes from DynamicQuantizeLinear at run time.
+//
+// A MatMul whose B is computed at run time or has batch dims reads B as qgemm_pack.comp packed
+// it on the device, in the same layout; with B's batch dims (BATCHED), invocations run over the
+// output's matrices, each reading its matrix of A and of the packed B by their strides over the
+// output's batch dims (0 where one broadcasts). A's zero point may be one per row of A
+// (MatMulInteger's per-row quantization), the row's within its matrix.
 #extension GL_EXT_spirv_intrinsics : require
 #include "storage.glsl"
 #include "q_common.glsl"
@@ -35,6 +41,7 @@ layout(constant_id = 11) const int Y_HI = 127;
 layout(constant_id = 12) const bool SCALE_PER_COLUMN = false;  // OUT_KIND 2: one scale per column, else one
 layout(constant_id = 13) const bool HAS_BIAS = false;          // OUT_KIND 2: a float bias per column
 layout(constant_id = 14) const bool A_WORDS = false;  // not CONV, K a multiple of 4: A's rows read as words (binding 9)
+layout(constant_id = 15) const bool BATCHED = false;  // not CONV: one B per output matrix, by bd, as, bs
 const uint CB = 4;  // columns per invocation: each word of A serves CB dot products
 
 layout(std430, binding = 0) readonly buffer A { uint8_t a[]; };
@@ -53,7 +60,10 @@ layout(push_constant, std430) uniform Push {
   uint K, K4;       // depth, and in words
   uint C, H, W, OW, KH, KW;
   int SH, SW, PH, PW, DH, DW;
-  uint G, M;        // groups, output channels (CONV)
+  uint G, M;        // groups, output channels (CONV); rows of A's matrices (not CONV)
+  uint zrows;       // A's zero point: one per row of A's matrices (M of them), or 1 for one value
+  uint bd[3];       // BATCHED: the output's batch dims, merged, innermost last
+  uint as[3], bs[3];  // BATCHED: A's and B's strides over them, in matrices
 } p;
 
 #ifdef TETHER_INT_DOT
@@ -80,15 +90,29 @@ void main() {
   int oh = int(r / p.OW), ow = int(r % p.OW);
   int h0 = oh * p.SH - p.PH, w0 = ow * p.SW - p.PW;
   uint xbase = (img * p.C + g * cg) * p.H * p.W;
-  uint zero_raw = HAS_AZ ? uint(az[0]) : 0u;  // the raw zero point byte (0 without one: -128 in int8 form for uint8)
-  uint col0 = CONV ? g * p.N + j0 : j0;
+  uint zero_raw = HAS_AZ ? uint(az[r % p.zrows]) : 0u;  // the raw byte (0 without one: -128 in int8 form for uint8)
+  // BATCHED: the first rows of this matrix of A and of the output, and the first column of its B.
+  uint a_row0 = 0, y_row0 = 0, b_col0 = 0;
+  if (BATCHED) {
+    uint rest = b, am = 0, bm = 0;
+    for (int d = 2; d >= 0; --d) {
+      uint at = rest % p.bd[d];
+      rest /= p.bd[d];
+      am += at * p.as[d];
+      bm += at * p.bs[d];
+    }
+    a_row0 = am * p.rows;
+    y_row0 = b * p.rows;
+    b_col0 = bm * p.N;
+  }
+  uint col0 = CONV ? g * p.N + j0 : b_col0 + j0;
   // Where the window is, (c, kh, kw) of k, stepped along with k.
   uint c = 0, kh = 0, kw = 0;
   int acc[CB] = int[CB](0, 0, 0, 0);
   int sum_a = 0;
   for (uint k4 = 0; k4 < p.K4; ++k4) {
     uint word = 0;
-    if (A_WORDS) word = a32[r * p.K4 + k4] ^ (FLIP * 0x01010101u);
+    if (A_WORDS) word = a32[(a_row0 + r) * p.K4 + k4] ^ (FLIP * 0x01010101u);
     for (uint q = 0; q < (A_WORDS ? 0u : 4u); ++q) {
       uint k = k4 * 4 + q;
       uint raw = FLIP;  // past K: 0 in int8 form
@@ -105,7 +129,7 @@ void main() {
             }
           }
         } else {
-          raw = uint(a[r * p.K + k]);
+          raw = uint(a[(a_row0 + r) * p.K + k]);
         }
       }
       word |= ((raw ^ FLIP) & 0xffu) << (8 * q);
@@ -121,12 +145,13 @@ void main() {
     if (j >= p.N) break;
     ivec4 col = cols[col0 + jj];
     int s = acc[jj] - col.y * sum_a - za * col.x + int(p.K) * za * col.y + col.z;
-    uint o = CONV ? ((img * p.M + g * p.N + j) * p.rows + r) : r * p.N + j;
+    uint o = CONV ? ((img * p.M + g * p.N + j) * p.rows + r) : (y_row0 + r) * p.N + j;
+    uint chan = CONV ? g * p.N + j : j;  // the output channel or column, for scale and bias
     if (OUT_KIND == 1u) {
       y32[o] = s;
     } else if (OUT_KIND == 2u) {
-      precise float v = float(s) * LD(scale[SCALE_PER_COLUMN ? col0 + jj : 0u]);
-      if (HAS_BIAS) v = v + LD(bias[col0 + jj]);
+      precise float v = float(s) * LD(scale[SCALE_PER_COLUMN ? chan : 0u]);
+      if (HAS_BIAS) v = v + LD(bias[chan]);
       yf[o] = ST(activate(v));
     } else {
       precise float v = float(s) * intBitsToFloat(col.w);
