@@ -110,9 +110,18 @@ def test_a_contradicting_mask_is_refused_after_lengths_that_fit() -> None:
     np.testing.assert_array_equal(sess.run(_feeds(5, 1))["y"], tt.compile(tt.load(_layer()), threads=1).run(_feeds(5, 1))["y"])
 
 
+def _bytes_needed(model: bytes, length: int) -> int:
+    """What a run at `length` takes against max_memory: the arena, the scratch (which depends
+    on the GEMM kernels this CPU gets) and the outputs."""
+    sess = tt.compile(tt.load(model), threads=1)
+    out = sess.run(_feeds(length, length))
+    m = sess.memory()
+    return m["arena_bytes"] + m["scratch_bytes"] + sum(v.nbytes for v in out.values())
+
+
 def test_max_memory_refuses_the_same_lengths_as_a_fresh_session() -> None:
     model = _layer()
-    limit = 40_000
+    limit = _bytes_needed(model, 175)  # inside the sweep below on any CPU
     sess = tt.compile(tt.load(model), threads=1, max_memory=limit)
     refused = []
     lengths = [1, 8, *range(150, 200, 3), 10, *range(199, 150, -7), 300, 5]
