@@ -703,6 +703,51 @@ def _quantized_cases(t: _Table) -> None:
     one("QLinearMatMul-uint8-int8", "QLinearMatMul", {"a": a_q}, qmm)
     one("QLinearMatMul-b-at-run-time", "QLinearMatMul", {"a": ints(3, 2, 13, lo=0, hi=127, dtype=np.uint8), "b": w_q},
         {k: v for k, v in qmm.items() if k != "b"}, inputs=["a", "as", "az", "b", "bs", "bz", "ys", "yz"])
+    # onnxruntime's QOperator contrib ops, which compile writes as DequantizeLinear -> op ->
+    # QuantizeLinear (their definition), each case's output dequantized: onnxruntime computes
+    # Sigmoid and Softmax through approximate tables and rounds its own way, so the two are one
+    # step apart at most, the outputs spanning the 8-bit range (one step 1/127 of the largest).
+    step = 1.01 / 127
+    s0 = lambda v: np.array(v, np.float32)  # noqa: E731  (onnxruntime takes scalar parameters only)
+    z0 = lambda v, t: np.array(v, t)  # noqa: E731
+
+    def qop(case_id: str, op: str, feeds: dict[str, np.ndarray], consts: dict[str, np.ndarray], inputs: list[str],
+            y: tuple[str, str], **attrs: object) -> None:
+        node = _node(op, inputs, ["q"], **attrs)
+        node.domain = "com.microsoft"
+        t.chain(case_id, [node, _node("DequantizeLinear", ["q", *y])], feeds, consts, rtol=step)
+
+    unary = ["x", "xs", "xz", "ys", "yz"]
+    x_u8, x_i8 = ints(2, 3, 7, lo=0, hi=255, dtype=np.uint8), ints(2, 3, 7, lo=-128, hi=127, dtype=np.int8)
+    qop("QLinearSigmoid-uint8", "QLinearSigmoid", {"x": x_u8},
+        {"xs": s0(0.05), "xz": z0(128, np.uint8), "ys": s0(1 / 256), "yz": z0(0, np.uint8)}, unary, ("ys", "yz"))
+    qop("QLinearSigmoid-int8", "QLinearSigmoid", {"x": x_i8},
+        {"xs": s0(0.06), "xz": z0(-3, np.int8), "ys": s0(1 / 255), "yz": z0(-128, np.int8)}, unary, ("ys", "yz"))
+    qop("QLinearLeakyRelu-int8", "QLinearLeakyRelu", {"x": x_i8},
+        {"xs": s0(0.1), "xz": z0(5, np.int8), "ys": s0(0.08), "yz": z0(-20, np.int8)}, unary, ("ys", "yz"), alpha=0.1)
+    qop("QLinearMul-uint8-broadcast", "QLinearMul",
+        {"a": ints(2, 3, 5, lo=0, hi=255, dtype=np.uint8), "b": ints(3, 1, lo=0, hi=255, dtype=np.uint8)},
+        {"as": s0(0.02), "az": z0(100, np.uint8), "bs": s0(0.03), "bz": z0(128, np.uint8), "cs": s0(0.01), "cz": z0(120, np.uint8)},
+        ["a", "as", "az", "b", "bs", "bz", "cs", "cz"], ("cs", "cz"))
+    qop("QLinearConcat-uint8", "QLinearConcat",
+        {"a": ints(2, 2, 3, lo=0, hi=255, dtype=np.uint8), "b": ints(2, 4, 3, lo=0, hi=255, dtype=np.uint8),
+         "c": ints(2, 1, 3, lo=0, hi=255, dtype=np.uint8)},
+        {"ys": s0(0.05), "yz": z0(128, np.uint8), "as": s0(0.1), "az": z0(0, np.uint8), "bs": s0(0.02), "bz": z0(200, np.uint8),
+         "cs": s0(0.05), "cz": z0(128, np.uint8)},
+        ["ys", "yz", "a", "as", "az", "b", "bs", "bz", "c", "cs", "cz"], ("ys", "yz"), axis=1)
+    pool_q = {"xs": s0(0.1), "xz": z0(10, np.uint8), "ys": s0(0.06), "yz": z0(5, np.uint8)}
+    qop("QLinearAveragePool-pads-ceil", "QLinearAveragePool", {"x": ints(1, 3, 7, 7, lo=0, hi=255, dtype=np.uint8)}, pool_q,
+        unary, ("ys", "yz"), kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)
+    qop("QLinearAveragePool-channels-last-count-pad", "QLinearAveragePool",
+        {"x": ints(1, 6, 6, 3, lo=0, hi=255, dtype=np.uint8)}, pool_q, unary, ("ys", "yz"), kernel_shape=[2, 2],
+        pads=[1, 1, 0, 0], count_include_pad=1, channels_last=1)
+    soft_q = {"xs": s0(0.08), "xz": z0(128, np.uint8), "ys": s0(1 / 256), "yz": z0(0, np.uint8)}
+    # (its `opset` attribute: the opset of the Softmax it replaced; before 13 the dims from axis
+    # on are normalised together)
+    qop("QLinearSoftmax-last-axis", "QLinearSoftmax", {"x": ints(2, 3, 10, lo=0, hi=255, dtype=np.uint8)}, soft_q,
+        unary, ("ys", "yz"), axis=-1, opset=13)
+    qop("QLinearSoftmax-opset-12-axis-1", "QLinearSoftmax", {"x": ints(2, 3, 4, lo=0, hi=255, dtype=np.uint8)}, soft_q,
+        unary, ("ys", "yz"), axis=1, opset=12)
     # What the passes fuse: DequantizeLinear -> float op -> QuantizeLinear.
     # (with Relu: the ai.tether form, whose activation narrows the output clamp)
     chain("QLinearConv-from-QDQ-relu", [_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),

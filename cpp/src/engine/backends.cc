@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "engine/vulkan/vulkan.h"
+#include "passes/passes.h"
 #include "tether/error.h"
 
 namespace tether::engine {
@@ -72,6 +73,13 @@ std::unique_ptr<Session> compile(const ir::Model& model, const CompileOptions& o
 std::vector<std::string> supported_ops(const std::string& device) {
   std::vector<std::string> ops = device_backend(device).op_types();
   ops.push_back(":Constant");  // every session turns Constant nodes into constants
+  // Every session writes onnxruntime's QOperator contrib ops as standard ops between
+  // DequantizeLinear and QuantizeLinear: a device takes one where it takes those.
+  for (const passes::QOperatorExpansion& e : passes::qoperator_expansions()) {
+    bool all = true;
+    for (const std::string& use : e.uses) all = all && std::find(ops.begin(), ops.end(), ":" + use) != ops.end();
+    if (all) ops.push_back("com.microsoft:" + e.op);
+  }
   std::sort(ops.begin(), ops.end());
   return ops;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "tether/model.h"
 #include "tether/passes.h"
@@ -86,7 +87,26 @@ int channels_last_integer_convs(ir::Model& model);
 /// layout. Returns the number of nodes made channels last.
 int channels_last_float_convs(ir::Model& model);
 
-/// MatMulInteger (constant 2-D B) -> Cast(float) -> Mul(scale: one value or one per column)
+/// onnxruntime's QOperator contrib ops com.microsoft QLinearSigmoid, QLinearLeakyRelu,
+/// QLinearMul, QLinearConcat, QLinearAveragePool and QLinearSoftmax, each written as what it
+/// is defined to be: DequantizeLinear of its operands, the float op, QuantizeLinear to its
+/// output (see qoperator.cc). compile() runs it on every model, before optimize. Returns the
+/// number of nodes expanded. Throws ModelError for such a node with too few inputs or an axis
+/// out of range.
+///
+///   ir::Model m = ir::load_model("mobilenet.qoperator.onnx");
+///   passes::expand_qoperator_ops(m);   // runs wherever QuantizeLinear, Sigmoid, ... run
+int expand_qoperator_ops(ir::Model& model);
+
+/// A contrib op expand_qoperator_ops writes out, and the ONNX ops its expansion may use (for
+/// supported_ops: a device runs the contrib op where it runs all of these).
+struct QOperatorExpansion {
+  std::string op;                 ///< in the com.microsoft domain
+  std::vector<std::string> uses;  ///< in the ONNX domain
+};
+const std::vector<QOperatorExpansion>& qoperator_expansions();
+
+/// MatMulInteger (2-D B, constant or not) -> Cast(float) -> Mul(scale: one value or one per column)
 /// (-> Add of a constant bias per column), each read by the next alone, becomes one ai.tether
 /// MatMulIntegerToFloat; ConvInteger (constant weights) likewise, with a scale and bias per
 /// output channel, becomes ai.tether ConvIntegerToFloat (see integer_matmul.cc). Returns the
