@@ -154,6 +154,20 @@ def _has_half(graph: Any) -> bool:
         t.data_type in _HALF_TYPES for t in graph.initializer)
 
 
+# onnxruntime's QOperator contrib ops, which every session writes as a standard op between
+# DequantizeLinear and QuantizeLinear (passes::expand_qoperator_ops, also with optimize off):
+# the kernels each then needs besides those two.
+QOPERATOR_EXPANDED: dict[Op, set[Op]] = {
+    ("com.microsoft", "QLinearSigmoid"): {("", "Sigmoid")},
+    ("com.microsoft", "QLinearLeakyRelu"): {("", "LeakyRelu")},
+    ("com.microsoft", "QLinearMul"): {("", "Mul")},
+    ("com.microsoft", "QLinearConcat"): {("", "Concat")},
+    ("com.microsoft", "QLinearAveragePool"): {("", "AveragePool"), ("", "Transpose")},
+    ("com.microsoft", "QLinearSoftmax"): {("", "Softmax"), ("", "Transpose"), ("", "Flatten"), ("", "Shape"),
+                                          ("", "Reshape")},
+}
+
+
 def ops_config(models: Sequence[str | os.PathLike[str]], *, optimize: bool = True) -> list[Op]:
     """The ops, as (domain, op_type) with ``""`` for ONNX, whose CPU kernels running ``models``
     needs: what a reduced deployment build (``-DTETHER_DEPLOY_OPS``) must keep.
@@ -181,6 +195,9 @@ def ops_config(models: Sequence[str | os.PathLike[str]], *, optimize: bool = Tru
             found |= _folded_ops(source.graph, graph)
         if _has_half(graph):
             found.add(("", "Cast"))  # float16 / bfloat16 values computed in float32 between Casts
+        for contrib in found & QOPERATOR_EXPANDED.keys():  # (optimize off: not written out yet)
+            found |= QOPERATOR_EXPANDED[contrib] | {("", "DequantizeLinear"), ("", "QuantizeLinear")}
+            found.discard(contrib)
         missing = sorted(found - supported)
         if missing:
             names = ", ".join(f"{d}:{o}" if d else o for d, o in missing)

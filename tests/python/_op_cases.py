@@ -748,6 +748,17 @@ def _quantized_cases(t: _Table) -> None:
         unary, ("ys", "yz"), axis=-1, opset=13)
     qop("QLinearSoftmax-opset-12-axis-1", "QLinearSoftmax", {"x": ints(2, 3, 4, lo=0, hi=255, dtype=np.uint8)}, soft_q,
         unary, ("ys", "yz"), axis=1, opset=12)
+    # A unary op between per-tensor DequantizeLinear and QuantizeLinear: one table lookup
+    # (ai.tether QLinearLookup), the output dequantized (onnxruntime's Sigmoid and HardSwish
+    # round apart from tether's by one step at most)
+    for act, x_t, y_t, ys in (("Sigmoid", np.uint8, np.uint8, 1 / 256), ("HardSwish", np.int8, np.int8, 0.03)):
+        lo, hi = (0, 255) if x_t == np.uint8 else (-128, 127)
+        t.chain(f"QLinearLookup-from-QDQ-{act.lower()}",
+                [_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]), _node(act, ["xf"], ["f"]),
+                 _node("QuantizeLinear", ["f", "ys", "yz"], ["q"]), _node("DequantizeLinear", ["q", "ys", "yz"])],
+                {"x": ints(3, 5, 7, lo=lo, hi=hi, dtype=x_t)},
+                {"xs": s0(0.05), "xz": z0(lo + 100, x_t), "ys": s0(ys), "yz": z0(0 if y_t == np.uint8 else -100, y_t)},
+                fused="ai.tether:QLinearLookup", rtol=step)
     # What the passes fuse: DequantizeLinear -> float op -> QuantizeLinear.
     # (with Relu: the ai.tether form, whose activation narrows the output clamp)
     chain("QLinearConv-from-QDQ-relu", [_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),

@@ -464,3 +464,72 @@ def test_onnxruntime_qoperator_model_runs_channels_last_and_matches_onnxruntime(
         for x in _images(np.random.default_rng(3), 4):
             got, want = sess.run({"x": x})["y"], ref.run(None, {"x": x})[0]
             assert np.abs(got - want).max() <= step * 1.001
+
+
+# ---- a unary op between DequantizeLinear and QuantizeLinear: one table lookup -------------------
+
+
+def _qdq_unary(op: str, x_type: type, y_type: type, opset: int = 20, **attrs) -> bytes:
+    """x -> DequantizeLinear -> op -> QuantizeLinear -> y, per tensor (Clip's bounds constant)."""
+    extra = {"Clip": ["lo", "hi"]}.get(op, [])
+    nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
+             helper.make_node(op, ["xf", *extra], ["f"], **attrs),
+             helper.make_node("QuantizeLinear", ["f", "ys", "yz"], ["y"])]
+    onnx_type = {np.int8: onnx.TensorProto.INT8, np.uint8: onnx.TensorProto.UINT8}
+    inits = [numpy_helper.from_array(np.array(0.047, np.float32), "xs"), numpy_helper.from_array(np.array(7, x_type), "xz"),
+             numpy_helper.from_array(np.array(0.021, np.float32), "ys"), numpy_helper.from_array(np.array(3, y_type), "yz"),
+             numpy_helper.from_array(np.array(-1.5, np.float32), "lo"), numpy_helper.from_array(np.array(2.25, np.float32), "hi")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx_type[x_type], ["n"])],
+                              [helper.make_tensor_value_info("y", onnx_type[y_type], ["n"])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]).SerializeToString()
+
+
+LOOKUP_OPS = [("Sigmoid", {}), ("Tanh", {}), ("LeakyRelu", {"alpha": 0.2}), ("HardSwish", {}), ("Clip", {}),
+              ("Exp", {}), ("Softplus", {}), ("Gelu", {"approximate": "tanh"}), ("Elu", {"alpha": 0.7})]
+
+
+@pytest.mark.parametrize("op,attrs", LOOKUP_OPS, ids=[op for op, _ in LOOKUP_OPS])
+@pytest.mark.parametrize("types", [(np.uint8, np.uint8), (np.int8, np.int8), (np.int8, np.uint8)])
+def test_unary_op_between_dq_and_q_becomes_a_lookup_equal_to_the_unfused_nodes(op, attrs, types):
+    """Every byte of X (and a ragged length, so that vector bodies and tails both run) gives
+    the unfused nodes' value bit for bit, at 1 and 2 threads."""
+    model = tt.load(_qdq_unary(op, *types, **attrs))
+    lo, hi = (-128, 127) if types[0] == np.int8 else (0, 255)
+    x = np.concatenate([np.arange(lo, hi + 1), np.random.default_rng(5).integers(lo, hi + 1, 100_003)]).astype(types[0])
+    plain = tt.compile(model, optimize=False).run({"x": x})["y"]
+    for threads in (1, 2):
+        sess = tt.compile(model, threads=threads)
+        assert [s["op_type"] for s in sess.steps()] == ["ai.tether:QLinearLookup"]
+        np.testing.assert_array_equal(sess.run({"x": x})["y"], plain)
+
+
+def test_chains_a_lookup_cannot_stand_for_stay_as_they_are():
+    """A dequantized value read twice, a per-axis scale, and Clip bounds from the graph."""
+    def ops(model: onnx.ModelProto) -> list[str]:
+        return [n.op_type for n in tt.optimize(tt.load(model.SerializeToString())).nodes]
+
+    base = onnx.load_from_string(_qdq_unary("Sigmoid", np.uint8, np.uint8))
+    twice = onnx.ModelProto()
+    twice.CopyFrom(base)
+    twice.graph.output.append(helper.make_tensor_value_info("xf", onnx.TensorProto.FLOAT, None))
+    assert "QLinearLookup" not in ops(twice)
+    per_axis = onnx.ModelProto()
+    per_axis.CopyFrom(base)
+    for t in per_axis.graph.initializer:
+        if t.name in ("xs", "xz"):
+            t.CopyFrom(numpy_helper.from_array(np.array([0.05, 0.06] if t.name == "xs" else [7, 8],
+                                                        np.float32 if t.name == "xs" else np.uint8), t.name))
+    per_axis.graph.input[0].CopyFrom(helper.make_tensor_value_info("x", onnx.TensorProto.UINT8, [3, 2]))
+    per_axis.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", onnx.TensorProto.UINT8, [3, 2]))
+    per_axis.graph.node[0].attribute.append(helper.make_attribute("axis", 1))
+    assert "QLinearLookup" not in ops(per_axis)
+    runtime_bounds = onnx.load_from_string(_qdq_unary("Clip", np.uint8, np.uint8))
+    runtime_bounds.graph.initializer.remove(next(t for t in runtime_bounds.graph.initializer if t.name == "hi"))
+    runtime_bounds.graph.input.append(helper.make_tensor_value_info("hi", onnx.TensorProto.FLOAT, []))
+    assert "QLinearLookup" not in ops(runtime_bounds)
+    x = np.arange(6, dtype=np.uint8).reshape(3, 2)
+    got = tt.compile(tt.load(per_axis.SerializeToString())).run({"x": x})["y"]
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # (its own fusion takes per tensor only)
+    want = ort.InferenceSession(per_axis.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1

@@ -86,11 +86,14 @@ def test_qoperator_model_runs_on_the_cpu_engine_like_onnxruntime(qoperator_model
     _assert_within_steps(got, want, _output_step(qoperator_model), 3)
     assert np.mean(np.abs(got - want) < 1e-9) > 0.9
     assert (got.argmax(1) == want.argmax(1)).all()
-    # Each contrib node became a QuantizeLinear of its own name, after its float op.
+    # Each contrib node became a QuantizeLinear of its own name, after its float op; with the
+    # graph passes, the unary ones then one table lookup of that name.
     steps = {s["name"]: s["op_type"] for s in sess.steps()}
     assert not any(op.endswith(e) for op in steps.values() for e in EXPANDED), steps
+    lookup = "ai.tether:QLinearLookup" if optimize else "QuantizeLinear"
     for name in ("/Sigmoid_quant", "/LeakyRelu_quant", "/Concat_quant", "/AveragePool_quant", "/Softmax_quant"):
-        assert steps.get(name) == "QuantizeLinear", (name, steps)
+        want = lookup if name in ("/Sigmoid_quant", "/LeakyRelu_quant") else "QuantizeLinear"
+        assert steps.get(name) == want, (name, steps)
     assert "expand_qoperator_ops: 6 onnxruntime QOperator nodes" in sess.report
 
 
@@ -101,9 +104,21 @@ def test_qoperator_model_runs_on_vulkan_like_the_cpu_engine(qoperator_model):
     x = _images(101, 2)
     sess = tt.compile(qoperator_model, device="vulkan")
     on_device = {s["op_type"] for s in sess.steps() if s["backend"] == "vulkan"}
-    assert {"Sigmoid", "LeakyRelu", "Concat", "AveragePool", "Softmax", "QuantizeLinear"} <= on_device, on_device
+    assert {"ai.tether:QLinearLookup", "Concat", "AveragePool", "Softmax", "QuantizeLinear"} <= on_device, on_device
     got, ref = sess.run({"x": x})["y"], tt.compile(qoperator_model).run({"x": x})["y"]
     _assert_within_steps(got, ref, _output_step(qoperator_model), 3)
+
+
+@pytest.mark.parametrize("optimize", [True, False])
+def test_ops_config_of_a_qoperator_model_lists_the_kernels_it_runs_on(qoperator_model, optimize):
+    """A reduced deployment build keeps the kernels the contrib ops become, not the contrib ops."""
+    from tether._ops_config import ops_config
+
+    ops = set(ops_config([qoperator_model], optimize=optimize))
+    assert not {("com.microsoft", op) for op in EXPANDED} & ops, ops
+    want = {("", "DequantizeLinear"), ("", "QuantizeLinear"), ("", "Concat"), ("", "AveragePool"), ("", "Softmax")}
+    want |= {("ai.tether", "QLinearLookup")} if optimize else {("", "Sigmoid"), ("", "LeakyRelu"), ("", "Mul")}
+    assert want <= ops, want - ops
 
 
 def _contrib(op: str, inputs: list[str], consts: dict[str, np.ndarray], x_shape: list[int], **attrs: object):

@@ -63,11 +63,12 @@ std::string prepare_model(ir::Model& model, const CompileOptions& options, const
     v->metadata().emplace_back(passes::kKeep, "1");
   }
   std::ostringstream report;
-  // Not an optimization: no backend has kernels of these contrib ops, whose definitions are
-  // standard ops between DequantizeLinear and QuantizeLinear.
-  if (const int expanded = passes::expand_qoperator_ops(model); expanded > 0)
-    report << "pass expand_qoperator_ops: " << expanded
-           << " onnxruntime QOperator nodes written as DequantizeLinear -> op -> QuantizeLinear\n";
+  // Not an optimization (optimize() runs it first): no backend has kernels of these contrib
+  // ops, whose definitions are standard ops between DequantizeLinear and QuantizeLinear.
+  if (!options.optimize)
+    if (const int expanded = passes::expand_qoperator_ops(model); expanded > 0)
+      report << "pass expand_qoperator_ops: " << expanded
+             << " onnxruntime QOperator nodes written as DequantizeLinear -> op -> QuantizeLinear\n";
   if (options.optimize) {
     passes::OptimizeOptions with_evaluator = passes;
     if (with_evaluator.evaluator == nullptr) with_evaluator.evaluator = &constant_evaluator();

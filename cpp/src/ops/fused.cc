@@ -77,6 +77,19 @@ void conv_integer_to_float(InferContext& ctx) {
   ctx.set_output(0, DType::kFloat32, ctx.outputs()[0].shape());
 }
 
+// QLinearLookup(X, table) (passes/qdq_lookup.cc): Y[i] = table[X[i]'s byte], X 8-bit, the table
+// 256 values of Y's type.
+void qlinear_lookup(InferContext& ctx) {
+  if (ctx.num_inputs() != 2) ctx.fail("takes 2 inputs (X, table), got " + std::to_string(ctx.num_inputs()));
+  const DType x = ctx.input_dtype(0);
+  if (x != DType::kInt8 && x != DType::kUInt8 && x != DType::kUndefined)
+    ctx.fail("X is " + std::string(ir::dtype_name(x)) + "; it must be int8 or uint8");
+  const Shape& t = ctx.input_shape(1);
+  if (t.has_rank() && (t.rank() != 1 || (t[0].is_known() && t[0].value() != 256)))
+    ctx.fail("the table has shape " + t.to_string() + ", expected [256]");
+  ctx.set_output(0, ctx.input_dtype(1), ctx.input_shape(0));
+}
+
 // com.microsoft QLinearAdd(A, A_scale, A_zero_point?, B, B_scale, B_zero_point?, C_scale,
 // C_zero_point?), as onnxruntime's QOperator format writes it: A and B broadcast; C has A's type.
 void ms_qlinear_add(InferContext& ctx) {
@@ -141,6 +154,7 @@ void register_fused(Registry& r) {
   r.add("QLinearConv", as_onnx<kQLinearConv>, "ai.tether");
   r.add("QLinearMatMul", as_onnx<kQLinearMatMul>, "ai.tether");
   r.add("QLinearAdd", qlinear_add, "ai.tether");
+  r.add("QLinearLookup", qlinear_lookup, "ai.tether");
   r.add("MatMulIntegerToFloat", matmul_integer_to_float, "ai.tether");
   r.add("ConvIntegerToFloat", conv_integer_to_float, "ai.tether");
   r.add("Gelu", [](InferContext& ctx) { ctx.set_output(0, ctx.input_type(0)); }, "ai.tether");  // fuse_gelu, opset < 20

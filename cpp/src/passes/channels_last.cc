@@ -4,8 +4,8 @@
 // nodes (group 1 or depthwise, constant parameters) the ai.tether form with channels_last = 1,
 // X and Y [N, H, W, C], between a Transpose to channels last and one back; moves QLinearAdd
 // nodes (ai.tether, or com.microsoft on operands of one shape) whose two operands both come
-// back from channels last, and 8-bit MaxPool nodes whose
-// input does, to channels last too (ai.tether MaxPool, channels_last = 1); then drops
+// back from channels last, and 8-bit MaxPool nodes (ai.tether MaxPool, channels_last = 1) and
+// QLinearLookup nodes (element-wise) whose input does, to channels last too; then drops
 // each pair of Transposes that undo each other. A chain of integer convolutions and residual
 // adds then runs channels last from its first node to its last, with one Transpose at each end.
 //
@@ -58,8 +58,8 @@ bool same_static_shape(const ir::Shape& a, const ir::Shape& b) {
   return true;
 }
 
-// QLinearAdd of two operands that both come back from channels last, or an 8-bit MaxPool of
-// one (no indices), whose output the caller does not read.
+// QLinearAdd of two operands that both come back from channels last, or an 8-bit MaxPool (no
+// indices) or QLinearLookup of one, whose output the caller does not read.
 bool follows(const ir::Node& n) {
   if (!rank4(n.output(0)) || is_any_output(*n.output(0))) return false;
   if (n.domain() == "ai.tether" && n.op_type() == "QLinearAdd")
@@ -71,6 +71,8 @@ bool follows(const ir::Node& n) {
   if (is_onnx(n, "MaxPool"))
     return n.outputs().size() == 1 && is_8bit(n.output(0)->type().dtype()) && n.attr_int("storage_order", 0) == 0 &&
            from_channels_last(n.input(0));
+  // Element-wise: any layout.
+  if (n.domain() == "ai.tether" && n.op_type() == "QLinearLookup") return from_channels_last(n.input(0));
   return false;
 }
 
@@ -94,6 +96,8 @@ int channels_last_integer_convs(ir::Model& model) {
       std::vector<ir::Attribute> attributes = n->attributes();
       attributes.push_back(ir::Attribute::i("channels_last", 1));
       n = replace_chain(g, {n}, "MaxPool", "ai.tether", {n->input(0)->producer()->input(0)}, attributes);
+    } else if (n->op_type() == "QLinearLookup") {
+      n->set_input(0, n->input(0)->producer()->input(0));
     } else {
       n->set_input(0, n->input(0)->producer()->input(0));
       n->set_input(3, n->input(3)->producer()->input(0));

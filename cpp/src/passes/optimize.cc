@@ -9,6 +9,8 @@ namespace tether::passes {
 std::string optimize(ir::Model& model, const OptimizeOptions& options) {
   std::ostringstream report;
   ir::Graph& g = model.graph();
+  report << "pass expand_qoperator_ops: " << expand_qoperator_ops(model)
+         << " onnxruntime QOperator nodes written as DequantizeLinear -> op -> QuantizeLinear\n";
   report << "pass remove_identities: " << remove_identities(g) << " nodes removed\n";
   // The matchers read element types and ranks; folding reads static shapes.
   ops::infer_shapes(model);
@@ -20,6 +22,8 @@ std::string optimize(ir::Model& model, const OptimizeOptions& options) {
   report << "pass fuse_qdq: " << fuse_qdq(model) << " DequantizeLinear -> op -> QuantizeLinear patterns fused\n";
   report << "pass fuse_integer_to_float: " << fuse_integer_to_float(model)
          << " MatMulInteger / ConvInteger -> Cast -> Mul chains fused\n";
+  report << "pass fuse_qdq_lookup: " << fuse_qdq_lookup(model, options.evaluator)
+         << " DequantizeLinear -> unary op -> QuantizeLinear chains made lookup tables\n";
   if (options.channels_last)
     report << "pass channels_last_integer_convs: " << channels_last_integer_convs(model)
            << " integer nodes made channels last\n";

@@ -90,13 +90,20 @@ int channels_last_float_convs(ir::Model& model);
 /// onnxruntime's QOperator contrib ops com.microsoft QLinearSigmoid, QLinearLeakyRelu,
 /// QLinearMul, QLinearConcat, QLinearAveragePool and QLinearSoftmax, each written as what it
 /// is defined to be: DequantizeLinear of its operands, the float op, QuantizeLinear to its
-/// output (see qoperator.cc). compile() runs it on every model, before optimize. Returns the
+/// output (see qoperator.cc). optimize() runs it first, and compile() with optimize off. Returns the
 /// number of nodes expanded. Throws ModelError for such a node with too few inputs or an axis
 /// out of range.
 ///
 ///   ir::Model m = ir::load_model("mobilenet.qoperator.onnx");
 ///   passes::expand_qoperator_ops(m);   // runs wherever QuantizeLinear, Sigmoid, ... run
 int expand_qoperator_ops(ir::Model& model);
+
+/// DequantizeLinear -> a unary element-wise op (Sigmoid, Tanh, LeakyRelu, HardSwish, Clip with
+/// constant bounds, ...) -> QuantizeLinear, all per tensor with constant parameters and each
+/// value read by the next alone, becomes ai.tether QLinearLookup(X, table): the chain computed
+/// by `evaluator` for each of the 256 values of X's byte (see qdq_lookup.cc). Does nothing
+/// without an evaluator. Returns the number of chains fused.
+int fuse_qdq_lookup(ir::Model& model, const ConstantEvaluator* evaluator);
 
 /// A contrib op expand_qoperator_ops writes out, and the ONNX ops its expansion may use (for
 /// supported_ops: a device runs the contrib op where it runs all of these).

@@ -1,6 +1,8 @@
 // The integer element-wise ops: QLinearAdd (ai.tether from the QDQ pass, com.microsoft from
-// onnxruntime's QOperator format, broadcasting) and com.microsoft QLinearGlobalAveragePool.
+// onnxruntime's QOperator format, broadcasting), ai.tether QLinearLookup and com.microsoft
+// QLinearGlobalAveragePool.
 #include <array>
+#include <cstring>
 
 #include "engine/cpu/qlinear.h"
 #include "util/multiversion.h"
@@ -170,6 +172,44 @@ std::string qlinear_gap_check(const KernelInit& init) {
   return "";
 }
 
+// ---- QLinearLookup (ai.tether) ------------------------------------------------------------------
+
+// Y[i] = table[X[i]'s byte]: passes/qdq_lookup.cc computed the table with this engine's kernels
+// of the DequantizeLinear -> op -> QuantizeLinear chain it replaces. Any layout.
+class QLinearLookupKernel final : public HostKernel {
+ public:
+  explicit QLinearLookupKernel(const KernelInit& init) : name_(init.node.describe()) {}
+
+  void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
+    if (in[1].numel() != 256)
+      throw ArgumentError(name_ + ": the table has " + std::to_string(in[1].numel()) + " elements, expected 256");
+    const auto* x = static_cast<const uint8_t*>(in[0].data);
+    auto* y = static_cast<uint8_t*>(out[0].data);
+    std::array<uint8_t, 256> table{};  // a copy no store to y can alias
+    std::memcpy(table.data(), in[1].data, table.size());
+    parallel(ctx, out[0].numel(), 1 << 15, [&](int64_t i0, int64_t i1) {
+      int64_t i = i0;
+      for (; i + 8 <= i1; i += 8) {  // 8 bytes loaded and stored as one word
+        uint64_t v = 0, r = 0;
+        std::memcpy(&v, x + i, 8);
+        for (int b = 0; b < 64; b += 8) r |= static_cast<uint64_t>(table[(v >> b) & 0xff]) << b;
+        std::memcpy(y + i, &r, 8);
+      }
+      for (; i < i1; ++i) y[i] = table[x[i]];
+    });
+  }
+
+ private:
+  std::string name_;
+};
+
+std::string qlinear_lookup_check(const KernelInit& init) {
+  if (!is_8bit(init.input_dtype(0)) || !is_8bit(init.input_dtype(1)) || init.output_dtype(0) != init.input_dtype(1))
+    return "X is " + type_text(init.input_dtype(0)) + " and the table " + type_text(init.input_dtype(1)) +
+           "; QLinearLookup maps int8 or uint8 to the table's int8 or uint8";
+  return "";
+}
+
 }  // namespace
 
 void register_qlinear_elementwise(KernelRegistry& r) {
@@ -178,6 +218,9 @@ void register_qlinear_elementwise(KernelRegistry& r) {
   // onnxruntime's QOperator format: broadcasting and optional zero points; the float
   // arithmetic of DequantizeLinear -> Add -> QuantizeLinear.
   TETHER_ADD_IN(r, "com.microsoft", "QLinearAdd", add, qlinear_add_check);
+  TETHER_ADD_IN(r, "ai.tether", "QLinearLookup",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QLinearLookupKernel>(i); },
+        qlinear_lookup_check);
   TETHER_ADD_IN(r, "com.microsoft", "QLinearGlobalAveragePool",
         [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QLinearGlobalAveragePoolKernel>(i); },
         qlinear_gap_check);

@@ -200,6 +200,37 @@ class QAddKernel final : public GpuKernel {
   const Pipeline* pipeline_ = nullptr;
 };
 
+// ---- QLinearLookup (ai.tether) -------------------------------------------------------------------
+
+// y[i] = table[x[i]]: the table (a constant the session uploads) holds what the CPU engine's
+// kernels computed for the DequantizeLinear -> op -> QuantizeLinear chain, so the two agree.
+class QLookupKernel final : public GpuKernel {
+ public:
+  explicit QLookupKernel(const KernelInit& init) : node_(init.node) {}
+
+  void prepare(Gpu& gpu) override {
+    if (gpu.device.storage8()) pipeline_ = &gpu.pipeline("q_lookup", 3, sizeof(uint32_t), {kLocal});
+  }
+
+  void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
+    require_storage8(rec, node_);
+    if (in[1].numel() != 256)
+      throw ArgumentError(node_.describe() + ": the table has " + std::to_string(in[1].numel()) + " elements, expected 256");
+    check_u32(node_, out[0].numel(), "the output");
+    const auto n = static_cast<uint32_t>(out[0].numel());
+    dispatch_1d(rec, *pipeline_, {in[0].range, in[1].range, out[0].range}, &n, sizeof n, n);
+  }
+
+ private:
+  const ir::Node& node_;
+  const Pipeline* pipeline_ = nullptr;
+};
+
+std::string qlookup_check(const KernelInit& init) {
+  if (!is_8bit(init.input_dtype(0)) || !is_8bit(init.input_dtype(1))) return "X or the table is not int8 or uint8";
+  return "";
+}
+
 // ---- MaxPool on 8-bit tensors --------------------------------------------------------------------
 
 struct QPoolPush {
@@ -300,6 +331,8 @@ void register_quant(KernelRegistry& r) {
   r.add("DequantizeLinear", quantize, quantize_check);
   r.add("QLinearAdd", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QAddKernel>(i); },
         qadd_check, "ai.tether");
+  r.add("QLinearLookup", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QLookupKernel>(i); },
+        qlookup_check, "ai.tether");
   widen<0>(r, "MaxPool", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QMaxPoolKernel>(i); },
            qmaxpool_check);
   // The views record nothing: their kernels serve bytes as they serve words.
