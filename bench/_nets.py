@@ -1,5 +1,6 @@
 """Full-size benchmark networks defined with torch.nn (random weights): ResNet-50,
-MobileNetV2 and a BERT-base encoder. Architectures follow the published papers."""
+MobileNetV2 and a BERT-base encoder, whose architectures follow the published papers; and
+timm's EfficientNet-B0 (not in DEFAULT: for the QOperator rows)."""
 
 from __future__ import annotations
 
@@ -100,8 +101,20 @@ class BertBase(nn.Module):
 
 
 # name -> (factory, example input, dtype of the input)
+def EfficientNetB0() -> nn.Module:  # noqa: N802 (named as the other nets' classes)
+    """timm's EfficientNet-B0 (random weights): SiLU and squeeze-and-excitation, the gates
+    a quantized model writes as QLinearSigmoid and QLinearMul in onnxruntime's QOperator format."""
+    from _zoo_models import import_timm
+
+    return import_timm().create_model("efficientnet_b0", pretrained=False)
+
+
 NETS = {
     "resnet50": (ResNet50, (1, 3, 224, 224), "float32"),
     "mobilenetv2": (MobileNetV2, (1, 3, 224, 224), "float32"),
     "bert_base_seq128": (BertBase, (1, 128), "int64"),
+    "efficientnet_b0": (EfficientNetB0, (1, 3, 224, 224), "float32"),
 }
+
+# The nets a bench runs unless told otherwise.
+DEFAULT = ("resnet50", "mobilenetv2", "bert_base_seq128")

@@ -12,7 +12,10 @@ onnxruntime's quantize_static (QDQ, uint8 activations, int8 weights per channel,
 random images; their BatchNormalization statistics taken from random inputs first, see
 export()), BERT-base quantized dynamic by quantize_dynamic (int8 weights,
 DynamicQuantizeLinear + MatMulInteger); with --dynamic every net is quantized by
-quantize_dynamic (the CNNs' convolutions as DynamicQuantizeLinear + ConvInteger). tether and
+quantize_dynamic (the CNNs' convolutions as DynamicQuantizeLinear + ConvInteger); with
+--qoperator the CNNs are quantized static in onnxruntime's QOperator format (QLinearConv and
+com.microsoft QLinearAdd / QLinearSigmoid / QLinearMul / ..., `--models efficientnet_b0` for a
+net with SiLU and squeeze-and-excitation gates). tether and
 onnxruntime run the same file on the same threads; the table adds tether's FP32 latency on the
 float model, the speed-up of INT8 over it, and how close the INT8 outputs stay to FP32
 (tether's INT8 against tether's FP32 on --agreement-samples inputs: top-1 agreement for the
@@ -21,7 +24,7 @@ CNNs, SQNR for all).
 Usage:
     python bench/cpu_latency.py [--models resnet50,mobilenetv2,bert_base_seq128]
                                 [--threads 1,2] [--batches 1,8] [--min-time 2.0] [--markdown out.md]
-    python bench/cpu_latency.py --int8 [--dynamic] [--agreement-samples 256] [...the options above]
+    python bench/cpu_latency.py --int8 [--dynamic | --qoperator] [--agreement-samples 256] [...the options above]
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import onnxruntime as ort  # noqa: E402
 import tether as tt  # noqa: E402
 import torch  # noqa: E402
-from _nets import NETS  # noqa: E402
+from _nets import DEFAULT, NETS  # noqa: E402
 
 CACHE = Path(os.environ.get("TETHER_BENCH_CACHE", Path(__file__).resolve().parent / ".cache"))
 
@@ -98,9 +101,10 @@ def export(name: str, bn_statistics: bool = False) -> Path:
     return path
 
 
-def quantized(name: str, dynamic: bool = False) -> Path:
+def quantized(name: str, dynamic: bool = False, qoperator: bool = False) -> Path:
     """The net's INT8 model (static QDQ for the CNNs, dynamic for BERT; ``dynamic``: dynamic
-    for every net, its convolutions ConvInteger), cached across runs."""
+    for every net, its convolutions ConvInteger; ``qoperator``: static in onnxruntime's QOperator
+    format, QLinearConv and com.microsoft contrib ops), cached across runs."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -110,7 +114,7 @@ def quantized(name: str, dynamic: bool = False) -> Path:
     )
 
     src = export(name, bn_statistics=True)
-    path = CACHE / f"{name}-b2-bnstats.{'dynamic.' if dynamic else ''}int8.onnx"
+    path = CACHE / f"{name}-b2-bnstats.{'dynamic.' if dynamic else 'qoperator.' if qoperator else ''}int8.onnx"
     if path.exists():
         return path
     _, shape, dtype = NETS[name]
@@ -126,7 +130,8 @@ def quantized(name: str, dynamic: bool = False) -> Path:
         def get_next(self):
             return next(self.batches, None)
 
-    quantize_static(str(src), str(path), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+    quantize_static(str(src), str(path), Reader(), quant_format=QuantFormat.QOperator if qoperator else QuantFormat.QDQ,
+                    per_channel=True,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     return path
 
@@ -171,7 +176,7 @@ def int8_table(args: argparse.Namespace, machine: str) -> list[str]:
     rows = [header, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     print(header)
     for name in args.models.split(","):
-        fp32_path, int8_path = export(name, bn_statistics=True), quantized(name, args.dynamic)
+        fp32_path, int8_path = export(name, bn_statistics=True), quantized(name, args.dynamic, args.qoperator)
         fp32_model, int8_model = tt.load(fp32_path), tt.load(int8_path)
         for threads in [int(t) for t in args.threads.split(",")]:
             fp32 = tt.compile(fp32_model, threads=threads)
@@ -262,7 +267,7 @@ def peak_gflops(threads: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default=",".join(NETS))
+    p.add_argument("--models", default=",".join(DEFAULT), help=f"of {', '.join(NETS)}")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--batches", default="1,8")
     p.add_argument("--min-time", type=float, default=2.0, help="seconds of timed runs per row and runtime")
@@ -274,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--int8", action="store_true", help="measure the INT8 models instead (see above)")
     p.add_argument("--agreement-samples", type=int, default=256, help="inputs of the INT8 vs FP32 comparison")
+    p.add_argument("--qoperator", action="store_true",
+                   help="with --int8: the CNNs quantized static in onnxruntime's QOperator format "
+                        "(com.microsoft contrib ops)")
     p.add_argument("--dynamic", action="store_true",
                    help="with --int8: every net quantized dynamic (quantize_dynamic: the CNNs' Conv as ConvInteger)")
     args = p.parse_args(argv)

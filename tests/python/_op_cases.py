@@ -759,6 +759,14 @@ def _quantized_cases(t: _Table) -> None:
                 {"x": ints(3, 5, 7, lo=lo, hi=hi, dtype=x_t)},
                 {"xs": s0(0.05), "xz": z0(lo + 100, x_t), "ys": s0(ys), "yz": z0(0 if y_t == np.uint8 else -100, y_t)},
                 fused="ai.tether:QLinearLookup", rtol=step)
+    # A Mul of two dequantized tensors that broadcast (a gate), quantized: ai.tether QLinearMul
+    t.chain("QLinearMul-from-QDQ-broadcast",
+            [_node("DequantizeLinear", ["a", "as", "az"], ["af"]), _node("DequantizeLinear", ["b", "bs", "bz"], ["bf"]),
+             _node("Mul", ["af", "bf"], ["m"]), _node("QuantizeLinear", ["m", "ys", "yz"], ["q"]),
+             _node("DequantizeLinear", ["q", "ys", "yz"])],
+            {"a": ints(2, 3, 4, 5, lo=0, hi=255, dtype=np.uint8), "b": ints(2, 3, 1, 1, lo=0, hi=255, dtype=np.uint8)},
+            {"as": s0(0.03), "az": z0(128, np.uint8), "bs": s0(0.02), "bz": z0(100, np.uint8), "ys": s0(0.02),
+             "yz": z0(128, np.uint8)}, fused="ai.tether:QLinearMul", rtol=step)
     # What the passes fuse: DequantizeLinear -> float op -> QuantizeLinear.
     # (with Relu: the ai.tether form, whose activation narrows the output clamp)
     chain("QLinearConv-from-QDQ-relu", [_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),

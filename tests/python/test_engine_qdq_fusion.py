@@ -533,3 +533,38 @@ def test_chains_a_lookup_cannot_stand_for_stay_as_they_are():
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # (its own fusion takes per tensor only)
     want = ort.InferenceSession(per_axis.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+
+
+# ---- a Mul of two dequantized tensors, quantized: one integer node -----------------------------
+
+
+@pytest.mark.parametrize("shapes", [([2, 3, 5, 7], [2, 3, 5, 7]), ([2, 3, 5, 7], [2, 3, 1, 1]), ([3, 1, 7], [2, 1, 5, 1]),
+                                    ([7], [4, 7])], ids=["same", "per_channel", "both_broadcast", "row"])
+@pytest.mark.parametrize("relu", [False, True])
+def test_mul_of_dequantized_tensors_fuses_and_equals_the_unfused_nodes(shapes, relu):
+    """DequantizeLinear(a) * DequantizeLinear(b) (-> Relu) -> QuantizeLinear becomes ai.tether
+    QLinearMul, bit for bit the unfused nodes' values at 1 and 2 threads; onnxruntime within one
+    step (it fuses the same chain into its own QLinearMul, rounding its own way)."""
+    rng = np.random.default_rng(11)
+    a = rng.integers(0, 256, shapes[0]).astype(np.uint8)
+    b = rng.integers(-128, 128, shapes[1]).astype(np.int8)
+    tail = [helper.make_node("Relu", ["m"], ["r"])] if relu else []
+    nodes = [helper.make_node("DequantizeLinear", ["a", "as", "az"], ["af"]),
+             helper.make_node("DequantizeLinear", ["b", "bs", "bz"], ["bf"]),
+             helper.make_node("Mul", ["af", "bf"], ["m"]), *tail,
+             helper.make_node("QuantizeLinear", ["r" if relu else "m", "ys", "yz"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(v, t), n) for n, v, t in
+             (("as", 0.031, np.float32), ("az", 120, np.uint8), ("bs", 0.017, np.float32), ("bz", -5, np.int8),
+              ("ys", 0.025, np.float32), ("yz", 100, np.uint8))]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", onnx.TensorProto.UINT8, shapes[0]),
+                                           helper.make_tensor_value_info("b", onnx.TensorProto.INT8, shapes[1])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.UINT8, None)], inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model = tt.load(proto.SerializeToString())
+    plain = tt.compile(model, optimize=False).run({"a": a, "b": b})["y"]
+    for threads in (1, 2):
+        sess = tt.compile(model, threads=threads)
+        assert "ai.tether:QLinearMul" in [s["op_type"] for s in sess.steps()]
+        np.testing.assert_array_equal(sess.run({"a": a, "b": b})["y"], plain)
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a, "b": b})[0]
+    assert np.abs(plain.astype(int) - want.astype(int)).max() <= 1

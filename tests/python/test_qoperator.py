@@ -87,12 +87,13 @@ def test_qoperator_model_runs_on_the_cpu_engine_like_onnxruntime(qoperator_model
     assert np.mean(np.abs(got - want) < 1e-9) > 0.9
     assert (got.argmax(1) == want.argmax(1)).all()
     # Each contrib node became a QuantizeLinear of its own name, after its float op; with the
-    # graph passes, the unary ones then one table lookup of that name.
+    # graph passes, the unary ones then one table lookup of that name, the Mul one integer node.
     steps = {s["name"]: s["op_type"] for s in sess.steps()}
-    assert not any(op.endswith(e) for op in steps.values() for e in EXPANDED), steps
-    lookup = "ai.tether:QLinearLookup" if optimize else "QuantizeLinear"
-    for name in ("/Sigmoid_quant", "/LeakyRelu_quant", "/Concat_quant", "/AveragePool_quant", "/Softmax_quant"):
-        want = lookup if name in ("/Sigmoid_quant", "/LeakyRelu_quant") else "QuantizeLinear"
+    assert not {f"com.microsoft:{e}" for e in EXPANDED} & set(steps.values()), steps
+    fused = {"/Sigmoid_quant": "ai.tether:QLinearLookup", "/LeakyRelu_quant": "ai.tether:QLinearLookup",
+             "/Mul_quant": "ai.tether:QLinearMul"}
+    for name in ("/Sigmoid_quant", "/LeakyRelu_quant", "/Mul_quant", "/Concat_quant", "/AveragePool_quant", "/Softmax_quant"):
+        want = fused.get(name, "QuantizeLinear") if optimize else "QuantizeLinear"
         assert steps.get(name) == want, (name, steps)
     assert "expand_qoperator_ops: 6 onnxruntime QOperator nodes" in sess.report
 

@@ -77,6 +77,14 @@ void conv_integer_to_float(InferContext& ctx) {
   ctx.set_output(0, DType::kFloat32, ctx.outputs()[0].shape());
 }
 
+// QLinearMul (passes/qdq_fuse.cc): QLinearAdd's inputs; a and b broadcast (numpy), y has
+// y_zero_point's type.
+void qlinear_mul(InferContext& ctx) {
+  if (ctx.num_inputs() != 8) ctx.fail("takes 8 inputs (a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, "
+                                      "y_zero_point), got " + std::to_string(ctx.num_inputs()));
+  ctx.set_output(0, ctx.input_dtype(7), broadcast_shapes(ctx, {ctx.input_shape(0), ctx.input_shape(3)}));
+}
+
 // QLinearLookup(X, table) (passes/qdq_lookup.cc): Y[i] = table[X[i]'s byte], X 8-bit, the table
 // 256 values of Y's type.
 void qlinear_lookup(InferContext& ctx) {
@@ -154,6 +162,7 @@ void register_fused(Registry& r) {
   r.add("QLinearConv", as_onnx<kQLinearConv>, "ai.tether");
   r.add("QLinearMatMul", as_onnx<kQLinearMatMul>, "ai.tether");
   r.add("QLinearAdd", qlinear_add, "ai.tether");
+  r.add("QLinearMul", qlinear_mul, "ai.tether");
   r.add("QLinearLookup", qlinear_lookup, "ai.tether");
   r.add("MatMulIntegerToFloat", matmul_integer_to_float, "ai.tether");
   r.add("ConvIntegerToFloat", conv_integer_to_float, "ai.tether");

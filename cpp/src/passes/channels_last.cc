@@ -58,12 +58,16 @@ bool same_static_shape(const ir::Shape& a, const ir::Shape& b) {
   return true;
 }
 
-// QLinearAdd of two operands that both come back from channels last, or an 8-bit MaxPool (no
-// indices) or QLinearLookup of one, whose output the caller does not read.
+// QLinearAdd or QLinearMul of two operands that both come back from channels last, or an 8-bit
+// MaxPool (no indices) or QLinearLookup of one, whose output the caller does not read.
 bool follows(const ir::Node& n) {
   if (!rank4(n.output(0)) || is_any_output(*n.output(0))) return false;
   if (n.domain() == "ai.tether" && n.op_type() == "QLinearAdd")
     return n.inputs().size() == 8 && from_channels_last(n.input(0)) && from_channels_last(n.input(3));
+  // Broadcasting between two 4-D operands reads the same in either layout.
+  if (n.domain() == "ai.tether" && n.op_type() == "QLinearMul")
+    return n.inputs().size() == 8 && from_channels_last(n.input(0)) && from_channels_last(n.input(3)) &&
+           rank4(n.input(0)) && rank4(n.input(3));
   // onnxruntime's QOperator form broadcasts: only operands of one shape follow.
   if (n.domain() == "com.microsoft" && n.op_type() == "QLinearAdd")
     return n.inputs().size() >= 7 && from_channels_last(n.input(0)) && from_channels_last(n.input(3)) &&

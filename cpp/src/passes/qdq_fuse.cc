@@ -8,7 +8,7 @@
 // Flatten / Squeeze / Unsqueeze / Slice -> QuantizeLinear with the same scale and zero point on
 // both sides becomes the op on the integer tensor (Concat likewise when all its inputs share
 // the output's parameters), and a residual Add of two dequantized tensors (-> Relu) ->
-// QuantizeLinear one ai.tether QLinearAdd.
+// QuantizeLinear one ai.tether QLinearAdd, a Mul of two (broadcasting) one ai.tether QLinearMul.
 //
 // The activations fold into the output's clamp: Q(Relu(v)) is Q(v) clamped below at the zero
 // point, Q(Clip(v, a, b)) is Q(v) clamped to [Q(a), Q(b)], because rounding is monotone.
@@ -236,13 +236,16 @@ bool same_shape(const ir::Value& a, const ir::Value& b) {
 }
 
 // Add(DequantizeLinear(a), DequantizeLinear(b)) [-> Relu] -> QuantizeLinear, a and b of one
-// shape (a residual connection), becomes an ai.tether QLinearAdd.
+// shape (a residual connection), becomes an ai.tether QLinearAdd; Mul of the same, a and b
+// broadcasting (a gate: SiLU's x * sigmoid(x), squeeze-and-excitation's scale per channel), an
+// ai.tether QLinearMul.
 bool fuse_add(ir::Model& model, ir::Node* add) {
   ir::Graph& g = model.graph();
-  if (!is_onnx(*add, "Add") || add->inputs().size() != 2 || add->output(0) == nullptr) return false;
+  const bool mul = is_onnx(*add, "Mul");
+  if (!(mul || is_onnx(*add, "Add")) || add->inputs().size() != 2 || add->output(0) == nullptr) return false;
   std::optional<Dq> a = dq_of(add->input(0));
   std::optional<Dq> b = dq_of(add->input(1));
-  if (!a || !b || !scalar_8bit(*a) || !scalar_8bit(*b) || !same_shape(*a->q, *b->q)) return false;
+  if (!a || !b || !scalar_8bit(*a) || !scalar_8bit(*b) || (!mul && !same_shape(*a->q, *b->q))) return false;
   std::optional<Tail> t = tail_of(add->output(0), model.opset(""));
   if (!t || t->activation == "Clip") return false;
   const std::string base = add->name().empty() ? add->output(0)->name() : add->name();
@@ -253,7 +256,7 @@ bool fuse_add(ir::Model& model, ir::Node* add) {
   if (!t->activation.empty()) attributes.push_back(ir::Attribute::s("activation", t->activation));
   std::vector<ir::Node*> chain = {add};
   chain.insert(chain.end(), t->nodes.begin(), t->nodes.end());
-  replace_chain(g, chain, "QLinearAdd", "ai.tether", inputs, attributes);
+  replace_chain(g, chain, mul ? "QLinearMul" : "QLinearAdd", "ai.tether", inputs, attributes);
   import_tether_opset(model);
   return true;
 }
@@ -324,7 +327,7 @@ int fuse_qdq(ir::Model& model) {
   for (ir::Node* op : g.topological_order()) {
     if (moves_elements(*op)) movers.push_back(op);
     if (is_onnx(*op, "Concat")) concats.push_back(op);
-    if (is_onnx(*op, "Add")) adds.push_back(op);
+    if (is_onnx(*op, "Add") || is_onnx(*op, "Mul")) adds.push_back(op);
   }
   for (ir::Node* op : movers) fused += fuse_data_movement(g, op) ? 1 : 0;
   for (ir::Node* op : concats) fused += fuse_concat(g, op) ? 1 : 0;

@@ -3,6 +3,7 @@
 // QLinearGlobalAveragePool.
 #include <array>
 #include <cstring>
+#include <type_traits>
 
 #include "engine/cpu/qlinear.h"
 #include "util/multiversion.h"
@@ -19,12 +20,16 @@ namespace {
 // replaces bit for bit, in one pass over memory instead of four.
 // No multiply-add contraction: the FMA of the AVX2 / AVX-512 copies would round the sum once
 // where the unfused nodes round each product.
-template <typename A, typename B, typename Y>
-TETHER_MULTIVERSION __attribute__((optimize("fp-contract=off"))) void add_run(const A* a, const B* b, Y* y, int64_t n, float sa, int32_t za, float sb, int32_t zb,
-                                 float sy, int32_t zy, float lo, float hi) {
+// QLinearMul (ai.tether) likewise: the two dequantized operands' float32 product. kLa and kLb
+// step through a and b: 1, or 0 for an operand broadcast along the run (compile-time, so that
+// the loop vectorizes).
+template <bool kMul, int kLa, int kLb, typename A, typename B, typename Y>
+TETHER_MULTIVERSION __attribute__((optimize("fp-contract=off"))) void add_run(const A* a, const B* b, Y* y, int64_t n, float sa, int32_t za,
+                                 float sb, int32_t zb, float sy, int32_t zy, float lo, float hi) {
   for (int64_t i = 0; i < n; ++i) {
-    const float v = static_cast<float>(static_cast<int32_t>(a[i]) - za) * sa +
-                    static_cast<float>(static_cast<int32_t>(b[i]) - zb) * sb;
+    const float va = static_cast<float>(static_cast<int32_t>(a[i * kLa]) - za) * sa;
+    const float vb = static_cast<float>(static_cast<int32_t>(b[i * kLb]) - zb) * sb;
+    const float v = kMul ? va * vb : va + vb;
     y[i] = static_cast<Y>(requantized(v / sy, lo, hi, zy));
   }
 }
@@ -32,7 +37,8 @@ TETHER_MULTIVERSION __attribute__((optimize("fp-contract=off"))) void add_run(co
 class QLinearAddKernel final : public HostKernel {
  public:
   explicit QLinearAddKernel(const KernelInit& init)
-      : name_(init.node.describe()), act_(QActivation::of(init.node)), types_{init.input_dtype(0), init.input_dtype(3), init.output_dtype(0)} {
+      : name_(init.node.describe()), mul_(init.node.op_type() == "QLinearMul"), act_(QActivation::of(init.node)),
+        types_{init.input_dtype(0), init.input_dtype(3), init.output_dtype(0)} {
     for (size_t i : {1u, 4u, 6u})
       if (const ir::Tensor* t = init.constant(i)) check_scale<ModelError>(name_, view_of(*t), i == 1 ? "a_scale" : i == 4 ? "b_scale" : "y_scale");
   }
@@ -61,27 +67,27 @@ class QLinearAddKernel final : public HostKernel {
       const A* a = in[0].as<A>();
       const B* b = in[3].as<B>();
       Y* y = out[0].as<Y>();
+      auto steps = [&](auto op, const A* as, const B* bs, Y* ys, int64_t count, int64_t la, int64_t lb) {
+        constexpr bool kMul = decltype(op)::value;
+        if (la == 1 && lb == 1) add_run<kMul, 1, 1, A, B, Y>(as, bs, ys, count, sa, za, sb, zb, sy, zy, lo, hi);
+        else if (la == 1) add_run<kMul, 1, 0, A, B, Y>(as, bs, ys, count, sa, za, sb, zb, sy, zy, lo, hi);
+        else if (lb == 1) add_run<kMul, 0, 1, A, B, Y>(as, bs, ys, count, sa, za, sb, zb, sy, zy, lo, hi);
+        else add_run<kMul, 0, 0, A, B, Y>(as, bs, ys, count, sa, za, sb, zb, sy, zy, lo, hi);
+      };
+      auto run_span = [&](const A* as, const B* bs, Y* ys, int64_t count, int64_t la, int64_t lb) {
+        if (mul_) steps(std::true_type{}, as, bs, ys, count, la, lb);
+        else steps(std::false_type{}, as, bs, ys, count, la, lb);
+      };
       if (in[0].numel() == n && in[3].numel() == n) {
-        parallel(ctx, n, 1 << 14, [&](int64_t i0, int64_t i1) {
-          add_run<A, B, Y>(a + i0, b + i0, y + i0, i1 - i0, sa, za, sb, zb, sy, zy, lo, hi);
-        });
+        parallel(ctx, n, 1 << 14, [&](int64_t i0, int64_t i1) { run_span(a + i0, b + i0, y + i0, i1 - i0, 1, 1); });
         return;
       }
-      // Broadcast (com.microsoft QLinearAdd), a row of the output's last dim at a time: one run
-      // where both operands step by one along it, else element by element.
+      // Broadcast (com.microsoft QLinearAdd, ai.tether QLinearMul), a row of the output's last
+      // dim at a time, each operand stepping by one along it or broadcast (0).
       const BroadcastRows walk(out[0].dims, {&in[0].dims, &in[3].dims});
       const int64_t last = walk.row_length(), la = walk.inner_stride(0), lb = walk.inner_stride(1);
-      parallel(ctx, walk.rows(), 1, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-          const A* ar = a + walk.offset(0, r);
-          const B* br = b + walk.offset(1, r);
-          if (la == 1 && lb == 1) {
-            add_run<A, B, Y>(ar, br, y + r * last, last, sa, za, sb, zb, sy, zy, lo, hi);
-          } else {
-            for (int64_t i = 0; i < last; ++i)
-              add_run<A, B, Y>(ar + i * la, br + i * lb, y + r * last + i, 1, sa, za, sb, zb, sy, zy, lo, hi);
-          }
-        }
+      parallel(ctx, walk.rows(), std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(last, 1)), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) run_span(a + walk.offset(0, r), b + walk.offset(1, r), y + r * last, last, la, lb);
       });
     };
     auto with_y = [&](auto a0, auto b0) {
@@ -98,6 +104,7 @@ class QLinearAddKernel final : public HostKernel {
 
  private:
   std::string name_;
+  bool mul_;
   QActivation act_;
   std::array<DType, 3> types_;
 };
@@ -106,12 +113,12 @@ std::string qlinear_add_check(const KernelInit& init) {
   for (size_t i : {0u, 3u})
     if (!is_8bit(init.input_dtype(i)) || (init.node.input(i + 2) != nullptr && init.input_dtype(i + 2) != init.input_dtype(i)))
       return "input " + std::to_string(i) + " is " + type_text(init.input_dtype(i)) + " with a zero point of " +
-             type_text(init.input_dtype(i + 2)) + "; QLinearAdd runs int8 and uint8 with zero points of their type";
+             type_text(init.input_dtype(i + 2)) + "; " + init.node.op_type() + " runs int8 and uint8 with zero points of their type";
   for (size_t i : {1u, 4u, 6u})
     if (init.input_dtype(i) != DType::kFloat32 && init.input_dtype(i) != DType::kFloat16)
       return "input " + std::to_string(i) + " (a scale) is " + type_text(init.input_dtype(i)) + "; expected float32";
   if (!is_8bit(init.output_dtype(0))) return "y is " + type_text(init.output_dtype(0)) + "; expected int8 or uint8";
-  if (QActivation::of(init.node).kind == QActivation::Kind::kClip) return "QLinearAdd applies Relu only";
+  if (QActivation::of(init.node).kind == QActivation::Kind::kClip) return init.node.op_type() + " applies Relu only";
   return "";
 }
 
@@ -215,6 +222,7 @@ std::string qlinear_lookup_check(const KernelInit& init) {
 void register_qlinear_elementwise(KernelRegistry& r) {
   auto add = [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QLinearAddKernel>(i); };
   TETHER_ADD_IN(r, "ai.tether", "QLinearAdd", add, qlinear_add_check);
+  TETHER_ADD_IN(r, "ai.tether", "QLinearMul", add, qlinear_add_check);
   // onnxruntime's QOperator format: broadcasting and optional zero points; the float
   // arithmetic of DequantizeLinear -> Add -> QuantizeLinear.
   TETHER_ADD_IN(r, "com.microsoft", "QLinearAdd", add, qlinear_add_check);

@@ -60,13 +60,6 @@ std::string float_input(const KernelInit& init) { return require_dtype(init, 0, 
 
 enum BinaryOp : uint32_t { kAdd = 0, kSub, kMul, kDiv, kPow, kMax, kMin, kPRelu };
 
-struct BinaryPush {
-  uint32_t n, rank;
-  uint32_t dims[6];
-  uint32_t sa[6];
-  uint32_t sb[6];
-};
-
 class BinaryKernel final : public GpuKernel {
  public:
   BinaryKernel(const ir::Node& node, BinaryOp op) : node_(node), op_(op) {}
@@ -74,21 +67,7 @@ class BinaryKernel final : public GpuKernel {
   void prepare(Gpu& gpu) override { pipeline_ = &gpu.pipeline("binary", 3, sizeof(BinaryPush), {kLocal, op_}); }
 
   void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
-    std::vector<int64_t> dims = out[0].dims;
-    std::vector<int64_t> sa = broadcast_strides(in[0].dims, dims), sb = broadcast_strides(in[1].dims, dims);
-    collapse_dims(dims, {&sa, &sb});
-    if (dims.size() > 6)
-      throw UnsupportedError(node_.describe() + ": broadcasting over " + std::to_string(dims.size()) +
-                             " dims that do not merge; the Vulkan kernel takes 6");
-    check_u32(node_, out[0].numel(), "the output");
-    BinaryPush p{};
-    p.n = static_cast<uint32_t>(out[0].numel());
-    p.rank = static_cast<uint32_t>(dims.size());
-    for (size_t d = 0; d < dims.size(); ++d) {
-      p.dims[d] = static_cast<uint32_t>(dims[d]);
-      p.sa[d] = static_cast<uint32_t>(sa[d]);
-      p.sb[d] = static_cast<uint32_t>(sb[d]);
-    }
+    const BinaryPush p = binary_push(node_, in[0].dims, in[1].dims, out[0]);
     dispatch_1d(rec, *pipeline_, {in[0].range, in[1].range, out[0].range}, &p, sizeof p, p.n);
   }
 
@@ -174,6 +153,26 @@ void register_elementwise(KernelRegistry& r) {
     if (init.opset < 7) return "PRelu before opset 7 broadcasts differently";
     return binary_check(init);
   });
+}
+
+BinaryPush binary_push(const ir::Node& node, const std::vector<int64_t>& a, const std::vector<int64_t>& b,
+                       const GpuTensor& out) {
+  std::vector<int64_t> dims = out.dims;
+  std::vector<int64_t> sa = broadcast_strides(a, dims), sb = broadcast_strides(b, dims);
+  collapse_dims(dims, {&sa, &sb});
+  if (dims.size() > 6)
+    throw UnsupportedError(node.describe() + ": broadcasting over " + std::to_string(dims.size()) +
+                           " dims that do not merge; the Vulkan kernel takes 6");
+  check_u32(node, out.numel(), "the output");
+  BinaryPush p{};
+  p.n = static_cast<uint32_t>(out.numel());
+  p.rank = static_cast<uint32_t>(dims.size());
+  for (size_t d = 0; d < dims.size(); ++d) {
+    p.dims[d] = static_cast<uint32_t>(dims[d]);
+    p.sa[d] = static_cast<uint32_t>(sa[d]);
+    p.sb[d] = static_cast<uint32_t>(sb[d]);
+  }
+  return p;
 }
 
 }  // namespace tether::engine::vulkan

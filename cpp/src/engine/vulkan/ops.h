@@ -43,6 +43,18 @@ void require_byte_storage(const Recorder& rec, const ir::Node& node);
 const Pipeline* element_pipeline(Gpu& gpu, const char* shader, uint32_t bindings, uint32_t push_bytes,
                                  std::vector<uint32_t> spec, bool floats);
 
+/// Two operands broadcast (numpy) to `out`'s dims, merged where both allow, as the binary
+/// shaders index them (binary.comp, qadd.comp): the output's dims and each operand's strides
+/// over them, 0 where it broadcasts. Throws UnsupportedError past 6 unmerged dims.
+struct BinaryPush {
+  uint32_t n, rank;
+  uint32_t dims[6];
+  uint32_t sa[6];
+  uint32_t sb[6];
+};
+BinaryPush binary_push(const ir::Node& node, const std::vector<int64_t>& a, const std::vector<int64_t>& b,
+                       const GpuTensor& out);
+
 /// Gather and Slice whose indices or bounds are computed (shape_computed.cc): the kernels
 /// shape.cc's registrations make when those inputs are not constants, and their checks. They
 /// move elements of any kind, int8 as bytes; the `_indices` and `_bounds` checks leave out the

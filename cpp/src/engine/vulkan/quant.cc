@@ -139,7 +139,7 @@ class QuantizeKernel final : public GpuKernel {
   const Pipeline* pipeline_ = nullptr;
 };
 
-// ---- QLinearAdd ---------------------------------------------------------------------------------
+// ---- QLinearAdd and QLinearMul ------------------------------------------------------------------
 
 std::string qadd_check(const KernelInit& init) {
   for (size_t i : {0u, 3u})
@@ -155,11 +155,6 @@ std::string qadd_check(const KernelInit& init) {
     if (std::string why = zero_problem(init, i, name.c_str()); !why.empty()) return why;
     if (init.constant(i) != nullptr && init.constant(i)->num_elements() != 1) return name + " is not one value";
   }
-  const ir::Shape& a = init.input_types[0].shape();
-  const ir::Shape& b = init.input_types[3].shape();
-  bool same = a.has_rank() && b.has_rank() && a.rank() == b.rank();
-  for (size_t d = 0; same && d < a.rank(); ++d) same = a[d].same_as(b[d]);
-  if (!same) return "its operands may differ in shape (the Vulkan kernel adds tensors of one shape)";
   const std::string act = init.node.attr_string("activation", "");
   if (!act.empty() && act != "Relu") return "activation '" + act + "' is not Relu";
   return "";
@@ -176,22 +171,19 @@ class QAddKernel final : public GpuKernel {
     if (init.node.attr_string("activation", "") == "Relu") lo = std::max(lo, zy);  // Q(Relu(v)) = max(Q(v), zy)
     spec_ = {kLocal,   init.input_dtype(0) == ir::DType::kInt8 ? 1u : 0u, init.input_dtype(3) == ir::DType::kInt8 ? 1u : 0u,
              scale(1), zero(2), scale(4), zero(5), scale(6), static_cast<uint32_t>(zy), static_cast<uint32_t>(lo),
-             static_cast<uint32_t>(y_signed ? 127 : 255)};
+             static_cast<uint32_t>(y_signed ? 127 : 255), init.node.op_type() == "QLinearMul" ? 1u : 0u};
   }
 
   bool reads_on_device(size_t i) const override { return i == 0 || i == 3; }
 
   void prepare(Gpu& gpu) override {
-    if (gpu.device.storage8()) pipeline_ = &gpu.pipeline("qadd", 3, sizeof(uint32_t), spec_);
+    if (gpu.device.storage8()) pipeline_ = &gpu.pipeline("qadd", 3, sizeof(BinaryPush), spec_);
   }
 
   void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
     require_storage8(rec, node_);
-    if (in[0].dims != in[3].dims)
-      throw UnsupportedError(node_.describe() + ": its operands differ in shape; the Vulkan kernel adds tensors of one shape");
-    check_u32(node_, out[0].numel(), "the output");
-    const uint32_t n = static_cast<uint32_t>(out[0].numel());
-    dispatch_1d(rec, *pipeline_, {in[0].range, in[3].range, out[0].range}, &n, sizeof n, n);
+    const BinaryPush p = binary_push(node_, in[0].dims, in[3].dims, out[0]);
+    dispatch_1d(rec, *pipeline_, {in[0].range, in[3].range, out[0].range}, &p, sizeof p, p.n);
   }
 
  private:
@@ -331,6 +323,11 @@ void register_quant(KernelRegistry& r) {
   r.add("DequantizeLinear", quantize, quantize_check);
   r.add("QLinearAdd", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QAddKernel>(i); },
         qadd_check, "ai.tether");
+  r.add("QLinearMul", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QAddKernel>(i); },
+        qadd_check, "ai.tether");
+  // onnxruntime's QOperator form: zero points optional (0), operands broadcasting.
+  r.add("QLinearAdd", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QAddKernel>(i); },
+        qadd_check, "com.microsoft");
   r.add("QLinearLookup", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QLookupKernel>(i); },
         qlookup_check, "ai.tether");
   widen<0>(r, "MaxPool", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QMaxPoolKernel>(i); },
