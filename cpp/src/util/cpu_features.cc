@@ -34,13 +34,14 @@ CpuFeatures detect() {
   __cpuid_count(7, 0, a, b, c, d);
   const bool avx2 = (b >> 5) & 1;
   const bool f512 = (b >> 16) & 1, dq = (b >> 17) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
-  const bool vnni512 = (c >> 11) & 1;
+  const bool vnni512 = (c >> 11) & 1, vbmi = (c >> 1) & 1;
   const bool amx_tile = (d >> 24) & 1, amx_int8 = (d >> 25) & 1;
   __cpuid_count(7, 1, a, b, c, d);
   const bool avx_vnni = (a >> 4) & 1;
   f.avx2 = avx && avx2 && fma && ymm_state;
   f.avx512 = f.avx2 && f512 && dq && bw && vl && zmm_state;
   f.avx512_vnni = f.avx512 && vnni512;
+  f.avx512_vbmi = f.avx512 && vbmi;
   f.avx_vnni = f.avx2 && avx_vnni;
   // AMX: the OS saves tile state (XCR0 bits 17 and 18) and grants this process the tile data
   // (Linux asks for it once: arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, feature 18).
@@ -82,7 +83,7 @@ CpuFeatures capped(CpuFeatures f) {
     if (s == "avx512" || s == "avx2" || s == "generic") f.amx_int8 = false;
     if (s == "avx2" || s == "generic") {
       // AVX2 alone: the VEX VNNI extension goes too, so that the plain AVX2 kernels run.
-      f.avx512 = f.avx512_vnni = f.avx_vnni = false;
+      f.avx512 = f.avx512_vnni = f.avx512_vbmi = f.avx_vnni = false;
     }
     if (s == "generic") f.avx2 = false;
     if (s == "neon_dot" || s == "neon" || s == "generic") f.neon_i8mm = false;

@@ -10,6 +10,7 @@ struct CpuFeatures {
   bool avx2 = false;      ///< AVX2 and FMA3, with the OS saving YMM state
   bool avx512 = false;    ///< AVX-512 F, BW, DQ and VL, with the OS saving ZMM state
   bool avx512_vnni = false;
+  bool avx512_vbmi = false;  ///< byte permutes across a register (vpermi2b)
   bool avx_vnni = false;
   bool amx_int8 = false;  ///< AMX tiles and their int8 products, with the OS's leave to use them
   bool neon = false;      ///< AArch64 Advanced SIMD (every AArch64 CPU has it)

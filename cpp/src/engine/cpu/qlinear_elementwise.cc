@@ -5,7 +5,12 @@
 #include <cstring>
 #include <type_traits>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "engine/cpu/qlinear.h"
+#include "util/cpu_features.h"
 #include "util/multiversion.h"
 
 namespace tether::engine::cpu::qlinear {
@@ -181,6 +186,35 @@ std::string qlinear_gap_check(const KernelInit& init) {
 
 // ---- QLinearLookup (ai.tether) ------------------------------------------------------------------
 
+// y[i] = table[x[i]], 8 bytes a word.
+void lookup_words(const uint8_t* x, const std::array<uint8_t, 256>& table, uint8_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t v = 0, r = 0;
+    std::memcpy(&v, x + i, 8);
+    for (int b = 0; b < 64; b += 8) r |= static_cast<uint64_t>(table[(v >> b) & 0xff]) << b;
+    std::memcpy(y + i, &r, 8);
+  }
+  for (; i < n; ++i) y[i] = table[x[i]];
+}
+
+#if defined(__x86_64__)
+// 64 bytes at once: two two-register byte permutes (vpermi2b) look up the low and the high half
+// of the table by a byte's low 7 bits, its top bit picks between them.
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void lookup_vbmi(const uint8_t* x,
+                                                                        const std::array<uint8_t, 256>& table,
+                                                                        uint8_t* y, int64_t n) {
+  const __m512i t0 = _mm512_loadu_si512(table.data()), t1 = _mm512_loadu_si512(table.data() + 64);
+  const __m512i t2 = _mm512_loadu_si512(table.data() + 128), t3 = _mm512_loadu_si512(table.data() + 192);
+  for (int64_t i = 0; i < n; i += 64) {
+    const __mmask64 live = n - i >= 64 ? ~__mmask64{0} : (__mmask64{1} << (n - i)) - 1;
+    const __m512i v = _mm512_maskz_loadu_epi8(live, x + i);
+    const __m512i lo = _mm512_permutex2var_epi8(t0, v, t1), hi = _mm512_permutex2var_epi8(t2, v, t3);
+    _mm512_mask_storeu_epi8(y + i, live, _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), lo, hi));
+  }
+}
+#endif
+
 // Y[i] = table[X[i]'s byte]: passes/qdq_lookup.cc computed the table with this engine's kernels
 // of the DequantizeLinear -> op -> QuantizeLinear chain it replaces. Any layout.
 class QLinearLookupKernel final : public HostKernel {
@@ -194,16 +228,11 @@ class QLinearLookupKernel final : public HostKernel {
     auto* y = static_cast<uint8_t*>(out[0].data);
     std::array<uint8_t, 256> table{};  // a copy no store to y can alias
     std::memcpy(table.data(), in[1].data, table.size());
-    parallel(ctx, out[0].numel(), 1 << 15, [&](int64_t i0, int64_t i1) {
-      int64_t i = i0;
-      for (; i + 8 <= i1; i += 8) {  // 8 bytes loaded and stored as one word
-        uint64_t v = 0, r = 0;
-        std::memcpy(&v, x + i, 8);
-        for (int b = 0; b < 64; b += 8) r |= static_cast<uint64_t>(table[(v >> b) & 0xff]) << b;
-        std::memcpy(y + i, &r, 8);
-      }
-      for (; i < i1; ++i) y[i] = table[x[i]];
-    });
+    auto* run = lookup_words;
+#if defined(__x86_64__)
+    if (util::cpu_features().avx512_vbmi) run = lookup_vbmi;
+#endif
+    parallel(ctx, out[0].numel(), 1 << 15, [&](int64_t i0, int64_t i1) { run(x + i0, table, y + i0, i1 - i0); });
   }
 
  private:
