@@ -136,6 +136,28 @@ def _folded_ops(source: Any, optimized: Any) -> set[Op]:
     return out
 
 
+def _lookup_sources(source: Any, optimized: Any) -> set[Op]:
+    """Ops whose kernels computed the tables of the optimised graph's ai.tether QLinearLookup
+    nodes at compile time: each replaced DequantizeLinear -> op -> QuantizeLinear (or a
+    com.microsoft contrib op that stands for them), found in the source graph from the lookup's
+    output, which keeps the QuantizeLinear's name. Without them the table is not made, and the
+    three nodes run instead."""
+    producer = {o: n for n in source.node for o in n.output if o}
+    out: set[Op] = set()
+    for n in optimized.node:
+        if (_domain(n.domain), n.op_type) != ("ai.tether", "QLinearLookup"):
+            continue
+        node = producer.get(n.output[0])
+        for _ in range(3):  # QuantizeLinear, the op, DequantizeLinear
+            if node is None:
+                break
+            out.add((_domain(node.domain), node.op_type))
+            if node.op_type == "DequantizeLinear" or _domain(node.domain) == "com.microsoft" or not node.input:
+                break
+            node = producer.get(node.input[0])
+    return out
+
+
 def _inferred_types(model: Any) -> dict[str, Any]:
     """Value types by name from ONNX's shape inference, where it succeeds (a model with ops of
     other domains may stop it; the bodies are then optimised with what the model declares)."""
@@ -192,7 +214,7 @@ def ops_config(models: Sequence[str | os.PathLike[str]], *, optimize: bool = Tru
         graph = _proto(tether.optimize(model)).graph if optimize else source.graph
         _graph_ops(graph, source.opset_import, optimize, _Scope({}, _inferred_types(source)), found.add)
         if optimize:
-            found |= _folded_ops(source.graph, graph)
+            found |= _folded_ops(source.graph, graph) | _lookup_sources(source.graph, graph)
         if _has_half(graph):
             found.add(("", "Cast"))  # float16 / bfloat16 values computed in float32 between Casts
         for contrib in found & QOPERATOR_EXPANDED.keys():  # (optimize off: not written out yet)

@@ -67,6 +67,20 @@ def test_ops_config_keeps_ops_constant_folding_computes(tmp_path):
     assert ("", "Transpose") in ops_config([path], optimize=False)
 
 
+def test_ops_config_keeps_the_ops_that_compute_a_lookup_table(tmp_path):
+    # DequantizeLinear -> Sigmoid -> QuantizeLinear becomes QLinearLookup, whose table the
+    # three kernels compute at compile time.
+    u8 = TensorProto.UINT8
+    nodes = [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["xf"]), helper.make_node("Sigmoid", ["xf"], ["g"]),
+             helper.make_node("QuantizeLinear", ["g", "s", "z"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s"), numpy_helper.from_array(np.array(128, np.uint8), "z")]
+    path = _save(tmp_path, "lookup", nodes, [helper.make_tensor_value_info("x", u8, [6])],
+                 [helper.make_tensor_value_info("y", u8, [6])], inits)
+    assert [s["op_type"] for s in tt.compile(path, threads=1).steps()] == ["ai.tether:QLinearLookup"]
+    assert {("ai.tether", "QLinearLookup"), ("", "DequantizeLinear"), ("", "Sigmoid"), ("", "QuantizeLinear")} <= set(
+        ops_config([path]))
+
+
 def test_ops_config_lists_the_ops_of_if_and_loop_bodies(tmp_path):
     then_branch = helper.make_graph([helper.make_node("Sigmoid", ["x"], ["t"])], "then", [],
                                     [helper.make_tensor_value_info("t", F, [2])])
