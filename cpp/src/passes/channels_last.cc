@@ -21,8 +21,6 @@ namespace {
 
 using ir::DType;
 
-bool is_8bit(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
-
 // A 2-D QLinearConv the channels-last kernel runs: 8-bit output, group 1 or depthwise,
 // constant parameters, and an output the caller does not read.
 bool convertible(const ir::Node& n) {

@@ -30,8 +30,6 @@ namespace {
 
 using ir::DType;
 
-bool is_8bit(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
-
 // A DequantizeLinear node and what it reads, when its scale and zero point are constant.
 struct Dq {
   ir::Node* node = nullptr;

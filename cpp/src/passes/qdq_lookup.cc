@@ -25,15 +25,11 @@ bool unary(const ir::Node& n) {
   return false;
 }
 
-bool is_8bit(ir::DType t) { return t == ir::DType::kInt8 || t == ir::DType::kUInt8; }
-
-// A constant of one element at input `i` of `n`, or absent (nullopt inside: absent; the outer
-// nullopt: present but not such a constant).
-std::optional<std::optional<ir::Tensor>> scalar_constant(const ir::Node& n, size_t i) {
-  if (i >= n.inputs().size() || n.input(i) == nullptr) return std::optional<ir::Tensor>{};
-  std::optional<ir::Tensor> t = constant_of(n.input(i));
-  if (!t || t->num_elements() != 1) return std::nullopt;
-  return t;
+// Input `i` of `n` is absent or a constant of one element (a per-tensor scale or zero point).
+bool per_tensor(const ir::Node& n, size_t i) {
+  if (i >= n.inputs().size() || n.input(i) == nullptr) return true;
+  const std::optional<ir::Tensor> t = constant_of(n.input(i));
+  return t && t->num_elements() == 1;
 }
 
 // The inputs of `n` as the evaluator takes them: `first` for input 0, the constants for the
@@ -75,13 +71,13 @@ int fuse_qdq_lookup(ir::Model& model, const ConstantEvaluator* evaluator) {
     if (is_onnx(*n, "QuantizeLinear")) quantizers.push_back(n);
   for (ir::Node* q : quantizers) {
     if (q->inputs().size() < 2 || q->output(0) == nullptr || !is_8bit(q->output(0)->type().dtype())) continue;
-    if (!scalar_constant(*q, 1) || !scalar_constant(*q, 2)) continue;
+    if (!per_tensor(*q, 1) || !per_tensor(*q, 2)) continue;
     ir::Node* op = q->input(0)->producer();
     if (op == nullptr || !unary(*op) || op->output(0) != q->input(0) || !only_reader(*q->input(0), *q)) continue;
     ir::Node* dq = op->input(0) != nullptr ? op->input(0)->producer() : nullptr;
     if (dq == nullptr || !is_onnx(*dq, "DequantizeLinear") || !only_reader(*op->input(0), *op)) continue;
     ir::Value* x = dq->input(0);
-    if (!is_8bit(x->type().dtype()) || !scalar_constant(*dq, 1) || !scalar_constant(*dq, 2)) continue;
+    if (!is_8bit(x->type().dtype()) || !per_tensor(*dq, 1) || !per_tensor(*dq, 2)) continue;
     // Every byte X can hold, in byte order: the table is indexed by the byte.
     std::array<uint8_t, 256> bytes{};
     for (size_t b = 0; b < bytes.size(); ++b) bytes[b] = static_cast<uint8_t>(b);

@@ -55,25 +55,11 @@ class Expander {
     return n;
   }
 
-  // Ends the expansion: QuantizeLinear of `v` to the contrib node's output (its name, type and
+  // Ends the expansion: the contrib node becomes the QuantizeLinear of `v` (its name, output and
   // the readers of it), with `zero` or, when absent, a zero point of `type` 0.
   void quantize(ir::Value* v, ir::Value* scale, ir::Value* zero, ir::DType type) {
-    if (zero == nullptr) {
-      ir::Tensor z = ir::Tensor::zeros(type, {});
-      zero = g_.add_initializer(std::move(z), unique_name(g_, base_ + "/zero_point"));
-    }
-    ir::Value* y = node_->output(0);
-    const std::string y_name = y->name();
-    const ir::ValueType y_type = y->type();
-    const ir::Metadata y_metadata = y->metadata();
-    const std::string name = node_->name();
-    ir::Node* before = g_.next_node(node_);
-    ir::Value* parked = park_uses(g_, y);
-    g_.remove_node(node_);
-    ir::Node* q = g_.add_node("QuantizeLinear", {v, scale, zero}, {y_name}, name, "", before);
-    q->output(0)->set_type(y_type);
-    q->output(0)->metadata() = y_metadata;
-    unpark(g_, parked, q->output(0));
+    if (zero == nullptr) zero = g_.add_initializer(ir::Tensor::zeros(type, {}), unique_name(g_, base_ + "/zero_point"));
+    replace_chain(g_, {node_}, "QuantizeLinear", "", {v, scale, zero}, {});
   }
 
   int64_t opset() const { return opset_; }

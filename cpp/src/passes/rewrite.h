@@ -16,6 +16,9 @@ inline constexpr char kFusedFrom[] = "tether.fused_from";
 /// True for `op` in the default ONNX domain.
 bool is_onnx(const ir::Node& n, const char* op);
 
+/// int8 or uint8: the element types of the quantized tensors the INT8 passes rewrite.
+inline bool is_8bit(ir::DType t) { return t == ir::DType::kInt8 || t == ir::DType::kUInt8; }
+
 /// The value of `v` when it is a constant: an initializer that is not a graph input, or the
 /// output of a Constant node (dense values only). nullopt otherwise.
 std::optional<ir::Tensor> constant_of(const ir::Value* v);

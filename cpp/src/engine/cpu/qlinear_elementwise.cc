@@ -219,7 +219,11 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void lookup_vbmi(const ui
 // of the DequantizeLinear -> op -> QuantizeLinear chain it replaces. Any layout.
 class QLinearLookupKernel final : public HostKernel {
  public:
-  explicit QLinearLookupKernel(const KernelInit& init) : name_(init.node.describe()) {}
+  explicit QLinearLookupKernel(const KernelInit& init) : name_(init.node.describe()) {
+#if defined(__x86_64__)
+    if (util::cpu_features().avx512_vbmi) lookup_ = lookup_vbmi;
+#endif
+  }
 
   void run(const RunContext& ctx, const std::vector<View>& in, std::vector<View>& out) const override {
     if (in[1].numel() != 256)
@@ -228,15 +232,12 @@ class QLinearLookupKernel final : public HostKernel {
     auto* y = static_cast<uint8_t*>(out[0].data);
     std::array<uint8_t, 256> table{};  // a copy no store to y can alias
     std::memcpy(table.data(), in[1].data, table.size());
-    auto* run = lookup_words;
-#if defined(__x86_64__)
-    if (util::cpu_features().avx512_vbmi) run = lookup_vbmi;
-#endif
-    parallel(ctx, out[0].numel(), 1 << 15, [&](int64_t i0, int64_t i1) { run(x + i0, table, y + i0, i1 - i0); });
+    parallel(ctx, out[0].numel(), 1 << 15, [&](int64_t i0, int64_t i1) { lookup_(x + i0, table, y + i0, i1 - i0); });
   }
 
  private:
   std::string name_;
+  void (*lookup_)(const uint8_t*, const std::array<uint8_t, 256>&, uint8_t*, int64_t) = lookup_words;
 };
 
 std::string qlinear_lookup_check(const KernelInit& init) {

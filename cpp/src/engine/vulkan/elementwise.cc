@@ -64,11 +64,11 @@ class BinaryKernel final : public GpuKernel {
  public:
   BinaryKernel(const ir::Node& node, BinaryOp op) : node_(node), op_(op) {}
 
-  void prepare(Gpu& gpu) override { pipeline_ = &gpu.pipeline("binary", 3, sizeof(BinaryPush), {kLocal, op_}); }
+  void prepare(Gpu& gpu) override { pipeline_ = &gpu.pipeline("binary", 3, kTwoOperandPushBytes, {kLocal, op_}); }
 
   void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
-    const BinaryPush p = binary_push(node_, in[0].dims, in[1].dims, out[0]);
-    dispatch_1d(rec, *pipeline_, {in[0].range, in[1].range, out[0].range}, &p, sizeof p, p.n);
+    const BroadcastPush p = broadcast_push(node_, {in[0].dims, in[1].dims}, out[0]);
+    dispatch_1d(rec, *pipeline_, {in[0].range, in[1].range, out[0].range}, &p, kTwoOperandPushBytes, p.n);
   }
 
  private:
@@ -155,22 +155,23 @@ void register_elementwise(KernelRegistry& r) {
   });
 }
 
-BinaryPush binary_push(const ir::Node& node, const std::vector<int64_t>& a, const std::vector<int64_t>& b,
-                       const GpuTensor& out) {
+BroadcastPush broadcast_push(const ir::Node& node, const std::vector<std::vector<int64_t>>& operands, const GpuTensor& out) {
   std::vector<int64_t> dims = out.dims;
-  std::vector<int64_t> sa = broadcast_strides(a, dims), sb = broadcast_strides(b, dims);
-  collapse_dims(dims, {&sa, &sb});
+  std::vector<std::vector<int64_t>> s;
+  for (const std::vector<int64_t>& d : operands) s.push_back(broadcast_strides(d, dims));
+  std::vector<std::vector<int64_t>*> ptrs;
+  for (auto& v : s) ptrs.push_back(&v);
+  collapse_dims(dims, ptrs);
   if (dims.size() > 6)
     throw UnsupportedError(node.describe() + ": broadcasting over " + std::to_string(dims.size()) +
                            " dims that do not merge; the Vulkan kernel takes 6");
   check_u32(node, out.numel(), "the output");
-  BinaryPush p{};
+  BroadcastPush p{};
   p.n = static_cast<uint32_t>(out.numel());
   p.rank = static_cast<uint32_t>(dims.size());
   for (size_t d = 0; d < dims.size(); ++d) {
     p.dims[d] = static_cast<uint32_t>(dims[d]);
-    p.sa[d] = static_cast<uint32_t>(sa[d]);
-    p.sb[d] = static_cast<uint32_t>(sb[d]);
+    for (size_t k = 0; k < s.size(); ++k) p.strides[k][d] = static_cast<uint32_t>(s[k][d]);
   }
   return p;
 }

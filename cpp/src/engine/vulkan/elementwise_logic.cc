@@ -12,34 +12,6 @@ namespace {
 // The codes of elementwise_compare.comp.
 enum CompareOp : uint32_t { kEqual = 0, kLess, kGreater, kLessOrEqual, kGreaterOrEqual, kAnd, kOr, kXor, kNot };
 
-// Up to three operands broadcast to the output's dims, as the shaders index them.
-struct BroadcastPush {
-  uint32_t n, rank;
-  uint32_t dims[6];
-  uint32_t strides[3][6];
-};
-
-BroadcastPush broadcast_push(const ir::Node& node, const std::vector<GpuTensor>& in, const GpuTensor& out) {
-  std::vector<int64_t> dims = out.dims;
-  std::vector<std::vector<int64_t>> s;
-  for (const GpuTensor& t : in) s.push_back(broadcast_strides(t.dims, dims));
-  std::vector<std::vector<int64_t>*> ptrs;
-  for (auto& v : s) ptrs.push_back(&v);
-  collapse_dims(dims, ptrs);
-  if (dims.size() > 6)
-    throw UnsupportedError(node.describe() + ": broadcasting over " + std::to_string(dims.size()) +
-                           " dims that do not merge; the Vulkan kernel takes 6");
-  check_u32(node, out.numel(), "the output");
-  BroadcastPush p{};
-  p.n = static_cast<uint32_t>(out.numel());
-  p.rank = static_cast<uint32_t>(dims.size());
-  for (size_t d = 0; d < dims.size(); ++d) {
-    p.dims[d] = static_cast<uint32_t>(dims[d]);
-    for (size_t k = 0; k < s.size(); ++k) p.strides[k][d] = static_cast<uint32_t>(s[k][d]);
-  }
-  return p;
-}
-
 // ---- Where --------------------------------------------------------------------------------------
 
 class WhereKernel final : public GpuKernel {
@@ -51,7 +23,7 @@ class WhereKernel final : public GpuKernel {
   }
   void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
     require_byte_storage(rec, node_);
-    const BroadcastPush p = broadcast_push(node_, in, out[0]);
+    const BroadcastPush p = broadcast_push(node_, {in[0].dims, in[1].dims, in[2].dims}, out[0]);
     dispatch_1d(rec, *pipeline_, {in[0].range, in[1].range, in[2].range, out[0].range}, &p, sizeof p, p.n);
   }
 
@@ -73,16 +45,14 @@ class CompareKernel final : public GpuKernel {
   CompareKernel(const KernelInit& init, CompareOp op)
       : node_(init.node), op_(op), kind_(static_cast<uint32_t>(element_kind(init.input_dtype(0)))) {}
   void prepare(Gpu& gpu) override {
-    // BroadcastPush with room for 3 operands; the shader reads 2.
-    pipeline_ = element_pipeline(gpu, "elementwise_compare", 3, sizeof(uint32_t) * 20, {kLocal, kind_, op_},
+    pipeline_ = element_pipeline(gpu, "elementwise_compare", 3, kTwoOperandPushBytes, {kLocal, kind_, op_},
                                  kind_ == kFloatElement);
   }
   void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
     require_byte_storage(rec, node_);
-    std::vector<GpuTensor> ops = in;
-    if (op_ == kNot) ops.push_back(in[0]);  // b unread: a's strides stand in
-    const BroadcastPush p = broadcast_push(node_, ops, out[0]);
-    dispatch_1d(rec, *pipeline_, {ops[0].range, ops[1].range, out[0].range}, &p, sizeof(uint32_t) * 20, p.n);
+    const GpuTensor& b = op_ == kNot ? in[0] : in[1];  // Not's b unread: a's strides stand in
+    const BroadcastPush p = broadcast_push(node_, {in[0].dims, b.dims}, out[0]);
+    dispatch_1d(rec, *pipeline_, {in[0].range, b.range, out[0].range}, &p, kTwoOperandPushBytes, p.n);
   }
 
  private:

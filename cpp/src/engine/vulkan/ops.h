@@ -43,17 +43,18 @@ void require_byte_storage(const Recorder& rec, const ir::Node& node);
 const Pipeline* element_pipeline(Gpu& gpu, const char* shader, uint32_t bindings, uint32_t push_bytes,
                                  std::vector<uint32_t> spec, bool floats);
 
-/// Two operands broadcast (numpy) to `out`'s dims, merged where both allow, as the binary
-/// shaders index them (binary.comp, qadd.comp): the output's dims and each operand's strides
-/// over them, 0 where it broadcasts. Throws UnsupportedError past 6 unmerged dims.
-struct BinaryPush {
+/// Up to three operands broadcast (numpy) to `out`'s dims, merged where all of them allow, as
+/// the element-wise shaders index them (binary.comp, qadd.comp, elementwise_compare.comp,
+/// elementwise_where.comp): the output's dims and each operand's strides over them, 0 where it
+/// broadcasts. A shader of two operands reads the first kTwoOperandPushBytes. Throws
+/// UnsupportedError past 6 unmerged dims.
+struct BroadcastPush {
   uint32_t n, rank;
   uint32_t dims[6];
-  uint32_t sa[6];
-  uint32_t sb[6];
+  uint32_t strides[3][6];
 };
-BinaryPush binary_push(const ir::Node& node, const std::vector<int64_t>& a, const std::vector<int64_t>& b,
-                       const GpuTensor& out);
+constexpr uint32_t kTwoOperandPushBytes = sizeof(uint32_t) * (2 + 6 + 2 * 6);
+BroadcastPush broadcast_push(const ir::Node& node, const std::vector<std::vector<int64_t>>& operands, const GpuTensor& out);
 
 /// Gather and Slice whose indices or bounds are computed (shape_computed.cc): the kernels
 /// shape.cc's registrations make when those inputs are not constants, and their checks. They

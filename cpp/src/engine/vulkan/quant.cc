@@ -177,13 +177,13 @@ class QAddKernel final : public GpuKernel {
   bool reads_on_device(size_t i) const override { return i == 0 || i == 3; }
 
   void prepare(Gpu& gpu) override {
-    if (gpu.device.storage8()) pipeline_ = &gpu.pipeline("qadd", 3, sizeof(BinaryPush), spec_);
+    if (gpu.device.storage8()) pipeline_ = &gpu.pipeline("qadd", 3, kTwoOperandPushBytes, spec_);
   }
 
   void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
     require_storage8(rec, node_);
-    const BinaryPush p = binary_push(node_, in[0].dims, in[3].dims, out[0]);
-    dispatch_1d(rec, *pipeline_, {in[0].range, in[3].range, out[0].range}, &p, sizeof p, p.n);
+    const BroadcastPush p = broadcast_push(node_, {in[0].dims, in[3].dims}, out[0]);
+    dispatch_1d(rec, *pipeline_, {in[0].range, in[3].range, out[0].range}, &p, kTwoOperandPushBytes, p.n);
   }
 
  private:
@@ -321,13 +321,11 @@ void register_quant(KernelRegistry& r) {
   auto quantize = [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QuantizeKernel>(i); };
   r.add("QuantizeLinear", quantize, quantize_check);
   r.add("DequantizeLinear", quantize, quantize_check);
-  r.add("QLinearAdd", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QAddKernel>(i); },
-        qadd_check, "ai.tether");
-  r.add("QLinearMul", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QAddKernel>(i); },
-        qadd_check, "ai.tether");
+  auto qadd = [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QAddKernel>(i); };
+  r.add("QLinearAdd", qadd, qadd_check, "ai.tether");
+  r.add("QLinearMul", qadd, qadd_check, "ai.tether");
   // onnxruntime's QOperator form: zero points optional (0), operands broadcasting.
-  r.add("QLinearAdd", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QAddKernel>(i); },
-        qadd_check, "com.microsoft");
+  r.add("QLinearAdd", qadd, qadd_check, "com.microsoft");
   r.add("QLinearLookup", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QLookupKernel>(i); },
         qlookup_check, "ai.tether");
   widen<0>(r, "MaxPool", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QMaxPoolKernel>(i); },

@@ -96,8 +96,9 @@ std::string gemm_check(const KernelInit& init) {
   if (!is_8bit(init.input_dtype(a))) return "input " + std::to_string(a) + " is not int8 or uint8";
   if (!is_8bit(init.input_dtype(b))) return "its weights (input " + std::to_string(b) + ") are not int8 or uint8";
   const ir::Tensor* w = init.constant(b);
+  const bool at_run_time = runtime_b(init);
   int64_t cols = 0;
-  if (runtime_b(init)) {
+  if (at_run_time) {
     const ir::Shape& bs = init.input_types[b].shape();
     if (!bs.has_rank() || bs.rank() < 2) return "input " + std::to_string(b) + " has an unknown rank or is 1-D";
     const ir::Dim& n = bs[bs.rank() - 1];
@@ -115,7 +116,7 @@ std::string gemm_check(const KernelInit& init) {
     const ir::Shape& x = init.input_types[a].shape();
     if (!x.has_rank() || x.rank() < 1) return "input 0 has an unknown rank";
   }
-  if (!runtime_b(init)) cols = columns_of(*w, conv);
+  if (!at_run_time) cols = columns_of(*w, conv);
   if (present(n, s.a_zp)) {
     if (!is_8bit(init.input_dtype(static_cast<size_t>(s.a_zp)))) return "the zero point of input 0 is not int8 or uint8";
     const ir::Shape& z = init.input_types[static_cast<size_t>(s.a_zp)].shape();
@@ -124,7 +125,7 @@ std::string gemm_check(const KernelInit& init) {
     const bool per_row = !conv && s.y_scale < 0 && z.has_rank() && z.rank() == 1;
     if (!per_row && (!dims || product(*dims, 0, dims->size()) != 1)) return "the zero point of input 0 is not one value";
   }
-  if (runtime_b(init)) {
+  if (at_run_time) {
     // Read on the device (DynamicQuantizeLinear may compute it): one value, or one per column.
     if (present(n, s.b_zp)) {
       if (!is_8bit(init.input_dtype(static_cast<size_t>(s.b_zp)))) return "the weights' zero point is not int8 or uint8";
