@@ -100,12 +100,14 @@ def test_qoperator_model_runs_on_the_cpu_engine_like_onnxruntime(qoperator_model
 
 @requires_vulkan
 @pytest.mark.usefixtures("vulkan_validation")
-def test_qoperator_model_runs_on_vulkan_like_the_cpu_engine(qoperator_model):
-    """The expanded ops run on the device (QGemm, which Vulkan has no kernel for, on the CPU)."""
+def test_qoperator_model_runs_wholly_on_vulkan_like_the_cpu_engine(qoperator_model):
+    """The whole model runs on the device (strict): the expanded ops, and the contrib ops Vulkan
+    has kernels for (QLinearConv, QLinearAdd, QLinearGlobalAveragePool, QGemm)."""
     x = _images(101, 2)
-    sess = tt.compile(qoperator_model, device="vulkan")
+    sess = tt.compile(qoperator_model, device="vulkan", strict=True)
     on_device = {s["op_type"] for s in sess.steps() if s["backend"] == "vulkan"}
-    assert {"ai.tether:QLinearLookup", "Concat", "AveragePool", "Softmax", "QuantizeLinear"} <= on_device, on_device
+    assert {"ai.tether:QLinearLookup", "Concat", "AveragePool", "Softmax", "QuantizeLinear",
+            "com.microsoft:QLinearGlobalAveragePool", "com.microsoft:QGemm"} <= on_device, on_device
     got, ref = sess.run({"x": x})["y"], tt.compile(qoperator_model).run({"x": x})["y"]
     _assert_within_steps(got, ref, _output_step(qoperator_model), 3)
 

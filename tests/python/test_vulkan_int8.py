@@ -378,6 +378,101 @@ def test_qlinear_add_matches_cpu_and_numpy(relu, types):
     _within_one_step(got["y"], _requantize(v, 1 / np.float64(sy), int(zy), ty))
 
 
+# ---- onnxruntime's QOperator contrib ops ---------------------------------------------------------------
+
+
+def _ms_model(op, inputs, outputs, inits, runtime=frozenset(), **attrs):
+    """One com.microsoft node named 'n'; an absent input is None in `inits`; the graph's inputs
+    (`a`, `x` and those in `runtime`) are not initializers."""
+    names = [k if v is not None else "" for k, v in inits.items()]
+    node = helper.make_node(op, names, ["y"], name="n", domain="com.microsoft", **attrs)
+    graph = helper.make_graph([node], "g", inputs, outputs,
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()
+                               if v is not None and k not in {"a", "x", *runtime}])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 9
+    return tt.load(model.SerializeToString())
+
+
+@pytest.mark.parametrize("a_type", [np.uint8, np.int8])
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("output", ["8-bit", "float"])
+@pytest.mark.parametrize("bias", ["column", "one", None])
+def test_ms_qgemm_matches_cpu_and_numpy(product_path, a_type, trans_b, output, bias):
+    """com.microsoft QGemm (a QOperator model's classifier): (A - za)(B - zb) + C, B [N, K] under
+    transB, C one value or one per column, requantized with y_scale or a float output scaled by
+    a_scale * b_scale[j]: equal to the CPU engine, within one step of numpy's float64 (8-bit) or
+    equal to numpy's float32 product (float)."""
+    rng = np.random.default_rng(21)
+    m, k, n = 5, 37, 11  # K not a multiple of 4, N not of the 4 columns an invocation takes
+    a, w = _ints(rng, a_type, [m, k]), _ints(rng, np.int8, [k, n])
+    sa, sb = np.float32(0.02), rng.uniform(0.001, 0.01, n).astype(np.float32)
+    za, zb = np.array(_ints(rng, a_type, [1])[0]), _ints(rng, np.int8, [n])
+    c = {"column": rng.integers(-3000, 3000, n).astype(np.int32), "one": np.array(-123, np.int32), None: None}[bias]
+    inits = {"a": a, "sa": sa, "za": za, "b": np.ascontiguousarray(w.T) if trans_b else w, "sb": sb, "zb": zb, "c": c}
+    y_type = a_type if output == "8-bit" else np.float32
+    if output == "8-bit":
+        inits.update({"sy": np.float32(0.5), "zy": np.array(_ints(rng, a_type, [1])[0])})
+    model = _ms_model("QGemm", [_io("a", a_type, [m, k])], [_io("y", y_type, [m, n])], inits, transB=trans_b)
+    got, ref = _run_both(model, {"a": a})
+    np.testing.assert_array_equal(got["y"], ref["y"])
+    sums = (a.astype(np.int64) - int(za)) @ (w.astype(np.int64) - zb.astype(np.int64)) + (0 if c is None else c.astype(np.int64))
+    if output == "8-bit":
+        _within_one_step(got["y"], _requantize(sums, np.float64(sa) * sb.astype(np.float64) / 0.5, int(inits["zy"]), a_type))
+    else:
+        np.testing.assert_array_equal(got["y"], sums.astype(np.float32) * (sa * sb))
+
+
+@pytest.mark.parametrize("attrs, b_at_run_time, why", [({"transA": 1}, False, "transA = 1"), ({"alpha": 0.5}, False, "alpha is not 1"),
+                                                      ({}, True, "B is not a constant matrix")])
+def test_ms_qgemm_that_vulkan_does_not_take_is_refused_when_strict_naming_why(attrs, b_at_run_time, why):
+    rng = np.random.default_rng(22)
+    inits = {"a": _ints(rng, np.uint8, [6, 6]), "sa": np.float32(0.1), "za": np.uint8(0), "b": _ints(rng, np.int8, [6, 4]),
+             "sb": np.float32(0.1), "zb": np.int8(0), "c": None, "sy": np.float32(0.2), "zy": np.uint8(0)}
+    inputs = [_io("a", np.uint8, [6, 6])] + ([_io("b", np.int8, [6, 4])] if b_at_run_time else [])
+    model = _ms_model("QGemm", inputs, [_io("y", np.uint8, None)], inits, runtime={"b"} if b_at_run_time else set(), **attrs)
+    with pytest.raises(tt.UnsupportedError, match=rf"QGemm 'n': (vulkan: )?{why}"):
+        tt.compile(model, device="vulkan", strict=True)
+    if b_at_run_time:  # without strict, the node runs on the CPU, which takes it
+        sess = tt.compile(model, device="vulkan")
+        assert [s["backend"] for s in sess.steps()] == ["cpu"]
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("shape,channels_last", [([2, 33, 5, 7], 0), ([2, 5, 7, 33], 1), ([3, 9, 11], 0),
+                                                  ([1, 4, 2, 3, 5], 0)], ids=str)
+def test_ms_qlinear_global_average_pool_matches_cpu_and_numpy(dtype, shape, channels_last):
+    """com.microsoft QLinearGlobalAveragePool: each channel's (sum - count * x_zp) * x_scale /
+    (y_scale * count), requantized; equal to the CPU engine, within one step of numpy's float64."""
+    rng = np.random.default_rng(23)
+    x = _ints(rng, dtype, shape)
+    sx, sy = np.float32(0.05), np.float32(0.03)
+    zx, zy = np.array(_ints(rng, dtype, [1])[0]), np.array(_ints(rng, dtype, [1])[0])
+    out = [shape[0], 1, 1, shape[-1]] if channels_last else shape[:2] + [1] * (len(shape) - 2)
+    model = _ms_model("QLinearGlobalAveragePool", [_io("x", dtype, shape)], [_io("y", dtype, out)],
+                      {"x": x, "sx": sx, "zx": zx, "sy": sy, "zy": zy}, channels_last=channels_last)
+    got, ref = _run_both(model, {"x": x})
+    np.testing.assert_array_equal(got["y"], ref["y"])
+    axes = tuple(range(1, len(shape) - 1)) if channels_last else tuple(range(2, len(shape)))
+    mean = x.astype(np.float64).mean(axis=axes, keepdims=True) - int(zx)
+    _within_one_step(got["y"], _requantize(mean, np.float64(sx) / np.float64(sy), int(zy), dtype))
+
+
+def test_ms_qlinear_global_average_pool_past_int32_sums_is_refused_naming_the_node():
+    """More positions per channel than an int32 sum of bytes holds: refused under strict, naming
+    the node and the count, never a wrong mean; without strict the node runs on the CPU."""
+    count = (1 << 31) // 256 + 1
+    x = np.random.default_rng(24).integers(0, 256, [1, 1, count]).astype(np.uint8)
+    inits = {"x": x, "sx": np.float32(0.05), "zx": np.uint8(0), "sy": np.float32(0.05), "zy": np.uint8(0)}
+    model = _ms_model("QLinearGlobalAveragePool", [_io("x", np.uint8, [1, 1, count])], [_io("y", np.uint8, [1, 1, 1])],
+                      inits)
+    with pytest.raises(tt.UnsupportedError, match=r"QLinearGlobalAveragePool 'n'.*8388609 positions per channel"):
+        tt.compile(model, device="vulkan", strict=True)
+    sess = tt.compile(model, device="vulkan")
+    assert [s["backend"] for s in sess.steps()] == ["cpu"]
+    _within_one_step(sess.run({"x": x})["y"], np.array(np.rint(x.mean()), np.uint8).reshape(1, 1, 1))
+
+
 # ---- data movement on 8-bit tensors ---------------------------------------------------------------------
 
 

@@ -1,6 +1,7 @@
 // INT8 on Vulkan, the element-wise part: QuantizeLinear and DequantizeLinear (int8 / uint8, and
 // int32 for DequantizeLinear; per tensor or per axis; shaders/quantize.comp, dequantize.comp),
-// ai.tether QLinearAdd (shaders/qadd.comp), and the ops the QDQ pass leaves on 8-bit tensors:
+// ai.tether QLinearAdd (shaders/qadd.comp), com.microsoft QLinearGlobalAveragePool
+// (shaders/q_global_average_pool.comp), and the ops the QDQ pass leaves on 8-bit tensors:
 // MaxPool (shaders/qmaxpool2d.comp), the views, and Concat, Split, Transpose, Expand and Slice
 // (quant_shape.cc). The integer products are in quant_gemm.cc.
 //
@@ -223,6 +224,71 @@ std::string qlookup_check(const KernelInit& init) {
   return "";
 }
 
+// ---- QLinearGlobalAveragePool (com.microsoft) ----------------------------------------------------
+
+struct QGlobalPoolPush {
+  uint32_t n, channels, count, scale;  // scale: float bits
+};
+
+// Each channel's mean, requantized as on the CPU engine: s = sum(x) - count * x_zp (exact in
+// int32, checked), y = round_half_even(clamp(float(s) * scale, lo - y_zp, hi - y_zp)) + y_zp with
+// scale = x_scale / (y_scale * float(count)) computed on the host as the CPU engine computes it.
+class QGlobalAveragePoolKernel final : public GpuKernel {
+ public:
+  explicit QGlobalAveragePoolKernel(const KernelInit& init)
+      : node_(init.node), x_scale_(*init.constant(1)->data<float>()), y_scale_(*init.constant(3)->data<float>()) {
+    auto zero = [&](size_t i) { return zero_point_values(i < init.node.inputs().size() ? init.constant(i) : nullptr)[0]; };
+    spec_ = {kLocal, init.input_dtype(0) == ir::DType::kInt8 ? 1u : 0u, init.node.attr_int("channels_last", 0) != 0 ? 1u : 0u,
+             static_cast<uint32_t>(zero(2)), static_cast<uint32_t>(zero(4))};
+  }
+
+  bool reads_on_device(size_t i) const override { return i == 0; }
+
+  void prepare(Gpu& gpu) override {
+    if (gpu.device.storage8()) pipeline_ = &gpu.pipeline("q_global_average_pool", 2, sizeof(QGlobalPoolPush), spec_);
+  }
+
+  void record(Recorder& rec, const std::vector<GpuTensor>& in, const std::vector<GpuTensor>& out) const override {
+    require_storage8(rec, node_);
+    const GpuTensor& x = in[0];
+    const int64_t channels = spec_[2] != 0 ? x.dims.back() : x.dims[1];
+    const int64_t n = x.dims[0] * channels, count = n == 0 ? 0 : x.numel() / n;
+    check_u32(node_, x.numel(), "the input");
+    // The sum of count bytes, and count times the zero point, stay within int32.
+    if (count > (int64_t{1} << 31) / 256)
+      throw UnsupportedError(node_.describe() + ": " + std::to_string(count) +
+                             " positions per channel; the Vulkan kernel sums at most 8388608 in int32");
+    if (n == 0) return;
+    const float scale = x_scale_ / (y_scale_ * static_cast<float>(count));
+    const QGlobalPoolPush p{static_cast<uint32_t>(n), static_cast<uint32_t>(channels), static_cast<uint32_t>(count),
+                            float_bits(scale)};
+    dispatch_1d(rec, *pipeline_, {x.range, out[0].range}, &p, sizeof p, n);
+  }
+
+ private:
+  const ir::Node& node_;
+  float x_scale_, y_scale_;
+  std::vector<uint32_t> spec_;
+  const Pipeline* pipeline_ = nullptr;
+};
+
+std::string qglobal_pool_check(const KernelInit& init) {
+  if (!is_8bit(init.input_dtype(0)) || init.output_dtype(0) != init.input_dtype(0))
+    return "X is not int8 or uint8, or Y is not of X's type";
+  if (std::string why = require_rank(init, 0, {3, 4, 5}); !why.empty()) return why;
+  for (size_t i : {1u, 3u}) {
+    const std::string name = "input " + std::to_string(i) + " (a scale)";
+    if (std::string why = scale_problem(init.constant(i), name.c_str()); !why.empty()) return why;
+    if (init.constant(i)->num_elements() != 1) return name + " is not one value";
+  }
+  for (size_t i : {2u, 4u}) {
+    if (std::string why = zero_problem(init, i, "a zero point"); !why.empty()) return why;
+    if (const ir::Tensor* z = i < init.node.inputs().size() ? init.constant(i) : nullptr; z != nullptr && z->num_elements() != 1)
+      return "input " + std::to_string(i) + " (a zero point) is not one value";
+  }
+  return "";
+}
+
 // ---- MaxPool on 8-bit tensors --------------------------------------------------------------------
 
 struct QPoolPush {
@@ -328,6 +394,9 @@ void register_quant(KernelRegistry& r) {
   r.add("QLinearAdd", qadd, qadd_check, "com.microsoft");
   r.add("QLinearLookup", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QLookupKernel>(i); },
         qlookup_check, "ai.tether");
+  r.add("QLinearGlobalAveragePool",
+        [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QGlobalAveragePoolKernel>(i); },
+        qglobal_pool_check, "com.microsoft");
   widen<0>(r, "MaxPool", [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<QMaxPoolKernel>(i); },
            qmaxpool_check);
   // The views record nothing: their kernels serve bytes as they serve words.

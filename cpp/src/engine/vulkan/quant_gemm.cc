@@ -11,6 +11,9 @@
 // VK_KHR_shader_integer_dot_product (qgemm_dot.comp), else plain int32 multiply-adds
 // (qgemm.comp); TETHER_VULKAN_NO_INTEGER_DOT=1 forces the plain form when a kernel is compiled.
 // Both give the same integers, requantized as on the CPU engine (engine/cpu/qlinear.h).
+// com.microsoft QGemm (onnxruntime's QOperator format) is QLinearMatMul with an int32 bias C
+// (one value or one per column), B [N, K] under transB, and a float output scaled by
+// a_scale * b_scale[j] when y_scale is absent.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -34,6 +37,8 @@ struct Slots {
 };
 constexpr Slots kQLinear{0, 1, 2, 3, 4, 5, 6, 7, 8};
 constexpr Slots kInteger{0, -1, 2, 1, -1, 3, -1, -1, -1};
+// com.microsoft QGemm(A, a_scale, a_zero_point, B, b_scale, b_zero_point, C, y_scale, y_zero_point).
+constexpr Slots kQGemm{0, 1, 2, 3, 4, 5, 7, 8, 6};
 // MatMulIntegerToFloat / ConvIntegerToFloat(A, B, scale, a_zero_point, b_zero_point, bias): the
 // float scale and bias are read on the device, in kFloatScale and kFloatBias.
 constexpr Slots kToFloat{0, -1, 3, 1, -1, 4, -1, -1, -1};
@@ -42,8 +47,9 @@ constexpr size_t kFloatScale = 2, kFloatBias = 5;
 bool is_to_float(const ir::Node& n) {
   return n.op_type() == "MatMulIntegerToFloat" || n.op_type() == "ConvIntegerToFloat";
 }
+bool is_qgemm(const ir::Node& n) { return n.op_type() == "QGemm"; }
 const Slots& slots_of(const ir::Node& n) {
-  return is_to_float(n) ? kToFloat : n.op_type().rfind("QLinear", 0) == 0 ? kQLinear : kInteger;
+  return is_to_float(n) ? kToFloat : is_qgemm(n) ? kQGemm : n.op_type().rfind("QLinear", 0) == 0 ? kQLinear : kInteger;
 }
 bool is_conv(const ir::Node& n) {
   return n.op_type() == "QLinearConv" || n.op_type() == "ConvInteger" || n.op_type() == "ConvIntegerToFloat";
@@ -52,9 +58,13 @@ bool present(const ir::Node& n, int slot) {
   return slot >= 0 && static_cast<size_t>(slot) < n.inputs().size() && n.input(static_cast<size_t>(slot)) != nullptr;
 }
 
+// Constant weights whose output columns come first: a convolution's [M, C/G, kh, kw], QGemm's
+// B under transB ([N, K]); else B is [K, N].
+bool columns_first(const ir::Node& n) { return is_conv(n) || (is_qgemm(n) && n.attr_int("transB", 0) != 0); }
+
 // Output columns (channels) and depth of the constant weights.
-int64_t columns_of(const ir::Tensor& w, bool conv) { return conv ? w.dims()[0] : w.dims()[1]; }
-int64_t depth_of(const ir::Tensor& w, bool conv) { return conv ? w.num_elements() / std::max<int64_t>(w.dims()[0], 1) : w.dims()[0]; }
+int64_t columns_of(const ir::Tensor& w, bool first) { return first ? w.dims()[0] : w.dims()[1]; }
+int64_t depth_of(const ir::Tensor& w, bool first) { return first ? w.num_elements() / std::max<int64_t>(w.dims()[0], 1) : w.dims()[0]; }
 
 // Elements of input `i` when its shape is static, else -1.
 int64_t static_count(const KernelInit& init, size_t i) {
@@ -83,15 +93,29 @@ std::string to_float_check(const KernelInit& init, int64_t cols) {
 
 // A MatMul whose B is not a constant matrix: packed on the device, each run.
 bool runtime_b(const KernelInit& init) {
-  if (is_conv(init.node)) return false;
+  if (is_conv(init.node) || is_qgemm(init.node)) return false;
   const ir::Tensor* w = init.constant(static_cast<size_t>(slots_of(init.node).b));
   return w == nullptr || w->rank() != 2;
+}
+
+// QGemm's own terms: A as it is (no transA), alpha 1, B a constant matrix, y_scale and
+// y_zero_point together.
+std::string qgemm_check(const KernelInit& init) {
+  const ir::Node& n = init.node;
+  if (n.attr_int("transA", 0) != 0) return "transA = 1 (the Vulkan kernel reads A as [M, K])";
+  if (n.attr_float("alpha", 1.0f) != 1.0f) return "alpha is not 1";
+  if (present(n, kQGemm.y_scale) != present(n, kQGemm.y_zp)) return "y_scale and y_zero_point are not given together";
+  const ir::Tensor* b = init.constant(static_cast<size_t>(kQGemm.b));
+  if (b == nullptr || b->rank() != 2) return "B is not a constant matrix";
+  return "";
 }
 
 std::string gemm_check(const KernelInit& init) {
   const ir::Node& n = init.node;
   const Slots& s = slots_of(n);
   const bool conv = is_conv(n);
+  if (is_qgemm(n))
+    if (std::string why = qgemm_check(init); !why.empty()) return why;
   const auto a = static_cast<size_t>(s.a), b = static_cast<size_t>(s.b);
   if (!is_8bit(init.input_dtype(a))) return "input " + std::to_string(a) + " is not int8 or uint8";
   if (!is_8bit(init.input_dtype(b))) return "its weights (input " + std::to_string(b) + ") are not int8 or uint8";
@@ -116,7 +140,7 @@ std::string gemm_check(const KernelInit& init) {
     const ir::Shape& x = init.input_types[a].shape();
     if (!x.has_rank() || x.rank() < 1) return "input 0 has an unknown rank";
   }
-  if (!at_run_time) cols = columns_of(*w, conv);
+  if (!at_run_time) cols = columns_of(*w, columns_first(n));
   if (present(n, s.a_zp)) {
     if (!is_8bit(init.input_dtype(static_cast<size_t>(s.a_zp)))) return "the zero point of input 0 is not int8 or uint8";
     const ir::Shape& z = init.input_types[static_cast<size_t>(s.a_zp)].shape();
@@ -142,8 +166,11 @@ std::string gemm_check(const KernelInit& init) {
     if (init.output_dtype(0) != ir::DType::kInt32) return "its output is not int32";
     return "";
   }
-  if (!is_8bit(init.output_dtype(0))) return "its output is not int8 or uint8";
+  const bool float_out = is_qgemm(n) && !present(n, s.y_scale);  // QGemm's float output
+  if (float_out ? init.output_dtype(0) != ir::DType::kFloat32 : !is_8bit(init.output_dtype(0)))
+    return float_out ? "its output is not float32" : "its output is not int8 or uint8";
   for (int slot : {s.a_scale, s.b_scale, s.y_scale}) {
+    if (float_out && slot == s.y_scale) continue;
     const std::string name = "input " + std::to_string(slot) + " (a scale)";
     if (std::string why = scale_problem(init.constant(static_cast<size_t>(slot)), name.c_str()); !why.empty()) return why;
     const int64_t count = init.constant(static_cast<size_t>(slot))->num_elements();
@@ -153,7 +180,8 @@ std::string gemm_check(const KernelInit& init) {
   if (present(n, s.y_zp) && init.constant(static_cast<size_t>(s.y_zp))->num_elements() != 1) return "y_zero_point is not one value";
   if (present(n, s.bias)) {
     const ir::Tensor* bias = init.constant(static_cast<size_t>(s.bias));
-    if (bias == nullptr || bias->dtype() != ir::DType::kInt32 || bias->num_elements() != cols)
+    const bool one = is_qgemm(n) && bias != nullptr && bias->num_elements() == 1;  // QGemm's C may be one value
+    if (bias == nullptr || bias->dtype() != ir::DType::kInt32 || (bias->num_elements() != cols && !one))
       return "its bias is not a constant int32 of one value per output column";
   }
   const std::string act = n.domain() == "ai.tether" ? n.attr_string("activation", "") : "";
@@ -200,7 +228,10 @@ class QGemmKernel final : public GpuKernel {
     a_signed_ = init.input_dtype(static_cast<size_t>(s.a)) == ir::DType::kInt8;
     has_az_ = present(init.node, s.a_zp);
     az_per_row_ = has_az_ && static_count(init, static_cast<size_t>(s.a_zp)) != 1;
-    out_ = is_to_float(init.node) ? Out::kFloat : s.y_scale < 0 ? Out::kInt32 : Out::kBytes;
+    out_ = is_to_float(init.node)                                 ? Out::kFloat
+           : s.y_scale < 0                                        ? Out::kInt32
+           : is_qgemm(init.node) && !present(init.node, s.y_scale) ? Out::kFloatTable
+                                                                  : Out::kBytes;
     if (runtime_b_) {
       const ir::Shape& b = init.input_types[static_cast<size_t>(s.b)].shape();
       cols_ = b[b.rank() - 1].value();
@@ -211,12 +242,12 @@ class QGemmKernel final : public GpuKernel {
       column_table(init, s);
     } else {
       const ir::Tensor& w = *init.constant(static_cast<size_t>(s.b));
-      cols_ = columns_of(w, conv_);
-      k_ = depth_of(w, conv_);
+      cols_ = columns_of(w, columns_first(init.node));
+      k_ = depth_of(w, columns_first(init.node));
       column_table(init, s);
       pack(init, s, w);
     }
-    if (out_ == Out::kBytes) requantization(init, s);
+    if (out_ == Out::kBytes || out_ == Out::kFloatTable) requantization(init, s);
     if (out_ == Out::kFloat) {
       act_ = fused_activation(init.node);
       scale_per_column_ = static_count(init, kFloatScale) != 1;
@@ -244,7 +275,7 @@ class QGemmKernel final : public GpuKernel {
       spec.push_back(v);
     // Float output takes the float16-storage build under precision fp16, like every float tensor.
     pipeline_ = &gpu.pipeline(dot ? "qgemm_dot" : "qgemm", 10, sizeof(GemmPush), std::move(spec),
-                              out_ == Out::kFloat ? ir::DType::kFloat32 : ir::DType::kInt8);
+                              floats_out() ? ir::DType::kFloat32 : ir::DType::kInt8);
     if (runtime_b_)
       pack_pipeline_ = &gpu.pipeline("qgemm_pack", 5, sizeof(PackPush),
                                      {kLocal, b_signed_ ? 1u : 0u, has_bz_ ? 1u : 0u, bz_per_column_ ? 1u : 0u}, ir::DType::kInt8);
@@ -310,7 +341,7 @@ class QGemmKernel final : public GpuKernel {
     const Range az = has_az_ ? in[static_cast<size_t>(s.a_zp)].range : rec.unused();
     Range words = runtime_b_ ? Range{} : rec.weight(words_), table = rec.weight(table_);
     if (runtime_b_) std::tie(words, table) = pack_b(rec, in, p);
-    auto output_if = [&](Out kind) { return out_ == kind ? y.range : rec.unused(); };
+    auto output_if = [&](Out kind) { return out_ == kind || (kind == Out::kFloat && floats_out()) ? y.range : rec.unused(); };
     Range scale = rec.unused(), bias = rec.unused();
     if (out_ == Out::kFloat) {
       scale = float_operand(in, kFloatScale, scale_per_column_, "scale").range;
@@ -325,9 +356,10 @@ class QGemmKernel final : public GpuKernel {
  private:
   // The bias of each column (col[2]); requantization() adds the scales.
   void column_table(const KernelInit& init, const Slots& s) {
-    const int32_t* bias = present(init.node, s.bias) ? init.constant(static_cast<size_t>(s.bias))->data<int32_t>() : nullptr;
+    const ir::Tensor* bias = present(init.node, s.bias) ? init.constant(static_cast<size_t>(s.bias)) : nullptr;
     packed_.cols.assign(static_cast<size_t>(cols_ * 4), 0);
-    for (int64_t c = 0; bias != nullptr && c < cols_; ++c) packed_.cols[static_cast<size_t>(c * 4 + 2)] = bias[c];
+    for (int64_t c = 0; bias != nullptr && c < cols_; ++c)
+      packed_.cols[static_cast<size_t>(c * 4 + 2)] = bias->data<int32_t>()[bias->num_elements() == 1 ? 0 : c];
   }
 
   // Constant weights: their words and each column's sum and zero point (col[0], col[1]).
@@ -341,7 +373,7 @@ class QGemmKernel final : public GpuKernel {
     for (int64_t c = 0; c < cols_; ++c) {
       int32_t sum = 0;
       for (int64_t k = 0; k < k_; ++k) {
-        const uint8_t byte = raw[conv_ ? c * k_ + k : k * cols_ + c];
+        const uint8_t byte = raw[columns_first(node_) ? c * k_ + k : k * cols_ + c];
         const auto v = static_cast<int8_t>(w_signed ? byte : byte ^ 0x80);  // uint8 less 128
         sum += v;
         auto& word = reinterpret_cast<uint32_t&>(packed_.words[static_cast<size_t>(c * k4 + k / 4)]);
@@ -355,15 +387,19 @@ class QGemmKernel final : public GpuKernel {
   }
 
   // Output scales per column, float(a_scale * w_scale) / y_scale as the CPU engine computes
-  // them, and the output's clamp with a fused activation folded in.
+  // them (QGemm's float output: a_scale * w_scale), and the output's clamp with a fused
+  // activation folded in.
   void requantization(const KernelInit& init, const Slots& s) {
     const float sa = *init.constant(static_cast<size_t>(s.a_scale))->data<float>();
-    const float sy = *init.constant(static_cast<size_t>(s.y_scale))->data<float>();
     const ir::Tensor& sw = *init.constant(static_cast<size_t>(s.b_scale));
+    const bool float_out = out_ == Out::kFloatTable;
+    const float sy = float_out ? 1.0f : *init.constant(static_cast<size_t>(s.y_scale))->data<float>();
     for (int64_t c = 0; c < cols_; ++c) {
-      const float v = sa * sw.data<float>()[sw.num_elements() == 1 ? 0 : c] / sy;
+      const float product = sa * sw.data<float>()[sw.num_elements() == 1 ? 0 : c];
+      const float v = float_out ? product : product / sy;
       std::memcpy(&packed_.cols[static_cast<size_t>(c * 4 + 3)], &v, 4);
     }
+    if (float_out) return;
     y_signed_ = init.output_dtype(0) == ir::DType::kInt8;
     y_zero_ = zero_point_values(present(init.node, s.y_zp) ? init.constant(static_cast<size_t>(s.y_zp)) : nullptr)[0];
     y_lo_ = y_signed_ ? -128 : 0;
@@ -449,8 +485,10 @@ class QGemmKernel final : public GpuKernel {
   // it would load 4 bytes.
   bool a_words() const { return !conv_ && !runtime_b_ && k_ % 4 == 0; }
 
-  // What the shader writes (its OUT_KIND): 8-bit requantized values, int32 sums, or floats.
-  enum class Out : uint32_t { kBytes = 0, kInt32 = 1, kFloat = 2 };
+  // What the shader writes (its OUT_KIND): 8-bit requantized values, int32 sums, floats scaled
+  // by the scale read on the device, or floats scaled by the column table's scale (QGemm).
+  enum class Out : uint32_t { kBytes = 0, kInt32 = 1, kFloat = 2, kFloatTable = 3 };
+  bool floats_out() const { return out_ == Out::kFloat || out_ == Out::kFloatTable; }
 
   const ir::Node& node_;
   Out out_ = Out::kBytes;
@@ -478,6 +516,7 @@ void register_quant_gemm(KernelRegistry& r) {
   r.add("QLinearConv", make, gemm_check, "ai.tether");
   r.add("MatMulIntegerToFloat", make, gemm_check, "ai.tether");
   r.add("ConvIntegerToFloat", make, gemm_check, "ai.tether");
+  r.add("QGemm", make, gemm_check, "com.microsoft");
 }
 
 }  // namespace tether::engine::vulkan

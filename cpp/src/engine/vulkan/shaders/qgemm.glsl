@@ -16,7 +16,9 @@
 // results match the CPU engine's bit for bit. ai.tether MatMulIntegerToFloat (OUT_KIND 2) ends
 // in floats instead, as its unfused Cast, Mul, Add and activation compute them, each rounded:
 // activate(float(s) * scale + bias), the scale (one, or one per column) and the bias read from
-// the device, since the scale comes from DynamicQuantizeLinear at run time.
+// the device, since the scale comes from DynamicQuantizeLinear at run time. com.microsoft QGemm
+// without y_scale (OUT_KIND 3) writes float(s) * scale, the scale a_scale * b_scale[j] in the
+// column table.
 //
 // A MatMul whose B is computed at run time or has batch dims reads B as qgemm_pack.comp packed
 // it on the device, in the same layout; with B's batch dims (BATCHED), invocations run over the
@@ -33,7 +35,7 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 4) const bool CONV = false;
 layout(constant_id = 5) const bool A_SIGNED = true;
 layout(constant_id = 6) const bool HAS_AZ = false;   // a zero point to read (binding 3)
-layout(constant_id = 7) const uint OUT_KIND = 0;     // 0: 8-bit (binding 4), 1: int32 (5), 2: float (8)
+layout(constant_id = 7) const uint OUT_KIND = 0;     // 0: 8-bit (binding 4), 1: int32 (5), 2 and 3: float (8)
 layout(constant_id = 8) const bool Y_SIGNED = true;
 layout(constant_id = 9) const int Y_ZERO = 0;
 layout(constant_id = 10) const int Y_LO = -128;  // the output's clamp (a fused activation narrows it)
@@ -153,6 +155,9 @@ void main() {
       precise float v = float(s) * LD(scale[SCALE_PER_COLUMN ? chan : 0u]);
       if (HAS_BIAS) v = v + LD(bias[chan]);
       yf[o] = ST(activate(v));
+    } else if (OUT_KIND == 3u) {  // QGemm's float output: the scale a_scale * b_scale[j] from the table
+      precise float v = float(s) * intBitsToFloat(col.w);
+      yf[o] = ST(v);
     } else {
       precise float v = float(s) * intBitsToFloat(col.w);
       y8[o] = byte_of(requantize(v, float(Y_LO - Y_ZERO), float(Y_HI - Y_ZERO), Y_ZERO));
