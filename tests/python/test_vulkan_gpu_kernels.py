@@ -145,11 +145,25 @@ def test_float16_storage_in_the_gpu_form_within_1e_2(monkeypatch: pytest.MonkeyP
 
 
 # Where a device has tensor cores for float16 (cooperative matrices), precision "fp16" takes them
-# for every tiled product and convolution; elsewhere (lavapipe) the CUDA-core tiles on float16
-# storage. Either way float32 sums of exact float16 inputs, the output rounded once to float16:
+# for every tiled product and convolution: float32 sums of exact float16 inputs. Elsewhere the
+# CUDA-core tiles: float32 products of the float16 operands, or with
+# TETHER_VULKAN_FP16_ARITHMETIC=1 on a device with float16 arithmetic (lavapipe has it) float16
+# products, each step's 8 to 32 multiply-adds summed in float16 and the steps in float32. Each
 # within 3e-3 of the largest magnitude (float16's half step is 4.9e-4 of a value), tight enough
 # that a lost block of 16 along K shows.
 TENSOR_CORES = any(d.get("cooperative_matrix") for d in VULKAN_DEVICES)
+
+
+@pytest.fixture(params=["half", "float"])
+def arithmetic(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The GPU tiles under precision "fp16": float16 products where the device has them, then
+    float32 products (the variable is read when a model is compiled)."""
+    monkeypatch.setenv("TETHER_VULKAN_KERNELS", "gpu")
+    if request.param == "half":
+        monkeypatch.setenv("TETHER_VULKAN_FP16_ARITHMETIC", "1")
+    else:
+        monkeypatch.delenv("TETHER_VULKAN_FP16_ARITHMETIC", raising=False)
+    return request.param
 
 
 def _half(x: np.ndarray) -> np.ndarray:
@@ -157,27 +171,50 @@ def _half(x: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("dims", list(_MATMULS.values()), ids=list(_MATMULS))
-def test_float16_products_of_every_tile_size_within_3e_3(dims: tuple[int, int, int, int], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TETHER_VULKAN_KERNELS", "gpu")
+def test_float16_products_of_every_tile_size_within_3e_3(dims: tuple[int, int, int, int], arithmetic: str) -> None:
     b, m, k, n = dims
     rng = np.random.default_rng(sum(dims) + 1)
     a, w = _half(_rand(rng, b, m, k)), _half(_rand(rng, b, k, n))
     model = _model([oh.make_node("MatMul", ["a", "w"], ["y"])], {"a": a, "w": w}, {})
     got = _vulkan(model, precision="fp16").run({"a": a, "w": w})["y"]
     want = (a.astype(np.float64) @ w).astype(np.float32)
-    assert_close(got, want, 3e-3, f"fp16 MatMul {dims} (tensor cores: {TENSOR_CORES})")
+    assert_close(got, want, 3e-3, f"fp16 MatMul {dims} ({arithmetic}; tensor cores: {TENSOR_CORES})")
 
 
 @pytest.mark.parametrize("dims", list(_CONVS.values()), ids=list(_CONVS))
-def test_float16_implicit_gemm_convolution_within_3e_3(dims: tuple[int, ...], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TETHER_VULKAN_KERNELS", "gpu")
+def test_float16_implicit_gemm_convolution_within_3e_3(dims: tuple[int, ...], arithmetic: str) -> None:
     n, c, h, w, m, k, s, p, d, g = dims
     rng = np.random.default_rng(sum(dims) + 1)
     x, wt, b = _half(_rand(rng, n, c, h, w)), _half(_rand(rng, m, c // g, k, k)), _half(_rand(rng, m))
     node = oh.make_node("Conv", ["x", "w", "b"], ["y"], strides=[s, s], pads=[p] * 4, dilations=[d, d], group=g)
     model = _model([node], {"x": x}, {"w": wt, "b": b})
     got = _vulkan(model, precision="fp16").run({"x": x})["y"]
-    assert_close(got, run_ort(model, {"x": x})[0], 3e-3, f"fp16 Conv {dims} (tensor cores: {TENSOR_CORES})")
+    assert_close(got, run_ort(model, {"x": x})[0], 3e-3, f"fp16 Conv {dims} ({arithmetic}; tensor cores: {TENSOR_CORES})")
+
+
+@pytest.mark.parametrize("op", ["MatMul", "Conv"])
+def test_float16_products_past_float16_range_within_a_step_are_summed_again_in_float32(op: str, arithmetic: str) -> None:
+    """Each product (about 240 x 250 = 60,000) is near float16's largest value, so every step's
+    float16 sum overflows, while the total, as many products of each sign, is within range: the
+    steps are summed again in float32, and the result is numpy's within 3e-3, not infinity or NaN."""
+    rng = np.random.default_rng(5)
+    k = 64
+    sign = np.where(np.arange(k) < k // 2, 1.0, -1.0).astype(np.float32)
+    w = _half(250.0 + rng.uniform(-1.0, 1.0, (k, 24)).astype(np.float32))  # K x N
+    # M x K: each row a value from 230 to 250, + then -: 8 products of one sign pass 65504, so
+    # every step of every tile size (8 to 32 along K) overflows in float16
+    a = _half(np.outer(rng.uniform(230.0, 250.0, 8), sign).astype(np.float32))
+    if op == "MatMul":
+        model = _model([oh.make_node("MatMul", ["a", "w"], ["y"])], {"a": a}, {"w": w})
+        feeds, want = {"a": a}, a.astype(np.float64) @ w
+    else:  # a 1x1 convolution over K channels: output channels are W's columns, pixels A's rows
+        x = np.ascontiguousarray(a.T).reshape(1, k, 2, 4)
+        wt = np.ascontiguousarray(w.T).reshape(24, k, 1, 1)
+        model = _model([oh.make_node("Conv", ["x", "w"], ["y"])], {"x": x}, {"w": wt})
+        feeds, want = {"x": x}, (a.astype(np.float64) @ w).T.reshape(1, 24, 2, 4)
+    got = _vulkan(model, precision="fp16").run(feeds)["y"]
+    assert np.isfinite(got).all(), f"{op}: {int((~np.isfinite(got)).sum())} values not finite"
+    assert_close(got, want.astype(np.float32), 3e-3, f"fp16 {op} past float16's range ({arithmetic})")
 
 
 def test_devices_say_whether_they_have_tensor_cores_for_float16() -> None:

@@ -2,7 +2,7 @@
 on Vulkan agrees with the CPU engine within 1e-4 of the largest output, at two batch sizes.
 Every net, the UNet with its bilinear Resize included, runs on the device alone (compiled
 strict: only shape arithmetic stays on the CPU); with float16 storage (precision="fp16"),
-within 1e-2."""
+and with the GPU kernel forms' float16 products, within 1e-2."""
 
 from __future__ import annotations
 
@@ -36,8 +36,14 @@ def test_real_model_on_vulkan_matches_the_cpu_engine(name, exported_models):
         assert any(s["op_type"] == "Resize" and s["backend"] == "vulkan" for s in steps)
 
 
+@pytest.mark.parametrize("form", ["device", "gpu-half-products"])
 @pytest.mark.parametrize("name", ON_DEVICE)
-def test_real_model_with_float16_storage_matches_the_cpu_engine_within_1e_2(name, exported_models):
+def test_real_model_with_float16_storage_matches_the_cpu_engine_within_1e_2(name, form, exported_models, monkeypatch):
+    """Float16 in memory, in the device's own kernel forms, and in the GPU forms with float16
+    products (TETHER_VULKAN_FP16_ARITHMETIC=1; lavapipe computes in float16)."""
+    if form != "device":
+        monkeypatch.setenv("TETHER_VULKAN_KERNELS", "gpu")
+        monkeypatch.setenv("TETHER_VULKAN_FP16_ARITHMETIC", "1")
     e = exported_models[name]
     model = tt.load(e.path)
     sess = tt.compile(model, device="vulkan", strict=True, precision="fp16")
@@ -46,4 +52,4 @@ def test_real_model_with_float16_storage_matches_the_cpu_engine_within_1e_2(name
     ref = tt.compile(model, device="cpu").run(feeds)
     got = sess.run(feeds)
     for k in ref:
-        assert_close(got[k], ref[k], 1e-2, what=f"{name} in fp16, output {k}")
+        assert_close(got[k], ref[k], 1e-2, what=f"{name} in fp16 ({form} kernels), output {k}")

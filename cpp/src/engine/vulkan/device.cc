@@ -182,10 +182,11 @@ Device::Device(const Instance& instance, const PhysicalDevice& physical) : physi
     if (!v13) enabled.push_back(VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
   }
   cooperative_matrix_ = physical.cooperative_matrix;
-  if (storage8_ || cooperative_matrix_) {
+  float16_arithmetic_ = physical.float16;
+  if (storage8_ || cooperative_matrix_ || float16_arithmetic_) {
     int8 = VkPhysicalDeviceShaderFloat16Int8Features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
     int8.shaderInt8 = storage8_ ? VK_TRUE : VK_FALSE;
-    int8.shaderFloat16 = cooperative_matrix_ ? VK_TRUE : VK_FALSE;
+    int8.shaderFloat16 = cooperative_matrix_ || float16_arithmetic_ ? VK_TRUE : VK_FALSE;
     int8.pNext = chain;
     chain = &int8;
     if (!v12) enabled.push_back(VK_KHR_SHADER_FLOAT16_INT8_EXTENSION_NAME);

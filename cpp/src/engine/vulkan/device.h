@@ -111,6 +111,9 @@ class Device {
   /// Whether the float16 GEMMs run on tensor cores (gemm_coop.glsl; PhysicalDevice::cooperative_matrix,
   /// whose features are then enabled).
   bool cooperative_matrix() const { return cooperative_matrix_; }
+  /// Whether shaders may compute in float16 (shaderFloat16, with 16-bit storage; enabled where
+  /// the device has both): the GPU tiles' float16 products (TETHER_VULKAN_FP16_ARITHMETIC=1).
+  bool float16_arithmetic() const { return float16_arithmetic_; }
 
   /// Throws DeviceError saying what failed (`what`) and why, unless `r` is VK_SUCCESS. A lost
   /// device is remembered: lost() is true from then on.
@@ -162,6 +165,7 @@ class Device {
   bool storage8_ = false;
   bool integer_dot_ = false;
   bool cooperative_matrix_ = false;
+  bool float16_arithmetic_ = false;
 
   PipelineCacheFile disk_cache_;
   mutable std::mutex pipelines_mutex_;

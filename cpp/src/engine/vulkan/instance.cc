@@ -344,6 +344,7 @@ void Instance::enumerate() {
     // TETHER_VULKAN_NO_FP16_STORAGE=1 treats every device as one without 16-bit storage.
     const char* no16 = std::getenv("TETHER_VULKAN_NO_FP16_STORAGE");
     d.storage16 = storage16.storageBuffer16BitAccess == VK_TRUE && !(no16 != nullptr && std::string(no16) == "1");
+    d.float16 = d.storage16 && f16i8.shaderFloat16 == VK_TRUE;
     for (uint32_t h = 0; h < d.memory.memoryHeapCount; ++h)
       if (d.memory.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
         info.memory_bytes += static_cast<int64_t>(d.memory.memoryHeaps[h].size);

@@ -30,6 +30,9 @@ struct PhysicalDevice {
   /// float16 x float16 -> float32 16 x 16 x 16 subgroup shape, subgroups of 32, float16
   /// arithmetic, 16-bit storage and the Vulkan memory model; off under TETHER_VULKAN_NO_COOPMAT=1.
   bool cooperative_matrix = false;
+  /// Float16 arithmetic (shaderFloat16) with 16-bit storage: what gemm_tiled.glsl's float16
+  /// products need (enabled when present).
+  bool float16 = false;
 };
 
 /// The instance, created on first use and kept for the life of the process.

@@ -4,6 +4,7 @@
 #include "engine/vulkan/matmul.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <iterator>
 #include <limits>
@@ -83,6 +84,12 @@ bool vec4_fits(const GemmPush& p, bool nt, const std::vector<int64_t>& a_bs, con
 TiledPipelines tiled_pipelines(Gpu& gpu, const std::string& shader, uint32_t push_bytes, const std::vector<uint32_t>& spec) {
   TiledPipelines out;
   const bool coop = gpu.fp16 && gpu.device.cooperative_matrix();
+  // Float16 products when TETHER_VULKAN_FP16_ARITHMETIC=1 (read when a model is compiled) on a
+  // device that computes in float16 and has no tensor cores; else float32 products of the
+  // float16 operands. Off by default: rounding every multiply-add to float16 about doubles
+  // precision fp16's error on some CNNs (docs/vulkan.md, Float16 products).
+  const char* want_half = std::getenv("TETHER_VULKAN_FP16_ARITHMETIC");
+  const bool half = gpu.fp16 && !coop && gpu.device.float16_arithmetic() && want_half != nullptr && std::string(want_half) == "1";
   for (size_t i = 0; i < out.tiles.size(); ++i) {
     std::vector<uint32_t> s;
     if (coop) {
@@ -101,7 +108,7 @@ TiledPipelines tiled_pipelines(Gpu& gpu, const std::string& shader, uint32_t pus
       s.insert(s.end(), spec.begin(), spec.end());
       for (uint32_t v : {t.bm, t.bn, t.bk, t.tm, t.tn}) s.push_back(v);
     }
-    out.tiles[i] = &gpu.pipeline(coop ? shader + "_coop" : shader, 6, push_bytes, s);
+    out.tiles[i] = &gpu.pipeline(coop ? shader + "_coop" : half ? shader + "_half" : shader, 6, push_bytes, s);
   }
   std::vector<uint32_t> s{kLocal};
   s.insert(s.end(), spec.begin(), spec.end());

@@ -27,7 +27,10 @@ struct GemmPush {
 /// workgroup), and gemm_reduce.comp's, which finishes a product split along K; `spec` is
 /// their constants 1-5 (the activation's three, then whether a bias and a summand are added).
 /// Under precision fp16 on a device with tensor cores (Device::cooperative_matrix), the
-/// shader's `_coop` build on gemm_coop.glsl instead, with its own tiles.
+/// shader's `_coop` build on gemm_coop.glsl instead, with its own tiles; with
+/// TETHER_VULKAN_FP16_ARITHMETIC=1 on a device with float16 arithmetic and no tensor cores
+/// (Device::float16_arithmetic), its `_half` build, whose multiply-adds run in float16
+/// (gemm_tiled.glsl's HALF_PRODUCTS).
 struct TiledPipelines {
   /// A tile: its rows and columns of C, and the invocations of its workgroup.
   struct Shape {

@@ -16,6 +16,15 @@
 // sums in order and applies the epilogue. A product with few tiles (batch-1 inference's thin
 // layers) then still gives the device enough workgroups, each a shorter run of K.
 //
+// Float16 products (HALF_PRODUCTS, defined by gemm_tiled_half.comp and conv_gemm_half.comp, for
+// precision "fp16" with TETHER_VULKAN_FP16_ARITHMETIC=1 on devices with float16 arithmetic and
+// no tensor cores): the slabs are staged as float16 (exact: the operands are float16 in
+// memory), and each step's BK multiply-adds run in float16 (fma, two per instruction where the
+// device packs them) into float16 sums that are then added to the float32 totals, so rounding
+// error grows with BK, not with K. A step whose float16
+// sum is not finite (a product or sum past 65504, which float32 would hold) is summed again in
+// float32 from the same slabs: a result is never lost to float16's range.
+//
 // The including shader defines, before this file:
 //   uint dim_m(), dim_n(), dim_k();
 //   uint batch_count();                      // batch elements in the dispatch's depth
@@ -35,8 +44,13 @@ const uint kMaxLoads = 4;  // vec4s of A (and of B) an invocation reads per step
 // Rows of the slabs padded by one vec4, so that invocations storing neighbouring k (a
 // k-contiguous operand) hit different banks.
 const uint SA = BM / 4 + 1, SB = BN / 4 + 1;
-shared vec4 As[BK * SA];  // As[k SA + m / 4] holds A[m .. m + 3][k]
-shared vec4 Bs[BK * SB];  // Bs[k SB + n / 4] holds B[k][n .. n + 3]
+#ifdef HALF_PRODUCTS
+#define slab_t f16vec4
+#else
+#define slab_t vec4
+#endif
+shared slab_t As[BK * SA];  // As[k SA + m / 4] holds A[m .. m + 3][k]
+shared slab_t Bs[BK * SB];  // Bs[k SB + n / 4] holds B[k][n .. n + 3]
 
 layout(std430, binding = 5) writeonly buffer Partial { float partial[]; };
 
@@ -67,7 +81,7 @@ void slab_b(uint v, out uint k, out uint n4) {
   }
 }
 
-void fetch(uint k0, uint row0, uint col0, inout vec4 ra[kMaxLoads], inout vec4 rb[kMaxLoads]) {
+void fetch(uint k0, uint row0, uint col0, inout slab_t ra[kMaxLoads], inout slab_t rb[kMaxLoads]) {
   const uint t = gl_LocalInvocationID.x, nt = gl_WorkGroupSize.x;
   for (uint l = 0; l < kMaxLoads; ++l) {
     const uint v = t + l * nt;
@@ -75,17 +89,17 @@ void fetch(uint k0, uint row0, uint col0, inout vec4 ra[kMaxLoads], inout vec4 r
     if (v < BM * BK / 4) {
       slab_a(v, k, i4);
       const uint m = row0 + i4 * 4;
-      ra[l] = vec4(a_at(m, k0 + k), a_at(m + 1, k0 + k), a_at(m + 2, k0 + k), a_at(m + 3, k0 + k));
+      ra[l] = slab_t(vec4(a_at(m, k0 + k), a_at(m + 1, k0 + k), a_at(m + 2, k0 + k), a_at(m + 3, k0 + k)));
     }
     if (v < BN * BK / 4) {
       slab_b(v, k, i4);
       const uint n = col0 + i4 * 4;
-      rb[l] = vec4(b_at(k0 + k, n), b_at(k0 + k, n + 1), b_at(k0 + k, n + 2), b_at(k0 + k, n + 3));
+      rb[l] = slab_t(vec4(b_at(k0 + k, n), b_at(k0 + k, n + 1), b_at(k0 + k, n + 2), b_at(k0 + k, n + 3)));
     }
   }
 }
 
-void stash(const vec4 ra[kMaxLoads], const vec4 rb[kMaxLoads]) {
+void stash(const slab_t ra[kMaxLoads], const slab_t rb[kMaxLoads]) {
   const uint t = gl_LocalInvocationID.x, nt = gl_WorkGroupSize.x;
   for (uint l = 0; l < kMaxLoads; ++l) {
     const uint v = t + l * nt;
@@ -110,7 +124,7 @@ void main() {
   const uint K = dim_k(), run = ((K + splits - 1) / splits + BK - 1) / BK * BK;
   const uint k_begin = min(split * run, K);
   k_end = min(k_begin + run, K);
-  vec4 ra[kMaxLoads], rb[kMaxLoads];
+  slab_t ra[kMaxLoads], rb[kMaxLoads];
   fetch(k_begin, row0, col0, ra, rb);
   stash(ra, rb);
   barrier();
@@ -120,6 +134,29 @@ void main() {
   for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
     const bool more = k0 + BK < k_end;
     if (more) fetch(k0 + BK, row0, col0, ra, rb);
+#ifdef HALF_PRODUCTS
+    f16vec4 step[kMaxT][kMaxT / 4];
+    for (uint i = 0; i < TM; ++i)
+      for (uint j = 0; j < TN / 4; ++j) step[i][j] = f16vec4(0.0hf);
+    for (uint k = 0; k < BK; ++k) {
+      f16vec4 av[kMaxT / 4], bv[kMaxT / 4];
+      for (uint i = 0; i < TM / 4; ++i) av[i] = As[k * SA + ty * (TM / 4) + i];
+      for (uint j = 0; j < TN / 4; ++j) bv[j] = Bs[k * SB + tx + j * (BN / TN)];
+      for (uint i = 0; i < TM; ++i)
+        for (uint j = 0; j < TN / 4; ++j) step[i][j] = fma(f16vec4(av[i / 4][i % 4]), bv[j], step[i][j]);
+    }
+    for (uint i = 0; i < TM; ++i)
+      for (uint j = 0; j < TN / 4; ++j) {
+        if (all(lessThanEqual(abs(step[i][j]), f16vec4(65504.0hf)))) {
+          acc[i][j] += vec4(step[i][j]);
+          continue;
+        }
+        vec4 again = vec4(0.0);  // past float16's range (or NaN from the operands): float32
+        for (uint k = 0; k < BK; ++k)
+          again += float(As[k * SA + ty * (TM / 4) + i / 4][i % 4]) * vec4(Bs[k * SB + tx + j * (BN / TN)]);
+        acc[i][j] += again;
+      }
+#else
     for (uint k = 0; k < BK; ++k) {
       vec4 av[kMaxT / 4], bv[kMaxT / 4];
       for (uint i = 0; i < TM / 4; ++i) av[i] = As[k * SA + ty * (TM / 4) + i];
@@ -127,6 +164,7 @@ void main() {
       for (uint i = 0; i < TM; ++i)
         for (uint j = 0; j < TN / 4; ++j) acc[i][j] += av[i / 4][i % 4] * bv[j];
     }
+#endif
     barrier();
     if (more) stash(ra, rb);
     barrier();
