@@ -195,8 +195,9 @@ def devices() -> list[dict[str, Any]]:
     ``avx512``, ``avx512_vnni``, ``avx_vnni``, ``amx_int8`` (what the kernels may use here).
     Vulkan: ``driver_name``, ``driver_version``, ``api_version``, ``fp16`` and ``int8``
     (arithmetic in shaders), ``fp16_storage`` (float16 in storage buffers: what
-    ``compile(..., precision="fp16")`` needs), ``subgroup_size`` and ``cooperative_matrix``
-    (tensor cores that precision="fp16" products use). Without a Vulkan loader or
+    ``compile(..., precision="fp16")`` needs), ``subgroup_size``, ``subgroup_arithmetic``
+    (subgroup reductions in compute shaders, which the GPU row kernels use) and
+    ``cooperative_matrix`` (tensor cores that precision="fp16" products use). Without a Vulkan loader or
     driver the list holds the CPU alone (``apt-get install mesa-vulkan-drivers`` gives lavapipe,
     a Vulkan device on the CPU).
 

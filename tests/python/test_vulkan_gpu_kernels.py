@@ -239,22 +239,42 @@ def test_an_unknown_kernel_form_is_an_argument_error_naming_the_variable(monkeyp
 _ROWS = {"long-ragged-rows": ((3, 3001), -1), "middle-axis": ((4, 300, 5), 1), "66000-rows": ((66000, 3), -1)}
 
 
+@pytest.fixture(params=["gpu-subgroups", "gpu-shared", "cpu"])
+def row_form(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The row kernels' forms: a workgroup per row reducing by subgroups (lavapipe has subgroup
+    arithmetic) or through shared memory alone (TETHER_VULKAN_NO_SUBGROUPS=1), and an invocation
+    per row."""
+    monkeypatch.setenv("TETHER_VULKAN_KERNELS", request.param.split("-")[0])
+    if request.param == "gpu-shared":
+        monkeypatch.setenv("TETHER_VULKAN_NO_SUBGROUPS", "1")
+    else:
+        monkeypatch.delenv("TETHER_VULKAN_NO_SUBGROUPS", raising=False)
+    return request.param
+
+
+def test_devices_say_whether_they_have_subgroup_arithmetic() -> None:
+    for d in VULKAN_DEVICES:
+        assert isinstance(d["subgroup_arithmetic"], bool), d
+        if d["driver_name"] == "llvmpipe":  # so the subgroup form runs its tests here
+            assert d["subgroup_arithmetic"], d
+
+
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
 @pytest.mark.parametrize("shape,axis", list(_ROWS.values()), ids=list(_ROWS))
-def test_softmax_rows_match_numpy(op: str, shape: tuple[int, ...], axis: int, kernels: str) -> None:
+def test_softmax_rows_match_numpy(op: str, shape: tuple[int, ...], axis: int, row_form: str) -> None:
     x = _rand(np.random.default_rng(len(shape)), *shape) * 8
     got = _vulkan(_model([oh.make_node(op, ["x"], ["y"], axis=axis)], {"x": x}, {})).run({"x": x})["y"]
     z = x.astype(np.float64) - x.max(axis=axis, keepdims=True)
     log = z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
-    assert_close(got, (log if op == "LogSoftmax" else np.exp(log)).astype(np.float32), 1e-5, f"{op} {shape}")
+    assert_close(got, (log if op == "LogSoftmax" else np.exp(log)).astype(np.float32), 1e-5, f"{op} {shape} ({row_form})")
 
 
 @pytest.mark.parametrize("shape", [(3, 3001), (66000, 3), (2, 5, 768)], ids=["long-ragged", "66000-rows", "bert-rows"])
-def test_layer_normalization_rows_match_numpy(shape: tuple[int, ...], kernels: str) -> None:
+def test_layer_normalization_rows_match_numpy(shape: tuple[int, ...], row_form: str) -> None:
     rng = np.random.default_rng(shape[-1])
     x, scale, bias = _rand(rng, *shape) + 3.0, _rand(rng, shape[-1]), _rand(rng, shape[-1])
     node = oh.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1, epsilon=1e-5)
     got = _vulkan(_model([node], {"x": x}, {"s": scale, "b": bias})).run({"x": x})["y"]
     x64 = x.astype(np.float64)
     want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5) * scale + bias
-    assert_close(got, want.astype(np.float32), 1e-4, f"LayerNormalization {shape}")
+    assert_close(got, want.astype(np.float32), 1e-4, f"LayerNormalization {shape} ({row_form})")

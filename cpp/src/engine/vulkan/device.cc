@@ -183,6 +183,7 @@ Device::Device(const Instance& instance, const PhysicalDevice& physical) : physi
   }
   cooperative_matrix_ = physical.cooperative_matrix;
   float16_arithmetic_ = physical.float16;
+  subgroup_arithmetic_ = physical.subgroup_arithmetic;
   if (storage8_ || cooperative_matrix_ || float16_arithmetic_) {
     int8 = VkPhysicalDeviceShaderFloat16Int8Features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
     int8.shaderInt8 = storage8_ ? VK_TRUE : VK_FALSE;

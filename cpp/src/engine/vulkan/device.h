@@ -114,6 +114,8 @@ class Device {
   /// Whether shaders may compute in float16 (shaderFloat16, with 16-bit storage; enabled where
   /// the device has both): the GPU tiles' float16 products (TETHER_VULKAN_FP16_ARITHMETIC=1).
   bool float16_arithmetic() const { return float16_arithmetic_; }
+  /// Whether compute shaders have subgroup arithmetic (PhysicalDevice::subgroup_arithmetic).
+  bool subgroup_arithmetic() const { return subgroup_arithmetic_; }
 
   /// Throws DeviceError saying what failed (`what`) and why, unless `r` is VK_SUCCESS. A lost
   /// device is remembered: lost() is true from then on.
@@ -166,6 +168,7 @@ class Device {
   bool integer_dot_ = false;
   bool cooperative_matrix_ = false;
   bool float16_arithmetic_ = false;
+  bool subgroup_arithmetic_ = false;
 
   PipelineCacheFile disk_cache_;
   mutable std::mutex pipelines_mutex_;

@@ -345,6 +345,8 @@ void Instance::enumerate() {
     const char* no16 = std::getenv("TETHER_VULKAN_NO_FP16_STORAGE");
     d.storage16 = storage16.storageBuffer16BitAccess == VK_TRUE && !(no16 != nullptr && std::string(no16) == "1");
     d.float16 = d.storage16 && f16i8.shaderFloat16 == VK_TRUE;
+    d.subgroup_arithmetic = (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
+                            (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT);
     for (uint32_t h = 0; h < d.memory.memoryHeapCount; ++h)
       if (d.memory.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
         info.memory_bytes += static_cast<int64_t>(d.memory.memoryHeaps[h].size);
@@ -355,6 +357,7 @@ void Instance::enumerate() {
                        {"int8", f16i8.shaderInt8 == VK_TRUE},
                        {"fp16_storage", d.storage16},
                        {"subgroup_size", int64_t{subgroup.subgroupSize}},
+                       {"subgroup_arithmetic", d.subgroup_arithmetic},
                        {"cooperative_matrix", d.cooperative_matrix}};
     if (d.api_version < VK_API_VERSION_1_1)
       d.unusable = "it supports Vulkan " + version_text(d.api_version) + "; tether needs 1.1 or later";

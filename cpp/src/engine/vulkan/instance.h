@@ -33,6 +33,9 @@ struct PhysicalDevice {
   /// Float16 arithmetic (shaderFloat16) with 16-bit storage: what gemm_tiled.glsl's float16
   /// products need (enabled when present).
   bool float16 = false;
+  /// Subgroup arithmetic (subgroupAdd, subgroupMax) in compute shaders: the row kernels'
+  /// reductions (rows.glsl's SUBGROUP_ROWS). Core in Vulkan 1.1, nothing to enable.
+  bool subgroup_arithmetic = false;
 };
 
 /// The instance, created on first use and kept for the life of the process.

@@ -1,7 +1,9 @@
 // Softmax and LogSoftmax (shaders/softmax.comp), LayerNormalization (shaders/layernorm.comp):
 // one invocation per row on CPU-lane devices; on GPUs (gpu_kernels) a workgroup per row
-// (softmax_rows.comp, layernorm_rows.comp), so that a few long rows still spread over the
-// device.
+// (softmax_rows.comp, layernorm_rows.comp; their _subgroup forms where the device reduces by
+// subgroups), so that a few long rows still spread over the device.
+#include <cstdlib>
+
 #include "engine/vulkan/ops.h"
 
 namespace tether::engine::vulkan {
@@ -13,10 +15,15 @@ namespace {
 constexpr uint32_t kRowGroup = 128;
 
 // The row form's pipeline on GPUs, else the one-invocation-per-row form's; `rows` says which.
+// The row form reduces by subgroups where the device has subgroup arithmetic, unless
+// TETHER_VULKAN_NO_SUBGROUPS=1 (read when a model is compiled) keeps the shared-memory tree.
 const Pipeline& row_pipeline(Gpu& gpu, const std::string& shader, uint32_t bindings, uint32_t push_bytes, uint32_t flag,
                              bool& rows) {
   rows = gpu_kernels(gpu.device);
-  return gpu.pipeline(rows ? shader + "_rows" : shader, bindings, push_bytes, {rows ? kRowGroup : kLocal, flag});
+  const char* no_subgroups = std::getenv("TETHER_VULKAN_NO_SUBGROUPS");
+  const bool subgroups = gpu.device.subgroup_arithmetic() && !(no_subgroups != nullptr && std::string(no_subgroups) == "1");
+  const std::string name = !rows ? shader : subgroups ? shader + "_rows_subgroup" : shader + "_rows";
+  return gpu.pipeline(name, bindings, push_bytes, {rows ? kRowGroup : kLocal, flag});
 }
 
 void dispatch(Recorder& rec, bool rows, const Pipeline& p, const std::vector<Range>& bindings, const void* push,
