@@ -617,6 +617,15 @@ def _lrn_even_oracle(feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     return [(x / (bias + alpha / size * sq) ** beta).astype(np.float32)]
 
 
+def _attention_oracle(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, scale: float) -> np.ndarray:
+    """Attention over 4-D grouped heads in float64: softmax((q k^T) scale + mask) v."""
+    group = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k.astype(np.float64), group, axis=1), np.repeat(v.astype(np.float64), group, axis=1)
+    s = q.astype(np.float64) @ k.transpose(0, 1, 3, 2) * scale + mask
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return ((e / e.sum(-1, keepdims=True)) @ v).astype(np.float32)
+
+
 def _qlinear_add_oracle(feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     """com.microsoft QLinearAdd as DequantizeLinear -> Add -> QuantizeLinear (float32, ties to
     even): onnxruntime's own kernel rounds otherwise and lands one step away on some elements."""
@@ -850,6 +859,14 @@ def _transformer_cases(t: _Table) -> None:
         why_only="the attention fusion is the CPU engine's: other backends run the chain as written")
     one("Attention-opset23-causal", "Attention", {"q": rand(1, 2, 6, 8), "k": rand(1, 2, 6, 8), "v": rand(1, 2, 6, 8)},
         opset=23, is_causal=1)
+    # ai.tether's form, as compile fuses it: grouped heads, a float mask with masked keys (no row
+    # fully masked), the scale an attribute
+    att_mask = rand(1, 1, 5, 7)
+    att_mask[..., 1::3] = -np.inf
+    one("ai.tether-Attention-grouped-mask", "Attention", {"q": rand(2, 4, 5, 8), "k": rand(2, 2, 7, 8),
+                                                          "v": rand(2, 2, 7, 8)},
+        {"m": att_mask}, domain="ai.tether", scale=0.3, nan_when_fully_masked=1,
+        oracle=lambda f, m=att_mask: [_attention_oracle(f["q"], f["k"], f["v"], m, 0.3)])
     b, s, heads, kv_heads, h = 2, 3, 4, 2, 8
     one("com.microsoft-GroupQueryAttention", "GroupQueryAttention",
         {"q": rand(b, s, heads * h), "k": rand(b, s, kv_heads * h), "v": rand(b, s, kv_heads * h),

@@ -17,6 +17,7 @@ class VulkanBackend final : public RegistryBackend {
     register_conv(registry_);
     register_pool(registry_);
     register_norm(registry_);
+    register_attention(registry_);
     register_shape(registry_);
     register_reduce(registry_);
     register_resize(registry_);
@@ -113,6 +114,12 @@ bool gpu_kernels(const Device& device) {
     throw ArgumentError("TETHER_VULKAN_KERNELS is \"" + v + "\": expected \"gpu\", \"cpu\" or unset");
   }
   return device.physical().properties.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
+}
+
+std::string row_shader(const Device& device, const std::string& shader) {
+  const char* no_subgroups = std::getenv("TETHER_VULKAN_NO_SUBGROUPS");
+  const bool subgroups = device.subgroup_arithmetic() && !(no_subgroups != nullptr && std::string(no_subgroups) == "1");
+  return subgroups ? shader + "_subgroup" : shader;
 }
 
 void dispatch_rows(Recorder& rec, const Pipeline& p, const std::vector<Range>& bindings, const void* push,

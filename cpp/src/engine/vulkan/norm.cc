@@ -2,8 +2,6 @@
 // one invocation per row on CPU-lane devices; on GPUs (gpu_kernels) a workgroup per row
 // (softmax_rows.comp, layernorm_rows.comp; their _subgroup forms where the device reduces by
 // subgroups), so that a few long rows still spread over the device.
-#include <cstdlib>
-
 #include "engine/vulkan/ops.h"
 
 namespace tether::engine::vulkan {
@@ -14,15 +12,12 @@ namespace {
 // LayerNorm (768) takes 6 elements per invocation, an attention row (128) one.
 constexpr uint32_t kRowGroup = 128;
 
-// The row form's pipeline on GPUs, else the one-invocation-per-row form's; `rows` says which.
-// The row form reduces by subgroups where the device has subgroup arithmetic, unless
-// TETHER_VULKAN_NO_SUBGROUPS=1 (read when a model is compiled) keeps the shared-memory tree.
+// The row form's pipeline on GPUs (reducing by subgroups where it may: row_shader), else the
+// one-invocation-per-row form's; `rows` says which.
 const Pipeline& row_pipeline(Gpu& gpu, const std::string& shader, uint32_t bindings, uint32_t push_bytes, uint32_t flag,
                              bool& rows) {
   rows = gpu_kernels(gpu.device);
-  const char* no_subgroups = std::getenv("TETHER_VULKAN_NO_SUBGROUPS");
-  const bool subgroups = gpu.device.subgroup_arithmetic() && !(no_subgroups != nullptr && std::string(no_subgroups) == "1");
-  const std::string name = !rows ? shader : subgroups ? shader + "_rows_subgroup" : shader + "_rows";
+  const std::string name = rows ? row_shader(gpu.device, shader + "_rows") : shader;
   return gpu.pipeline(name, bindings, push_bytes, {rows ? kRowGroup : kLocal, flag});
 }
 

@@ -14,6 +14,7 @@ void register_matmul(KernelRegistry& r);       // matmul.cc: Gemm, MatMul and th
 void register_conv(KernelRegistry& r);         // conv.cc: Conv, FusedConv, ConvTranspose
 void register_pool(KernelRegistry& r);         // pool.cc: MaxPool, AveragePool, global pools
 void register_norm(KernelRegistry& r);         // norm.cc: Softmax, LogSoftmax, LayerNormalization
+void register_attention(KernelRegistry& r);    // attention.cc: Attention (ONNX, ai.tether)
 void register_shape(KernelRegistry& r);        // shape.cc: views, Concat, Split, Transpose, Slice, Expand, Gather
 void register_reduce(KernelRegistry& r);       // reduce.cc: Reduce*
 void register_resize(KernelRegistry& r);       // resize.cc: Resize, Upsample (nearest, linear)
@@ -74,6 +75,12 @@ std::string computed_slice_bounds_check(const KernelInit& init);
 /// device (so that both run the op table on lavapipe). Read when a kernel is compiled.
 /// Example: `if (gpu_kernels(gpu.device)) tiles = tiled_pipelines(gpu, "conv_gemm", ...);`
 bool gpu_kernels(const Device& device);
+
+/// The build of a shader on rows.glsl (a workgroup per row) that reduces by subgroups,
+/// `shader`_subgroup, where the device has subgroup arithmetic, unless TETHER_VULKAN_NO_SUBGROUPS=1
+/// (read when a kernel is compiled) keeps the shared-memory tree of `shader` itself.
+/// Example: `pipeline_ = &gpu.pipeline(row_shader(gpu.device, "attention"), 5, sizeof push, spec);`
+std::string row_shader(const Device& device, const std::string& shader);
 
 /// Records a dispatch of `p` with one workgroup per row, `rows` of them (shaders/rows.glsl
 /// numbers them over a 2-D grid).

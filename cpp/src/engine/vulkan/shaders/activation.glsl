@@ -23,13 +23,6 @@ float erf_(float x) {
   return x < 0.0 ? -y : y;
 }
 
-// tanh from exp(-2|x|), which never overflows (the built-in may give NaN for large |x|).
-float tanh_(float x) {
-  float e = exp(-2.0 * abs(x));
-  float t = (1.0 - e) / (1.0 + e);
-  return x < 0.0 ? -t : t;
-}
-
 float sigmoid_(float x) { return 1.0 / (1.0 + exp(-x)); }
 
 float softplus_(float x) { return max(x, 0.0) + log(1.0 + exp(-abs(x))); }

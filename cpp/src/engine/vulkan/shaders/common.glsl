@@ -6,3 +6,10 @@ uint flat_id() {
 
 #define kInf uintBitsToFloat(0x7f800000u)
 #define kNaN uintBitsToFloat(0x7fc00000u)
+
+// tanh from exp(-2|x|), which never overflows (the built-in may give NaN for large |x|).
+float tanh_(float x) {
+  float e = exp(-2.0 * abs(x));
+  float t = (1.0 - e) / (1.0 + e);
+  return x < 0.0 ? -t : t;
+}

@@ -55,12 +55,6 @@ const uint kBias = 1u, kLens = 2u, kLens64 = 4u, kH0 = 8u, kC0 = 16u, kPeep = 32
 
 bool has(uint bit) { return (p.flags & bit) != 0u; }
 
-float tanh_(float v) {
-  float e = exp(-2.0 * abs(v));
-  float t = (1.0 - e) / (1.0 + e);
-  return v < 0.0 ? -t : t;
-}
-
 float apply(uint kind, float a, float b, float v) {
   if (kind == 0u) return max(v, 0.0);                                  // Relu
   if (kind == 1u) return tanh_(v);                                     // Tanh

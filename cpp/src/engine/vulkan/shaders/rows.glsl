@@ -1,7 +1,7 @@
 // Included by the shaders that give each row a workgroup (softmax_rows.comp,
-// layernorm_rows.comp and their _subgroup forms), the forms for GPUs: the invocations of a
-// workgroup (a power of two) stride over the row, and reduce their partial results through
-// shared memory in log2(size) steps; with SUBGROUP_ROWS, within each subgroup by the device's
+// layernorm_rows.comp, attention.comp and their _subgroup forms): the invocations of a workgroup
+// (a power of two) stride over the row, and reduce their partial results through shared memory
+// in log2(size) steps; with SUBGROUP_ROWS, within each subgroup by the device's
 // subgroup operations, then the subgroups' results in order through shared memory (one barrier
 // in place of log2(size)). Workgroups are numbered over a 2-D grid, so rows past 65535 still
 // dispatch.
