@@ -16,6 +16,11 @@ The engines, on the same inputs:
   batch dimension: a batch of 8 is 8 extractions, one image after the other, as ncnn is used;
 - tether-cpu: `tt.compile(model, threads=THREADS)`: the reference every error is measured
   against, and its time for comparison.
+- torch-DEVICE (--torch; by default on a GPU torch sees, and no column without one): the same
+  torch instance's weights in PyTorch eager, FP32 with TF32 off, the input on the device before
+  timing (a forward pass and a synchronize per run; tether's runs also carry their input up and
+  their output down), with the ratio tether-vulkan/torch. `--torch cpu` runs the column on the
+  CPU, to see the machinery work where there is no GPU.
 With --int8, each net with a float input also gets rows "NAME int8": the net quantized by
 `tt.quantize.static` (its default profile, calibrated on 8 random inputs; cached as
 NAME.int8.onnx) on tether-vulkan and tether-cpu, the error that of tether-vulkan's INT8 against
@@ -35,7 +40,8 @@ its error; the run goes on.
 Usage:
     python bench/vulkan_latency.py [--models resnet50,mobilenetv2,bert_base_seq128] [--batches 1,8]
                                    [--device vulkan] [--threads 2] [--min-time 2] [--rounds 3]
-                                   [--ncnn-fp16] [--int8] [--markdown out.md]
+                                   [--ncnn-fp16] [--fp16] [--int8] [--torch auto|cuda|cpu|none]
+                                   [--markdown out.md]
     python bench/vulkan_latency.py --quick   # a smoke run of the machinery on a tiny CNN:
                                              # exits 1 when tether-vulkan fails or strays from tether-cpu
 
@@ -90,16 +96,13 @@ def specs() -> dict[str, tuple[Callable[[], Any], tuple[int, ...], str]]:
     return {**NETS, "tiny_cnn": (_tiny_cnn, (1, 3, 32, 32), "float32")}
 
 
-def build(name: str) -> tuple[Path, Path | None, str]:
-    """The net's ONNX file (dynamic batch) and ncnn .param (its .bin beside it), exported once
-    from one torch instance and cached; the ncnn path is None when pnnx failed, with its error."""
+def torch_net(name: str) -> Any:
+    """The net as torch builds it, in eval mode: the same weights on every call (seed 0, the
+    CNNs' BatchNorm statistics taken from 4 seeded random batches), so the torch column runs what
+    the cached ONNX and ncnn files hold."""
     import torch
 
-    CACHE.mkdir(parents=True, exist_ok=True)
-    onnx_path, param, ncnn_error = CACHE / f"{name}.onnx", CACHE / f"{name}.ncnn.param", CACHE / f"{name}.ncnn.error"
-    if onnx_path.exists() and (param.exists() or ncnn_error.exists()):
-        return onnx_path, param if param.exists() else None, ncnn_error.read_text() if ncnn_error.exists() else ""
-    factory, shape, dtype = specs()[name]
+    factory, shape, _ = specs()[name]
     torch.manual_seed(0)
     net = factory().eval()
     if any(isinstance(m, torch.nn.BatchNorm2d) for m in net.modules()):
@@ -111,6 +114,20 @@ def build(name: str) -> tuple[Path, Path | None, str]:
             for _ in range(4):
                 net(torch.randn(4, *shape[1:]))
         net.eval()
+    return net
+
+
+def build(name: str) -> tuple[Path, Path | None, str]:
+    """The net's ONNX file (dynamic batch) and ncnn .param (its .bin beside it), exported once
+    from one torch instance and cached; the ncnn path is None when pnnx failed, with its error."""
+    import torch
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    onnx_path, param, ncnn_error = CACHE / f"{name}.onnx", CACHE / f"{name}.ncnn.param", CACHE / f"{name}.ncnn.error"
+    if onnx_path.exists() and (param.exists() or ncnn_error.exists()):
+        return onnx_path, param if param.exists() else None, ncnn_error.read_text() if ncnn_error.exists() else ""
+    _, shape, dtype = specs()[name]
+    net = torch_net(name)
     example = torch.zeros((2, *shape[1:]), dtype=getattr(torch, dtype))  # batch 2: keeps the batch dynamic
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -210,6 +227,54 @@ def ncnn_run(param: Path, gpu: int, threads: int, fp16: bool, int_input: bool) -
     return lambda x: np.stack([one(x[i]) for i in range(x.shape[0])])
 
 
+def torch_device(choice: str) -> str:
+    """The torch column's device: "cuda" for --torch auto when torch sees a GPU, "" for none."""
+    if choice == "none":
+        return ""
+    try:
+        import torch
+    except ImportError:
+        return ""
+    if choice == "auto":
+        return "cuda" if torch.cuda.is_available() else ""
+    return choice
+
+
+def torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
+def torch_run(name: str, device: str) -> Run:
+    """PyTorch eager on `device`, float32 with TF32 off: the input goes to the device once and
+    stays (each timed run is the forward pass and a synchronize; tether's runs also carry their
+    input up and output down), the output comes back as numpy."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    net = torch_net(name).to(device)
+    held: dict[int, Any] = {}
+
+    def run(x: np.ndarray) -> Any:
+        if id(x) not in held:
+            held.clear()
+            held[id(x)] = torch.from_numpy(x).to(device)
+        with torch.no_grad():
+            y = net(held[id(x)])
+        y = y[0] if isinstance(y, tuple | list) else y
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return y
+
+    return run
+
+
+def _numpy(y: Any) -> np.ndarray:
+    return y.detach().float().cpu().numpy() if hasattr(y, "detach") else np.asarray(y)
+
+
 def _rel_error(got: np.ndarray, want: np.ndarray) -> float:
     got = np.asarray(got, np.float64).reshape(want.shape)  # ncnn drops unit dims
     return float(np.abs(got - want).max() / max(float(np.abs(want).max()), 1e-30))
@@ -236,18 +301,27 @@ def _cell(row: dict[str, Any], engine: str) -> str:
 FP16 = "tether-vulkan fp16"
 FP16_HEADER = " tether-vulkan fp16 ms | fp16/fp32 | rel err fp16 |"
 FP16_ALIGN = "---:|---:|---:|"
+# With --torch (a GPU torch sees, by default): PyTorch eager on that device, FP32 with TF32 off.
+TORCH = "torch"
 
 
-def format_row(row: dict[str, Any], fp16: bool = False) -> str:
+def torch_header(device: str) -> tuple[str, str]:
+    return f" torch-{device} ms | tether-vulkan/torch | rel err torch |", "---:|---:|---:|"
+
+
+def format_row(row: dict[str, Any], fp16: bool = False, torch: bool = False) -> str:
     ms = row["ms"]
     ratio = (f"{ms['tether-vulkan'] / ms['ncnn-vulkan']:.2f}" if {"tether-vulkan", "ncnn-vulkan"} <= set(ms) else "-")
-    rel = [f"{row['rel'][e]:.1e}" if e in row["rel"] else "-" for e in ("tether-vulkan", "ncnn-vulkan", FP16)]
+    rel = [f"{row['rel'][e]:.1e}" if e in row["rel"] else "-" for e in ("tether-vulkan", "ncnn-vulkan", FP16, TORCH)]
     note = "; ".join(row["notes"]).replace("|", "\\|")
     line = (f"| {row['model']} | {row['batch']} | {_cell(row, 'tether-vulkan')} | {_cell(row, 'ncnn-vulkan')} | "
             f"{_cell(row, 'tether-cpu')} | {ratio} | {rel[0]} | {rel[1]} | {note} |")
     if fp16:
         half = f"{ms[FP16] / ms['tether-vulkan']:.2f}" if {FP16, "tether-vulkan"} <= set(ms) else "-"
         line += f" {_cell(row, FP16)} | {half} | {rel[2]} |"
+    if torch:
+        versus = f"{ms['tether-vulkan'] / ms[TORCH]:.2f}" if {TORCH, "tether-vulkan"} <= set(ms) else "-"
+        line += f" {_cell(row, TORCH)} | {versus} | {rel[3]} |"
     return line
 
 
@@ -260,7 +334,7 @@ def measure(name: str, batches: list[int], args: argparse.Namespace, gpu: int | 
         errors.append(f"{label}: export failed: {type(e).__name__}: {e}")
         row = {"model": label, "batch": "-", "ms": {}, "rel": {}, "err": {e_: "export" for e_ in ENGINES},
                "notes": [f"export failed: {_short(e)}"]}
-        print(format_row(row, args.fp16), flush=True)
+        print(format_row(row, args.fp16, bool(args.torch_device)), flush=True)
         return [row]
     int_input = specs()[name][2] == "int64"
     rows = []
@@ -269,7 +343,8 @@ def measure(name: str, batches: list[int], args: argparse.Namespace, gpu: int | 
         row: dict[str, Any] = {"model": label, "batch": batch, "ms": {}, "rel": {}, "err": {}, "notes": []}
         runs: dict[str, Run] = {}
         outs: dict[str, np.ndarray] = {}
-        for engine in ENGINES + ((FP16,) if args.fp16 and not int8 else ()):
+        extra = ((FP16,) if args.fp16 and not int8 else ()) + ((TORCH,) if args.torch_device and not int8 else ())
+        for engine in ENGINES + extra:
             try:
                 if engine == "ncnn-vulkan":
                     if int8:
@@ -284,16 +359,18 @@ def measure(name: str, batches: list[int], args: argparse.Namespace, gpu: int | 
                     run = tether_run(onnx_path, args.device, args.threads)
                 elif engine == FP16:
                     run = tether_run(onnx_path, args.device, args.threads, "fp16")
+                elif engine == TORCH:
+                    run = torch_run(name, args.torch_device)
                 else:
                     run = tether_run(onnx_path, "cpu", args.threads)
-                outs[engine] = run(x)
+                outs[engine] = _numpy(run(x))
                 runs[engine] = run
             except Exception as e:  # noqa: BLE001
                 row["err"][engine] = _short(e)
                 row["notes"].append(f"{engine}: {_short(e)}")
                 errors.append(f"{label} (batch {batch}) {engine}: {type(e).__name__}: {e}")
         if "tether-cpu" in outs:
-            for engine in ("tether-vulkan", "ncnn-vulkan", FP16):
+            for engine in ("tether-vulkan", "ncnn-vulkan", FP16, TORCH):
                 if engine in outs:
                     try:
                         row["rel"][engine] = _rel_error(outs[engine], outs["tether-cpu"])
@@ -308,7 +385,7 @@ def measure(name: str, batches: list[int], args: argparse.Namespace, gpu: int | 
                 row["notes"].append(f"timing failed: {_short(e)}")
         del runs, outs
         rows.append(row)
-        print(format_row(row, args.fp16), flush=True)
+        print(format_row(row, args.fp16, bool(args.torch_device)), flush=True)
     return rows
 
 
@@ -341,6 +418,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ncnn-fp16", action="store_true", help="ncnn with its FP16 storage and arithmetic")
     p.add_argument("--fp16", action="store_true",
                    help='also tether-vulkan under precision="fp16" (tensor cores where the device has them)')
+    p.add_argument("--torch", default="auto", metavar="DEVICE",
+                   help="a column of PyTorch eager (FP32, TF32 off) on DEVICE: auto (cuda when torch sees a GPU, "
+                        "else none), cuda, cpu or none")
     p.add_argument("--int8", action="store_true",
                    help="also rows of each float-input net quantized by tt.quantize.static (tether only)")
     p.add_argument("--markdown", help="also write the machine, the table and the errors as markdown to this file")
@@ -348,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="smoke run: a tiny CNN at batches 1 and 2, short timings; exits 1 when tether-vulkan fails "
                         f"or its relative error against tether-cpu passes {QUICK_REL_TOL:g}")
     args = p.parse_args(argv)
+    args.torch_device = torch_device(args.torch)
     if args.quick:
         models, batches = ["tiny_cnn"], [1, 2]
         args.min_time, args.rounds = min(args.min_time, 0.1), 2
@@ -383,12 +464,15 @@ def main(argv: list[str] | None = None) -> int:
             f"settings: batches {','.join(map(str, batches))}; "
             f"tether-cpu and ncnn's CPU side on {args.threads} threads; "
             f"{args.min_time:g} s of timed runs per engine and row over {args.rounds} interleaved rounds"
+            + (f"; torch {torch_version()} eager on {args.torch_device}, FP32, TF32 off" if args.torch_device else "")
             + ("; --quick: a smoke run of the machinery, its times mean nothing" if args.quick else ""), ""]
     print("\n".join(head))
     if not device_name:
         print("no Vulkan device: nothing to measure (apt-get install mesa-vulkan-drivers gives lavapipe)")
         return 1
     header, align = (HEADER + FP16_HEADER, ALIGN + FP16_ALIGN) if args.fp16 else (HEADER, ALIGN)
+    if args.torch_device:
+        header, align = header + torch_header(args.torch_device)[0], align + torch_header(args.torch_device)[1]
     print(header)
     print(align, flush=True)
     errors: list[str] = []
@@ -410,7 +494,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\nerrors:")
         print("\n".join(f"- {e}" for e in errors))
     if args.markdown:
-        text = "\n".join(head + [header, align] + [format_row(r, args.fp16) for r in rows] + [""] + foot)
+        table = [format_row(r, args.fp16, bool(args.torch_device)) for r in rows]
+        text = "\n".join(head + [header, align] + table + [""] + foot)
         if errors:
             text += "\n\n## errors\n\n" + "\n\n".join(f"```\n{e}\n```" for e in errors)
         Path(args.markdown).write_text(text + "\n")

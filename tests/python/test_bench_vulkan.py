@@ -49,3 +49,23 @@ def test_vulkan_bench_quick_runs_tether_and_ncnn_on_the_device_and_both_agree_wi
     md = (tmp_path / "table.md").read_text()
     assert md.startswith("machine: ") and HEADER in md and md.count("| tiny_cnn |") == 2, md
     assert (tmp_path / "vulkan" / "tiny_cnn.ncnn.param").exists() and (tmp_path / "vulkan" / "tiny_cnn.onnx").exists()
+
+
+@requires_vulkan
+@pytest.mark.timeout(300)
+def test_vulkan_bench_torch_column_runs_the_same_weights_as_the_exported_net(tmp_path: Path) -> None:
+    """--torch DEVICE adds PyTorch eager (FP32, TF32 off) beside the engines; on the CPU here (a
+    GPU's CUDA where there is one): the same torch instance's weights as the ONNX file, so its
+    output agrees with tether's CPU engine."""
+    env = {**os.environ, "TETHER_BENCH_CACHE": str(tmp_path)}
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--torch", "cpu"], capture_output=True, text=True,
+                          env=env, timeout=290)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    header = HEADER + " torch-cpu ms | tether-vulkan/torch | rel err torch |"
+    assert header in proc.stdout and "eager on cpu, FP32, TF32 off" in proc.stdout, proc.stdout
+    rows = [_cells(line) for line in proc.stdout.splitlines() if line.startswith("| tiny_cnn |")]
+    assert len(rows) == 2, proc.stdout
+    for cells in rows:
+        row = dict(zip(_cells(header), cells, strict=True))
+        assert float(row["torch-cpu ms"]) > 0 and float(row["tether-vulkan/torch"]) > 0, row
+        assert float(row["rel err torch"]) <= 1e-5, row
