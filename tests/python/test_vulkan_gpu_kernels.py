@@ -46,6 +46,31 @@ def test_op_table_cases_match_the_cpu_engine_in_either_form(case: OpCase, kernel
         assert_close(ours[name], want, case.rtol, f"{case.id} with {kernels} kernels, output {name}")
 
 
+@pytest.fixture(params=["fp16-half-products", "shared-memory-rows"])
+def gpu_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The GPU forms' other paths: float16 products under precision "fp16"
+    (TETHER_VULKAN_FP16_ARITHMETIC=1), and the row kernels without subgroups."""
+    monkeypatch.setenv("TETHER_VULKAN_KERNELS", "gpu")
+    monkeypatch.delenv("TETHER_VULKAN_FP16_ARITHMETIC", raising=False)
+    monkeypatch.delenv("TETHER_VULKAN_NO_SUBGROUPS", raising=False)
+    monkeypatch.setenv(*(("TETHER_VULKAN_FP16_ARITHMETIC", "1") if request.param.startswith("fp16")
+                         else ("TETHER_VULKAN_NO_SUBGROUPS", "1")))
+    return request.param
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_op_table_cases_match_the_cpu_engine_on_the_other_gpu_paths(case: OpCase, gpu_path: str) -> None:
+    """As above, on float16 storage with float16 products (the CPU engine on the same inputs
+    rounded to float16, within 1e-2 as the op table's fp16 cases), and with shared-memory rows."""
+    half = gpu_path.startswith("fp16")
+    feeds = {k: v.astype(np.float16).astype(np.float32) if half and v.dtype == np.float32 else v
+             for k, v in case.feeds.items()}
+    ours = _vulkan(case.model, precision="fp16" if half else "fp32").run(feeds)
+    ref = tt.compile(tt.load(case.model), threads=1).run(feeds)
+    for name, want in ref.items():
+        assert_close(ours[name], want, max(case.rtol, 1e-2 if half else 1e-4), f"{case.id} ({gpu_path}), output {name}")
+
+
 def _model(nodes: list[onnx.NodeProto], inputs: dict[str, np.ndarray], consts: dict[str, np.ndarray]) -> bytes:
     graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info(k, onnx.TensorProto.FLOAT, v.shape) for k, v in inputs.items()],
                           [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
