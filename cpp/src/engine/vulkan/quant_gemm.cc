@@ -274,8 +274,13 @@ class QGemmKernel final : public GpuKernel {
                        batched_ ? 1u : 0u})
       spec.push_back(v);
     // Float output takes the float16-storage build under precision fp16, like every float tensor.
-    pipeline_ = &gpu.pipeline(dot ? "qgemm_dot" : "qgemm", 10, sizeof(GemmPush), std::move(spec),
-                              floats_out() ? ir::DType::kFloat32 : ir::DType::kInt8);
+    // Two row blockings: 4 rows per invocation, and 1 for a single row (chosen when recorded).
+    for (uint32_t rows : {4u, 1u}) {
+      std::vector<uint32_t> s = spec;
+      s.push_back(rows);
+      (rows == 4 ? pipeline_ : one_row_) = &gpu.pipeline(dot ? "qgemm_dot" : "qgemm", 10, sizeof(GemmPush), std::move(s),
+                                                         floats_out() ? ir::DType::kFloat32 : ir::DType::kInt8);
+    }
     if (runtime_b_)
       pack_pipeline_ = &gpu.pipeline("qgemm_pack", 5, sizeof(PackPush),
                                      {kLocal, b_signed_ ? 1u : 0u, has_bz_ ? 1u : 0u, bz_per_column_ ? 1u : 0u}, ir::DType::kInt8);
@@ -334,7 +339,9 @@ class QGemmKernel final : public GpuKernel {
         p.zrows = static_cast<uint32_t>(zeros);
       }
     }
-    const int64_t n = batch * ((p.N + 3) / 4) * p.rows;
+    // Invocations: 4 columns (CB) by 4 rows (RB) of one output matrix each, or 1 row of a single.
+    const int64_t row_block = p.rows == 1 ? 1 : 4;
+    const int64_t n = batch * ((p.N + 3) / 4) * ((p.rows + row_block - 1) / row_block);
     check_u32(node_, n, "the invocations");
     p.n = static_cast<uint32_t>(n);
     if (n == 0) return;
@@ -347,7 +354,7 @@ class QGemmKernel final : public GpuKernel {
       scale = float_operand(in, kFloatScale, scale_per_column_, "scale").range;
       if (has_bias_) bias = float_operand(in, kFloatBias, true, "bias").range;
     }
-    dispatch_1d(rec, *pipeline_,
+    dispatch_1d(rec, row_block == 1 ? *one_row_ : *pipeline_,
                 {x.range, words, table, az, output_if(Out::kBytes), output_if(Out::kInt32),
                  scale, bias, output_if(Out::kFloat), a_words() ? x.range : rec.unused()},
                 &p, sizeof p, n);
@@ -503,7 +510,8 @@ class QGemmKernel final : public GpuKernel {
   int32_t y_zero_ = 0, y_lo_ = -128, y_hi_ = 127;
   Packed packed_;
   int words_ = -1, table_ = -1;
-  const Pipeline* pipeline_ = nullptr;
+  const Pipeline* pipeline_ = nullptr;  // 4 rows per invocation
+  const Pipeline* one_row_ = nullptr;   // 1 row per invocation: a single row
   const Pipeline* pack_pipeline_ = nullptr;
 };
 

@@ -45,6 +45,9 @@ layout(constant_id = 13) const bool HAS_BIAS = false;          // OUT_KIND 2: a 
 layout(constant_id = 14) const bool A_WORDS = false;  // not CONV, K a multiple of 4: A's rows read as words (binding 9)
 layout(constant_id = 15) const bool BATCHED = false;  // not CONV: one B per output matrix, by bd, as, bs
 const uint CB = 4;  // columns per invocation: each word of A serves CB dot products
+// Rows per invocation, each word of W serving RB dot products: 4, or 1 for a single row (a
+// matrix-vector product, which the extra rows would only slow).
+layout(constant_id = 16) const uint RB = 4;
 
 layout(std430, binding = 0) readonly buffer A { uint8_t a[]; };
 layout(std430, binding = 1) readonly buffer W { int w[]; };       // [columns][K4], bytes as int8
@@ -57,7 +60,7 @@ layout(std430, binding = 7) readonly buffer Bias { act_t bias[]; };
 layout(std430, binding = 8) writeonly buffer YF { act_t yf[]; };
 layout(std430, binding = 9) readonly buffer A32 { uint a32[]; };  // A again, 4 bytes a word
 layout(push_constant, std430) uniform Push {
-  uint n;           // invocations: batch * ceil(N / CB) * rows
+  uint n;           // invocations: batch * ceil(N / CB) * ceil(rows / RB)
   uint rows, N;     // per batch element (an image and group for CONV)
   uint K, K4;       // depth, and in words
   uint C, H, W, OW, KH, KW;
@@ -84,15 +87,23 @@ const uint FLIP = A_SIGNED ? 0u : 0x80u;  // a raw byte to its int8 form
 void main() {
   uint i = flat_id();
   if (i >= p.n) return;
-  uint r = i % p.rows, t = i / p.rows;
+  uint row_blocks = (p.rows + RB - 1) / RB;
+  uint r0 = (i % row_blocks) * RB, t = i / row_blocks;
   uint blocks = (p.N + CB - 1) / CB;
   uint j0 = (t % blocks) * CB, b = t / blocks;
-  // CONV: b is image * G + group; the window's corner and the input plane it starts from.
-  uint img = b / p.G, g = b % p.G, cg = p.C / p.G, taps = p.KH * p.KW;
-  int oh = int(r / p.OW), ow = int(r % p.OW);
-  int h0 = oh * p.SH - p.PH, w0 = ow * p.SW - p.PW;
+  // CONV: b is image * G + group; the input plane it starts from, and each row's window corner.
+  uint img = b / p.G, g = b % p.G, cg = p.C / p.G;
   uint xbase = (img * p.C + g * cg) * p.H * p.W;
-  uint zero_raw = HAS_AZ ? uint(az[r % p.zrows]) : 0u;  // the raw byte (0 without one: -128 in int8 form for uint8)
+  int h0[RB], w0[RB];
+  uint zero_raw[RB];  // each row's raw zero-point byte (0 without one: -128 in int8 form for uint8)
+  uint rs[RB];        // the rows; past the last, the last again (computed, never stored)
+  for (uint rr = 0; rr < RB; ++rr) {
+    uint r = min(r0 + rr, p.rows - 1);
+    rs[rr] = r;
+    h0[rr] = int(r / p.OW) * p.SH - p.PH;
+    w0[rr] = int(r % p.OW) * p.SW - p.PW;
+    zero_raw[rr] = HAS_AZ ? uint(az[r % p.zrows]) : 0u;
+  }
   // BATCHED: the first rows of this matrix of A and of the output, and the first column of its B.
   uint a_row0 = 0, y_row0 = 0, b_col0 = 0;
   if (BATCHED) {
@@ -110,57 +121,70 @@ void main() {
   uint col0 = CONV ? g * p.N + j0 : b_col0 + j0;
   // Where the window is, (c, kh, kw) of k, stepped along with k.
   uint c = 0, kh = 0, kw = 0;
-  int acc[CB] = int[CB](0, 0, 0, 0);
-  int sum_a = 0;
+  int acc[RB][CB];
+  int sum_a[RB];
+  for (uint rr = 0; rr < RB; ++rr) {
+    sum_a[rr] = 0;
+    for (uint jj = 0; jj < CB; ++jj) acc[rr][jj] = 0;
+  }
   for (uint k4 = 0; k4 < p.K4; ++k4) {
-    uint word = 0;
-    if (A_WORDS) word = a32[(a_row0 + r) * p.K4 + k4] ^ (FLIP * 0x01010101u);
+    int wv[CB];  // each word of W serves RB rows
+    for (uint jj = 0; jj < CB; ++jj) wv[jj] = j0 + jj < p.N ? w[(col0 + jj) * p.K4 + k4] : 0;
+    uint word[RB];
+    for (uint rr = 0; rr < RB; ++rr) word[rr] = A_WORDS ? a32[(a_row0 + rs[rr]) * p.K4 + k4] ^ (FLIP * 0x01010101u) : 0u;
     for (uint q = 0; q < (A_WORDS ? 0u : 4u); ++q) {
       uint k = k4 * 4 + q;
-      uint raw = FLIP;  // past K: 0 in int8 form
-      if (k < p.K) {
-        if (CONV) {
-          int ih = h0 + int(kh) * p.DH, iw = w0 + int(kw) * p.DW;
-          raw = ih >= 0 && ih < int(p.H) && iw >= 0 && iw < int(p.W) ? uint(a[xbase + (c * p.H + uint(ih)) * p.W + uint(iw)])
-                                                                     : zero_raw;
-          if (++kw == p.KW) {
-            kw = 0;
-            if (++kh == p.KH) {
-              kh = 0;
-              ++c;
-            }
+      for (uint rr = 0; rr < RB; ++rr) {
+        uint raw = FLIP;  // past K: 0 in int8 form
+        if (k < p.K) {
+          if (CONV) {
+            int ih = h0[rr] + int(kh) * p.DH, iw = w0[rr] + int(kw) * p.DW;
+            raw = ih >= 0 && ih < int(p.H) && iw >= 0 && iw < int(p.W) ? uint(a[xbase + (c * p.H + uint(ih)) * p.W + uint(iw)])
+                                                                       : zero_raw[rr];
+          } else {
+            raw = uint(a[(a_row0 + rs[rr]) * p.K + k]);
           }
-        } else {
-          raw = uint(a[(a_row0 + r) * p.K + k]);
+        }
+        word[rr] |= ((raw ^ FLIP) & 0xffu) << (8 * q);
+      }
+      if (CONV && k < p.K && ++kw == p.KW) {
+        kw = 0;
+        if (++kh == p.KH) {
+          kh = 0;
+          ++c;
         }
       }
-      word |= ((raw ^ FLIP) & 0xffu) << (8 * q);
     }
-    int aw = int(word);
-    sum_a += dot4(aw, 0x01010101);
-    for (uint jj = 0; jj < CB; ++jj)
-      if (j0 + jj < p.N) acc[jj] += dot4(aw, w[(col0 + jj) * p.K4 + k4]);
+    for (uint rr = 0; rr < RB; ++rr) {
+      int aw = int(word[rr]);
+      sum_a[rr] += dot4(aw, 0x01010101);
+      for (uint jj = 0; jj < CB; ++jj) acc[rr][jj] += dot4(aw, wv[jj]);
+    }
   }
-  int za = byte_value(zero_raw ^ FLIP, true);
-  for (uint jj = 0; jj < CB; ++jj) {
-    uint j = j0 + jj;
-    if (j >= p.N) break;
-    ivec4 col = cols[col0 + jj];
-    int s = acc[jj] - col.y * sum_a - za * col.x + int(p.K) * za * col.y + col.z;
-    uint o = CONV ? ((img * p.M + g * p.N + j) * p.rows + r) : (y_row0 + r) * p.N + j;
-    uint chan = CONV ? g * p.N + j : j;  // the output channel or column, for scale and bias
-    if (OUT_KIND == 1u) {
-      y32[o] = s;
-    } else if (OUT_KIND == 2u) {
-      precise float v = float(s) * LD(scale[SCALE_PER_COLUMN ? chan : 0u]);
-      if (HAS_BIAS) v = v + LD(bias[chan]);
-      yf[o] = ST(activate(v));
-    } else if (OUT_KIND == 3u) {  // QGemm's float output: the scale a_scale * b_scale[j] from the table
-      precise float v = float(s) * intBitsToFloat(col.w);
-      yf[o] = ST(v);
-    } else {
-      precise float v = float(s) * intBitsToFloat(col.w);
-      y8[o] = byte_of(requantize(v, float(Y_LO - Y_ZERO), float(Y_HI - Y_ZERO), Y_ZERO));
+  for (uint rr = 0; rr < RB; ++rr) {
+    uint r = r0 + rr;
+    if (r >= p.rows) break;
+    int za = byte_value(zero_raw[rr] ^ FLIP, true);
+    for (uint jj = 0; jj < CB; ++jj) {
+      uint j = j0 + jj;
+      if (j >= p.N) break;
+      ivec4 col = cols[col0 + jj];
+      int s = acc[rr][jj] - col.y * sum_a[rr] - za * col.x + int(p.K) * za * col.y + col.z;
+      uint o = CONV ? ((img * p.M + g * p.N + j) * p.rows + r) : (y_row0 + r) * p.N + j;
+      uint chan = CONV ? g * p.N + j : j;  // the output channel or column, for scale and bias
+      if (OUT_KIND == 1u) {
+        y32[o] = s;
+      } else if (OUT_KIND == 2u) {
+        precise float v = float(s) * LD(scale[SCALE_PER_COLUMN ? chan : 0u]);
+        if (HAS_BIAS) v = v + LD(bias[chan]);
+        yf[o] = ST(activate(v));
+      } else if (OUT_KIND == 3u) {  // QGemm's float output: the scale a_scale * b_scale[j] from the table
+        precise float v = float(s) * intBitsToFloat(col.w);
+        yf[o] = ST(v);
+      } else {
+        precise float v = float(s) * intBitsToFloat(col.w);
+        y8[o] = byte_of(requantize(v, float(Y_LO - Y_ZERO), float(Y_HI - Y_ZERO), Y_ZERO));
+      }
     }
   }
 }
