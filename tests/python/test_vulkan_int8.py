@@ -438,6 +438,18 @@ def test_ms_qgemm_that_vulkan_does_not_take_is_refused_when_strict_naming_why(at
         assert [s["backend"] for s in sess.steps()] == ["cpu"]
 
 
+def test_ms_qgemm_with_a_bias_per_row_is_refused_not_read_per_column():
+    """C of [M, 1] (with M = N, so its count alone looks like one per column) would add per row:
+    Vulkan's kernel refuses it under strict, naming C's shape, as the CPU engine does."""
+    rng = np.random.default_rng(25)
+    inits = {"a": _ints(rng, np.uint8, [5, 6]), "sa": np.float32(0.1), "za": np.uint8(3), "b": _ints(rng, np.int8, [6, 5]),
+             "sb": np.float32(0.1), "zb": np.int8(0), "c": rng.integers(-50, 50, (5, 1)).astype(np.int32),
+             "sy": np.float32(0.2), "zy": np.uint8(128)}
+    model = _ms_model("QGemm", [_io("a", np.uint8, [5, 6])], [_io("y", np.uint8, [5, 5])], inits)
+    with pytest.raises(tt.UnsupportedError, match=r"QGemm 'n'.*C of shape \[5, 1\]"):
+        tt.compile(model, device="vulkan", strict=True)
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 @pytest.mark.parametrize("shape,channels_last", [([2, 33, 5, 7], 0), ([2, 5, 7, 33], 1), ([3, 9, 11], 0),
                                                   ([1, 4, 2, 3, 5], 0)], ids=str)

@@ -183,6 +183,9 @@ std::string gemm_check(const KernelInit& init) {
     const bool one = is_qgemm(n) && bias != nullptr && bias->num_elements() == 1;  // QGemm's C may be one value
     if (bias == nullptr || bias->dtype() != ir::DType::kInt32 || (bias->num_elements() != cols && !one))
       return "its bias is not a constant int32 of one value per output column";
+    // QGemm's C is [N], [1, N] or one value; [M, N] or [M, 1] would be per row.
+    if (is_qgemm(n) && bias->rank() > 1 && (bias->rank() > 2 || bias->dims()[0] != 1))
+      return "C of shape " + dims_text(bias->dims()) + " (one value, [N] or [1, N] only)";
   }
   const std::string act = n.domain() == "ai.tether" ? n.attr_string("activation", "") : "";
   if (!act.empty() && act != "Relu" && !(act == "Clip" && n.attr("activation_params") != nullptr &&
