@@ -71,7 +71,9 @@ Executor::Executor(const ir::Model& model, const CompileOptions& options, std::v
   // ONNX forms.
   passes::OptimizeOptions passes;
   passes.channels_last = space_ == nullptr;
-  passes.fuse_attention = space_ == nullptr;  // ai.tether Attention has a CPU kernel alone
+  // Vulkan has an Attention kernel too, but on the devices measured so far the chain as written (batched
+  // GEMMs, Softmax rows) is faster at long queries (docs/vulkan.md, Attention).
+  passes.fuse_attention = space_ == nullptr;
   report << prepare_model(model_, options, *order_[space_ != nullptr ? 1 : 0], passes);
   index_values();
   spare_.resize(outputs_.size());

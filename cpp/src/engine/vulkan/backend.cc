@@ -1,4 +1,5 @@
 // The Vulkan backend: which ops it runs and how their kernels are made.
+#include "engine/vulkan/instance.h"
 #include "engine/vulkan/ops.h"
 #include "engine/vulkan/space.h"
 
@@ -117,9 +118,7 @@ bool gpu_kernels(const Device& device) {
 }
 
 std::string row_shader(const Device& device, const std::string& shader) {
-  const char* no_subgroups = std::getenv("TETHER_VULKAN_NO_SUBGROUPS");
-  const bool subgroups = device.subgroup_arithmetic() && !(no_subgroups != nullptr && std::string(no_subgroups) == "1");
-  return subgroups ? shader + "_subgroup" : shader;
+  return device.subgroup_arithmetic() && !env_is_one("TETHER_VULKAN_NO_SUBGROUPS") ? shader + "_subgroup" : shader;
 }
 
 void dispatch_rows(Recorder& rec, const Pipeline& p, const std::vector<Range>& bindings, const void* push,

@@ -4,11 +4,11 @@
 // one-element constant and a Gather of one constant index. The readers then find the value in
 // its root's range, at strides, times a scale. docs/vulkan.md ("Transposes read in place").
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
 
+#include "engine/vulkan/instance.h"
 #include "engine/vulkan/ops.h"
 #include "engine/vulkan/space.h"
 
@@ -131,8 +131,7 @@ void VulkanSpace::fold_steps(Plan& plan) const {
   }
   // TETHER_VULKAN_NO_FOLD=1 keeps every Transpose, Mul and Gather a dispatch of its own, to
   // compare the two on one device.
-  const char* no_fold = std::getenv("TETHER_VULKAN_NO_FOLD");
-  const bool views_only = no_fold != nullptr && std::string(no_fold) == "1";
+  const bool views_only = env_is_one("TETHER_VULKAN_NO_FOLD");
   std::vector<char> fold(steps_.size());
   for (size_t s = 0; s < steps_.size(); ++s) fold[s] = kind[s] == Fold::kView || (kind[s] != Fold::kNone && !views_only);
 

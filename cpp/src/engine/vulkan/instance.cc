@@ -143,6 +143,11 @@ std::vector<std::string> take_validation_messages() {
   return out;
 }
 
+bool env_is_one(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
 std::string version_text(uint32_t v) {
   return std::to_string(VK_API_VERSION_MAJOR(v)) + "." + std::to_string(VK_API_VERSION_MINOR(v)) + "." +
          std::to_string(VK_API_VERSION_PATCH(v));
@@ -318,11 +323,10 @@ void Instance::enumerate() {
       if (maintenance3.maxMemoryAllocationSize > 0) d.max_allocation = maintenance3.maxMemoryAllocationSize;
     }
 
-    const char* no_coop = std::getenv("TETHER_VULKAN_NO_COOPMAT");
     if (query_coop && coop.cooperativeMatrix == VK_TRUE && memory_model.vulkanMemoryModel == VK_TRUE &&
         f16i8.shaderFloat16 == VK_TRUE && storage16.storageBuffer16BitAccess == VK_TRUE && subgroup.subgroupSize == 32 &&
         (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT) &&
-        (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) && !(no_coop != nullptr && std::string(no_coop) == "1"))
+        (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) && !env_is_one("TETHER_VULKAN_NO_COOPMAT"))
       d.cooperative_matrix = has_half_coop_shape(api_, d.handle);
     api_.vkGetPhysicalDeviceQueueFamilyProperties(d.handle, &n, nullptr);
     std::vector<VkQueueFamilyProperties> families(n);
@@ -342,8 +346,7 @@ void Instance::enumerate() {
     d.driver_name = driver.driverName;
     d.driver_version = driver.driverInfo[0] != '\0' ? std::string(driver.driverInfo) : version_text(props.driverVersion);
     // TETHER_VULKAN_NO_FP16_STORAGE=1 treats every device as one without 16-bit storage.
-    const char* no16 = std::getenv("TETHER_VULKAN_NO_FP16_STORAGE");
-    d.storage16 = storage16.storageBuffer16BitAccess == VK_TRUE && !(no16 != nullptr && std::string(no16) == "1");
+    d.storage16 = storage16.storageBuffer16BitAccess == VK_TRUE && !env_is_one("TETHER_VULKAN_NO_FP16_STORAGE");
     d.float16 = d.storage16 && f16i8.shaderFloat16 == VK_TRUE;
     d.subgroup_arithmetic = (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
                             (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT);

@@ -70,6 +70,11 @@ std::vector<std::string> take_validation_messages();
 /// Records a message as validation would (tether's own checks of what it asks of Vulkan).
 void note_validation_message(const std::string& message);
 
+/// Whether environment variable `name` is "1": how the TETHER_VULKAN_NO_* switches and
+/// TETHER_VULKAN_FP16_ARITHMETIC are read (each where its doc says: devices listed, model compiled).
+/// Example: `const bool plain = env_is_one("TETHER_VULKAN_NO_INTEGER_DOT");`
+bool env_is_one(const char* name);
+
 /// "1.3.230" for a VK_MAKE_API_VERSION value.
 std::string version_text(uint32_t version);
 

@@ -4,12 +4,12 @@
 #include "engine/vulkan/matmul.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <functional>
 #include <iterator>
 #include <limits>
 #include <numeric>
 
+#include "engine/vulkan/instance.h"
 #include "engine/vulkan/ops.h"
 
 namespace tether::engine::vulkan {
@@ -88,8 +88,7 @@ TiledPipelines tiled_pipelines(Gpu& gpu, const std::string& shader, uint32_t pus
   // device that computes in float16 and has no tensor cores; else float32 products of the
   // float16 operands. Off by default: rounding every multiply-add to float16 about doubles
   // precision fp16's error on some CNNs (docs/vulkan.md, Float16 products).
-  const char* want_half = std::getenv("TETHER_VULKAN_FP16_ARITHMETIC");
-  const bool half = gpu.fp16 && !coop && gpu.device.float16_arithmetic() && want_half != nullptr && std::string(want_half) == "1";
+  const bool half = gpu.fp16 && !coop && gpu.device.float16_arithmetic() && env_is_one("TETHER_VULKAN_FP16_ARITHMETIC");
   for (size_t i = 0; i < out.tiles.size(); ++i) {
     std::vector<uint32_t> s;
     if (coop) {

@@ -16,13 +16,13 @@
 // a_scale * b_scale[j] when y_scale is absent.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <tuple>
 #include <utility>
 
 #include "engine/session.h"
+#include "engine/vulkan/instance.h"
 #include "engine/vulkan/ops.h"
 #include "engine/vulkan/quant.h"
 #include "ops/conv_geometry.h"
@@ -107,6 +107,10 @@ std::string qgemm_check(const KernelInit& init) {
   if (present(n, kQGemm.y_scale) != present(n, kQGemm.y_zp)) return "y_scale and y_zero_point are not given together";
   const ir::Tensor* b = init.constant(static_cast<size_t>(kQGemm.b));
   if (b == nullptr || b->rank() != 2) return "B is not a constant matrix";
+  // C is [N], [1, N] or one value; [M, N] or [M, 1] would be per row.
+  const ir::Tensor* c = init.constant(static_cast<size_t>(kQGemm.bias));
+  if (c != nullptr && c->rank() > 1 && (c->rank() > 2 || c->dims()[0] != 1))
+    return "C of shape " + dims_text(c->dims()) + " (one value, [N] or [1, N] only)";
   return "";
 }
 
@@ -183,9 +187,6 @@ std::string gemm_check(const KernelInit& init) {
     const bool one = is_qgemm(n) && bias != nullptr && bias->num_elements() == 1;  // QGemm's C may be one value
     if (bias == nullptr || bias->dtype() != ir::DType::kInt32 || (bias->num_elements() != cols && !one))
       return "its bias is not a constant int32 of one value per output column";
-    // QGemm's C is [N], [1, N] or one value; [M, N] or [M, 1] would be per row.
-    if (is_qgemm(n) && bias->rank() > 1 && (bias->rank() > 2 || bias->dims()[0] != 1))
-      return "C of shape " + dims_text(bias->dims()) + " (one value, [N] or [1, N] only)";
   }
   const std::string act = n.domain() == "ai.tether" ? n.attr_string("activation", "") : "";
   if (!act.empty() && act != "Relu" && !(act == "Clip" && n.attr("activation_params") != nullptr &&
@@ -267,8 +268,7 @@ class QGemmKernel final : public GpuKernel {
 
   void prepare(Gpu& gpu) override {
     if (!gpu.device.storage8()) return;  // refused when recorded
-    const char* plain = std::getenv("TETHER_VULKAN_NO_INTEGER_DOT");
-    const bool dot = gpu.device.integer_dot() && !(plain != nullptr && std::string(plain) == "1");
+    const bool dot = gpu.device.integer_dot() && !env_is_one("TETHER_VULKAN_NO_INTEGER_DOT");
     std::vector<uint32_t> spec{kLocal};
     for (uint32_t v : act_.spec()) spec.push_back(v);
     for (uint32_t v : {conv_ ? 1u : 0u, a_signed_ ? 1u : 0u, has_az_ ? 1u : 0u, static_cast<uint32_t>(out_),
@@ -378,12 +378,13 @@ class QGemmKernel final : public GpuKernel {
     const bool w_signed = w.dtype() == ir::DType::kInt8;
     const auto* raw = static_cast<const uint8_t*>(w.raw_data());
     const std::vector<int32_t> zw = zero_point_values(init.constant(static_cast<size_t>(s.b_zp)));
+    const bool first = columns_first(init.node);
     const int64_t k4 = (k_ + 3) / 4;
     packed_.words.assign(static_cast<size_t>(cols_ * k4), 0);
     for (int64_t c = 0; c < cols_; ++c) {
       int32_t sum = 0;
       for (int64_t k = 0; k < k_; ++k) {
-        const uint8_t byte = raw[columns_first(node_) ? c * k_ + k : k * cols_ + c];
+        const uint8_t byte = raw[first ? c * k_ + k : k * cols_ + c];
         const auto v = static_cast<int8_t>(w_signed ? byte : byte ^ 0x80);  // uint8 less 128
         sum += v;
         auto& word = reinterpret_cast<uint32_t&>(packed_.words[static_cast<size_t>(c * k4 + k / 4)]);
